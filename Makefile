@@ -1,0 +1,37 @@
+# shardkit — one command per job. `make test` is what CI runs.
+GO       ?= go
+PKGS     := ./...
+RACE_PKGS := ./idgen/... ./router/... ./plugin/...
+
+.PHONY: test test-short vet lint bench fuzz demo generate postgres tools
+
+## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
+test: postgres vet lint
+	$(GO) test -count=1 -timeout 12m $(PKGS)
+	$(GO) test -count=1 -race -timeout 12m $(RACE_PKGS)
+
+vet:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
+	$(GO) vet $(PKGS)
+
+lint:
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+
+## bench: Go benchmarks, ratios against plain GORM on the same database
+bench: postgres
+	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 20m $(PKGS)
+
+## fuzz: a short fuzzing run of every fuzz target
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzComposeDecode -fuzztime 30s ./idgen
+
+## demo: local clusters, the photo service, load, and a live shard move
+demo: postgres
+	$(GO) run ./examples/photos/cmd/demo
+
+generate:
+	$(GO) generate ./...
+
+## postgres: make sure PostgreSQL server binaries are installed
+postgres:
+	@./internal/pglocal/ensure-postgres.sh

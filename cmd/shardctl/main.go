@@ -1,0 +1,103 @@
+// Command shardctl is the shardkit operator tool: decode and compose IDs,
+// find the shard of a key, provision and migrate shards, show status, and
+// move logical shards between servers online.
+//
+// Each subcommand lives in its own file and adds itself to the root command.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// CatalogEnv is the environment variable read when --catalog is absent.
+const CatalogEnv = "SHARDKIT_CATALOG"
+
+// errUsage marks errors in the command line itself (exit status 2).
+var errUsage = errors.New("usage")
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "shardctl",
+		Short:         "Operate shardkit: IDs, shards, provisioning and online shard moves",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	})
+	for _, add := range commands {
+		root.AddCommand(add())
+	}
+	return root
+}
+
+// commands holds the constructors of the subcommands; each command's file
+// appends its own in an init function.
+var commands []func() *cobra.Command
+
+// catalogFlag adds --catalog to cmd and returns a getter that falls back to
+// $SHARDKIT_CATALOG and fails with a usage error when neither is set.
+func catalogFlag(cmd *cobra.Command) func() (string, error) {
+	var dsn string
+	cmd.Flags().StringVar(&dsn, "catalog", "", "catalog database DSN (default $"+CatalogEnv+")")
+	return func() (string, error) {
+		if dsn != "" {
+			return dsn, nil
+		}
+		if env := os.Getenv(CatalogEnv); env != "" {
+			return env, nil
+		}
+		return "", fmt.Errorf("%w: no catalog: pass --catalog DSN or set %s", errUsage, CatalogEnv)
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:]))
+}
+
+// run executes the command line and returns the exit status: 0 on success,
+// 2 for a malformed command line, 1 for any other error. Errors are one
+// line on stderr.
+func run(ctx context.Context, args []string) int {
+	root := newRoot()
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "shardctl: %v\n", err)
+		if errors.Is(err, errUsage) || isCobraUsage(err) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+// isCobraUsage recognises cobra's own argument errors (unknown command,
+// wrong number of arguments), which it does not type.
+func isCobraUsage(err error) bool {
+	var a argError
+	return errors.As(err, &a)
+}
+
+// argError is returned by the Args validators of our commands.
+type argError struct{ msg string }
+
+func (e argError) Error() string { return e.msg }
+
+// exactArgs is cobra.ExactArgs with a typed usage error.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		if len(args) != n {
+			return argError{fmt.Sprintf("want %d argument(s) (%s), got %d", n, names, len(args))}
+		}
+		return nil
+	}
+}

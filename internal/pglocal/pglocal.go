@@ -1,0 +1,302 @@
+// Package pglocal starts throwaway PostgreSQL clusters from the installed
+// server binaries, for tests and the demo.
+//
+//	set, err := pglocal.Start(ctx, pglocal.Options{N: 2})
+//	if err != nil { ... }
+//	defer set.Stop()
+//	dsn := set.Clusters[0].DSN("postgres")
+//
+// Each cluster gets its own temp directory and a free TCP port on 127.0.0.1,
+// trust authentication for the postgres user, and wal_level=logical with
+// room for replication slots, so shard moves can be tested. When the caller
+// is root, the server runs as the postgres OS user (Postgres refuses root).
+package pglocal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrNoPostgres reports that no PostgreSQL server binaries were found.
+var ErrNoPostgres = errors.New("pglocal: PostgreSQL server binaries (initdb, pg_ctl) not found; " +
+	"install them (Debian/Ubuntu: apt-get install postgresql) or set SHARDKIT_PG_BIN to their directory")
+
+// Options configure Start. The zero value starts one cluster.
+type Options struct {
+	N int // clusters to start; 0 means 1
+	// Settings are extra postgresql.conf lines (name → value), applied after the defaults.
+	Settings map[string]string
+	// Durable keeps fsync and synchronous_commit on. The zero value turns them
+	// off: throwaway clusters do not need crash safety, and tests run faster.
+	Durable bool
+}
+
+// Cluster is one running PostgreSQL server.
+type Cluster struct {
+	Port int
+	Dir  string // data directory
+	bin  string
+	cred *syscall.Credential
+	mu   sync.Mutex
+	down bool
+}
+
+// DSN returns a connection URL for a database on the cluster, as the postgres superuser.
+func (c *Cluster) DSN(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.Port, db)
+}
+
+// Set is a group of clusters started together.
+type Set struct {
+	Clusters []*Cluster
+	root     string
+}
+
+// BinDir finds the PostgreSQL server binaries: $SHARDKIT_PG_BIN, else the
+// newest /usr/lib/postgresql/*/bin, else the directory of pg_ctl on $PATH.
+func BinDir() (string, error) {
+	if d := os.Getenv("SHARDKIT_PG_BIN"); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err != nil {
+			return "", fmt.Errorf("%w (SHARDKIT_PG_BIN=%s has no initdb)", ErrNoPostgres, d)
+		}
+		return d, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", ErrNoPostgres
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// Start initialises and starts opts.N clusters. On error, whatever was
+// started is stopped and removed.
+func Start(ctx context.Context, opts Options) (*Set, error) {
+	if opts.N <= 0 {
+		opts.N = 1
+	}
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := serverCredential()
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.MkdirTemp("", "shardkit-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("pglocal: temp dir: %w", err)
+	}
+	set := &Set{root: root}
+	if err := chownTree(root, cred); err != nil {
+		set.Stop()
+		return nil, err
+	}
+	// initdb once, then copy the directory: copying is much faster than
+	// running initdb for each cluster.
+	tmpl := filepath.Join(root, "template")
+	if err := run(ctx, cred, filepath.Join(bin, "initdb"), "-D", tmpl, "-U", "postgres",
+		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"); err != nil {
+		set.Stop()
+		return nil, fmt.Errorf("pglocal: initdb: %w", err)
+	}
+	for i := 0; i < opts.N; i++ {
+		dir := filepath.Join(root, fmt.Sprintf("pg%d", i))
+		if err := run(ctx, cred, "cp", "-a", tmpl, dir); err != nil {
+			set.Stop()
+			return nil, fmt.Errorf("pglocal: copy template: %w", err)
+		}
+		c := &Cluster{Dir: dir, bin: bin, cred: cred}
+		if err := c.start(ctx, opts); err != nil {
+			set.Stop()
+			return nil, err
+		}
+		set.Clusters = append(set.Clusters, c)
+	}
+	_ = os.RemoveAll(tmpl)
+	return set, nil
+}
+
+func (c *Cluster) start(ctx context.Context, opts Options) error {
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		c.Port = port
+		if err := c.writeConf(opts); err != nil {
+			return err
+		}
+		lastErr = run(ctx, c.cred, filepath.Join(c.bin, "pg_ctl"), "-D", c.Dir, "-w", "-t", "60",
+			"-l", filepath.Join(c.Dir, "server.log"), "start")
+		if lastErr == nil {
+			return nil
+		}
+		log, _ := os.ReadFile(filepath.Join(c.Dir, "server.log"))
+		if !strings.Contains(string(log), "could not bind") && !strings.Contains(string(log), "in use") {
+			break
+		}
+	}
+	return fmt.Errorf("pglocal: start cluster in %s: %w", c.Dir, lastErr)
+}
+
+func (c *Cluster) writeConf(opts Options) error {
+	conf := map[string]string{
+		"listen_addresses":                "'127.0.0.1'",
+		"port":                            strconv.Itoa(c.Port),
+		"unix_socket_directories":         "'" + c.Dir + "'",
+		"wal_level":                       "logical",
+		"max_replication_slots":           "40",
+		"max_wal_senders":                 "40",
+		"max_logical_replication_workers": "16",
+		"max_worker_processes":            "24",
+		"max_connections":                 "200",
+		"shared_buffers":                  "64MB",
+		"logging_collector":               "off",
+		"log_min_messages":                "warning",
+	}
+	if !opts.Durable {
+		conf["fsync"] = "off"
+		conf["synchronous_commit"] = "off"
+		conf["full_page_writes"] = "off"
+	}
+	for k, v := range opts.Settings {
+		conf[k] = v
+	}
+	keys := make([]string, 0, len(conf))
+	for k := range conf {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s = %s\n", k, conf[k])
+	}
+	path := filepath.Join(c.Dir, "postgresql.auto.conf")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		return fmt.Errorf("pglocal: write %s: %w", path, err)
+	}
+	return chownTree(path, c.cred)
+}
+
+// Stop stops the cluster (fast shutdown). It is safe to call twice.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.down {
+		return nil
+	}
+	c.down = true
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	return run(ctx, c.cred, filepath.Join(c.bin, "pg_ctl"), "-D", c.Dir, "-m", "fast", "-w", "stop")
+}
+
+// Stop stops every cluster and removes the temp directory.
+func (s *Set) Stop() {
+	for _, c := range s.Clusters {
+		_ = c.Stop()
+	}
+	if s.root != "" {
+		_ = os.RemoveAll(s.root)
+	}
+}
+
+// Add starts one more cluster in the set (for example a new server to
+// rebalance onto).
+func (s *Set) Add(ctx context.Context, opts Options) (*Cluster, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := serverCredential()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(s.root, fmt.Sprintf("pg%d", len(s.Clusters)))
+	if err := run(ctx, cred, filepath.Join(bin, "initdb"), "-D", dir, "-U", "postgres",
+		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"); err != nil {
+		return nil, fmt.Errorf("pglocal: initdb: %w", err)
+	}
+	c := &Cluster{Dir: dir, bin: bin, cred: cred}
+	if err := c.start(ctx, opts); err != nil {
+		return nil, err
+	}
+	s.Clusters = append(s.Clusters, c)
+	return c, nil
+}
+
+// serverCredential returns the OS user to run the server as: nil (the
+// current user) unless we are root, then the postgres user.
+func serverCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pglocal: running as root, and PostgreSQL refuses to run as root; "+
+			"create a postgres user (the Debian package does) : %w", err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func chownTree(path string, cred *syscall.Credential) error {
+	if cred == nil {
+		return nil
+	}
+	return filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(cred.Uid), int(cred.Gid))
+	})
+}
+
+func run(ctx context.Context, cred *syscall.Credential, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		cmd.Dir = "/"
+	}
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	// The server must outlive a cancelled test context only until Stop.
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w: %s", filepath.Base(name), strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pglocal: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

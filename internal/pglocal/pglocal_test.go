@@ -1,0 +1,52 @@
+package pglocal
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestStartTwoClusters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	set, err := Start(ctx, Options{N: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Stop()
+	if set.Clusters[0].Port == set.Clusters[1].Port {
+		t.Fatalf("both clusters on port %d", set.Clusters[0].Port)
+	}
+	bin, _ := BinDir()
+	for _, c := range set.Clusters {
+		out, err := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-XAtc", "SHOW wal_level", c.DSN("postgres")).CombinedOutput()
+		if err != nil {
+			t.Fatalf("psql: %v: %s", err, out)
+		}
+		if got := strings.TrimSpace(string(out)); got != "logical" {
+			t.Fatalf("wal_level = %q, want logical", got)
+		}
+	}
+	c := set.Clusters[0]
+	set.Stop()
+	if err := exec.Command(filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", itoa(c.Port)).Run(); err == nil {
+		t.Fatal("cluster still accepts connections after Stop")
+	}
+}
+
+
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for n > 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}

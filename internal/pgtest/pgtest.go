@@ -1,0 +1,128 @@
+// Package pgtest gives a package's tests real PostgreSQL clusters:
+//
+//	func TestMain(m *testing.M) { pgtest.Main(m, 2) }
+//
+//	func TestX(t *testing.T) {
+//		dsn := pgtest.NewDatabase(t, 0) // a fresh database on cluster 0
+//	}
+//
+// Clusters are started once per test binary by internal/pglocal and
+// removed when the tests end. Each NewDatabase is a new, empty database,
+// dropped at the end of the test, so tests do not see each other's rows.
+package pgtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/internal/pglocal"
+)
+
+var (
+	set *pglocal.Set
+	seq atomic.Int64
+)
+
+// Main starts n clusters, runs the tests, stops the clusters and exits.
+func Main(m *testing.M, n int) {
+	os.Exit(run(m, n))
+}
+
+func run(m *testing.M, n int) int {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	var err error
+	set, err = pglocal.Start(ctx, pglocal.Options{N: n})
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pgtest:", err)
+		return 1
+	}
+	defer set.Stop()
+	return m.Run()
+}
+
+// Set returns the running clusters.
+func Set() *pglocal.Set { return set }
+
+// Cluster returns cluster i.
+func Cluster(t testing.TB, i int) *pglocal.Cluster {
+	t.Helper()
+	if set == nil {
+		t.Fatal("pgtest: no clusters; call pgtest.Main from TestMain")
+	}
+	if i >= len(set.Clusters) {
+		t.Fatalf("pgtest: cluster %d requested, %d started", i, len(set.Clusters))
+	}
+	return set.Clusters[i]
+}
+
+// NewDatabase creates an empty database on cluster i and returns its DSN.
+// The database is dropped when the test ends.
+func NewDatabase(t testing.TB, i int) string {
+	t.Helper()
+	c := Cluster(t, i)
+	name := fmt.Sprintf("t_%s_%d", sanitize(t.Name()), seq.Add(1))
+	if len(name) > 60 {
+		name = fmt.Sprintf("t_%d_%s", seq.Load(), name[len(name)-40:])
+	}
+	Exec(t, c.DSN("postgres"), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	return c.DSN(name)
+}
+
+// Exec runs SQL on dsn and fails the test on error.
+func Exec(t testing.TB, dsn, sql string, args ...any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("pgtest: %s: %v", sql, err)
+	}
+}
+
+// Connect opens a direct connection (not through any shardkit code), closed
+// at the end of the test: the way tests check where rows really are.
+func Connect(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+func sanitize(s string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(s) {
+		if (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,228 @@
+package router
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardkit/shardkit/idgen"
+)
+
+//go:embed catalogsql/*.sql
+var catalogSQL embed.FS
+
+// ErrNoCatalog reports a catalog database that has not been initialised.
+var ErrNoCatalog = errors.New("catalog not initialised (run `shardctl init`)")
+
+// ErrCatalogTooNew reports a catalog migrated by a newer shardkit.
+var ErrCatalogTooNew = errors.New("catalog schema is newer than this shardkit")
+
+// Catalog is the shardkit catalog: one Postgres database holding the
+// configuration, the servers, the shard map, slot leases and move journals,
+// all in the schema "shardkit".
+type Catalog struct {
+	pool *pgxpool.Pool
+}
+
+// OpenCatalog connects to the catalog database. It does not create or check
+// anything; call Migrate to create the catalog, Load to read it.
+func OpenCatalog(ctx context.Context, dsn string) (*Catalog, error) {
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: catalog DSN: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("shardkit: connect to catalog: %w", err)
+	}
+	return &Catalog{pool: pool}, nil
+}
+
+// NewCatalog wraps an existing pool. The caller keeps ownership of the pool.
+func NewCatalog(pool *pgxpool.Pool) *Catalog { return &Catalog{pool: pool} }
+
+// Pool returns the catalog's connection pool.
+func (c *Catalog) Pool() *pgxpool.Pool { return c.pool }
+
+// Close closes the catalog's pool.
+func (c *Catalog) Close() { c.pool.Close() }
+
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func catalogMigrations() ([]migration, error) {
+	entries, err := fs.ReadDir(catalogSQL, "catalogsql")
+	if err != nil {
+		return nil, err
+	}
+	var out []migration
+	for _, e := range entries {
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return nil, fmt.Errorf("catalog migration %q: name must start with a version number", e.Name())
+		}
+		b, err := fs.ReadFile(catalogSQL, "catalogsql/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migration{version: v, name: e.Name(), sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// CatalogVersion is the newest catalog schema version this shardkit knows.
+func CatalogVersion() int {
+	ms, _ := catalogMigrations()
+	if len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].version
+}
+
+// Migrate creates the catalog schema or brings it up to date. Each version
+// is applied in its own transaction under an advisory lock, so concurrent
+// callers and interrupted runs are safe.
+func (c *Catalog) Migrate(ctx context.Context) error {
+	ms, err := catalogMigrations()
+	if err != nil {
+		return err
+	}
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("shardkit: catalog: %w", err)
+	}
+	defer conn.Release()
+	for _, m := range ms {
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('shardkit.catalog'))`); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS shardkit;
+				CREATE TABLE IF NOT EXISTS shardkit.catalog_version (
+					version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+				return err
+			}
+			var done bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardkit.catalog_version WHERE version = $1)`, m.version).Scan(&done); err != nil {
+				return err
+			}
+			if done {
+				return nil
+			}
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return fmt.Errorf("%s: %w", m.name, err)
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO shardkit.catalog_version (version, name) VALUES ($1, $2)`, m.version, m.name)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("shardkit: migrate catalog: %w", err)
+		}
+	}
+	return nil
+}
+
+// Config is the catalog's fixed configuration: the shard count and the ID layout.
+type Config struct {
+	Shards int
+	Layout idgen.Layout
+}
+
+// Config reads the configuration row. A catalog without one returns ErrNoCatalog.
+func (c *Catalog) Config(ctx context.Context) (Config, error) {
+	return readConfig(ctx, c.pool)
+}
+
+func readConfig(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (Config, error) {
+	var cfg Config
+	var tb, sb, qb, lb int16
+	err := q.QueryRow(ctx, `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits FROM shardkit.config`).
+		Scan(&cfg.Shards, &cfg.Layout.EpochMs, &tb, &sb, &qb, &lb)
+	if errors.Is(err, pgx.ErrNoRows) || isUndefinedTable(err) {
+		return Config{}, fmt.Errorf("shardkit: %w", ErrNoCatalog)
+	}
+	if err != nil {
+		return Config{}, fmt.Errorf("shardkit: read catalog config: %w", err)
+	}
+	cfg.Layout.TimeBits, cfg.Layout.ShardBits, cfg.Layout.SeqBits, cfg.Layout.SlotBits = uint8(tb), uint8(sb), uint8(qb), uint8(lb)
+	if err := cfg.Layout.Validate(); err != nil {
+		return Config{}, fmt.Errorf("shardkit: %w: config row: %w", ErrBadCatalog, err)
+	}
+	if cfg.Shards > cfg.Layout.MaxShards() {
+		return Config{}, fmt.Errorf("shardkit: %w: %d shards do not fit %d shard bits", ErrBadCatalog, cfg.Shards, cfg.Layout.ShardBits)
+	}
+	return cfg, nil
+}
+
+// Load reads the whole shard map as one consistent snapshot (one
+// repeatable-read transaction) and validates it.
+func (c *Catalog) Load(ctx context.Context) (*Snapshot, error) {
+	var snap *Snapshot
+	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		cfg, err := readConfig(ctx, tx)
+		if err != nil {
+			return err
+		}
+		var version int64
+		if err := tx.QueryRow(ctx, `SELECT map_version FROM shardkit.config`).Scan(&version); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT name, dsn, replicas, state FROM shardkit.servers ORDER BY name`)
+		if err != nil {
+			return err
+		}
+		servers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Server, error) {
+			var s Server
+			err := r.Scan(&s.Name, &s.DSN, &s.Replicas, &s.State)
+			return s, err
+		})
+		if err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `SELECT shard, server, state FROM shardkit.shard_map ORDER BY shard`)
+		if err != nil {
+			return err
+		}
+		placements, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Placement, error) {
+			var p Placement
+			var state string
+			err := r.Scan(&p.Shard, &p.Server, &state)
+			p.State = ShardState(state)
+			p.Schema = SchemaName(p.Shard)
+			return p, err
+		})
+		if err != nil {
+			return err
+		}
+		snap, err = NewSnapshot(version, cfg.Shards, servers, placements)
+		if err != nil {
+			return fmt.Errorf("shardkit: %w", err)
+		}
+		snap.Layout = cfg.Layout
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, ErrNoCatalog) || errors.Is(err, ErrBadCatalog) {
+			return nil, err
+		}
+		if isUndefinedTable(err) {
+			return nil, fmt.Errorf("shardkit: %w", ErrNoCatalog)
+		}
+		return nil, fmt.Errorf("shardkit: load shard map: %w", err)
+	}
+	return snap, nil
+}

@@ -1,0 +1,157 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// MapChannel is the Postgres notification channel on which the catalog
+// announces a new shard-map version.
+const MapChannel = "shardkit_map"
+
+// Router holds the current shard-map snapshot and replaces it when the
+// catalog announces a new version. It is safe for concurrent use; every
+// caller of Snapshot gets one immutable, consistent map.
+type Router struct {
+	cat  *Catalog
+	snap atomic.Pointer[Snapshot]
+
+	mu   sync.Mutex
+	subs map[chan *Snapshot]struct{}
+}
+
+// New loads the shard map from the catalog.
+func New(ctx context.Context, cat *Catalog) (*Router, error) {
+	r := &Router{cat: cat, subs: map[chan *Snapshot]struct{}{}}
+	if _, err := r.Reload(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Catalog returns the router's catalog.
+func (r *Router) Catalog() *Catalog { return r.cat }
+
+// Snapshot returns the current shard map.
+func (r *Router) Snapshot() *Snapshot { return r.snap.Load() }
+
+// Reload reads the shard map now. A snapshot older than the current one is
+// never installed. It returns the snapshot in force afterwards.
+func (r *Router) Reload(ctx context.Context) (*Snapshot, error) {
+	s, err := r.cat.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		cur := r.snap.Load()
+		if cur != nil && cur.Version >= s.Version {
+			return cur, nil
+		}
+		if r.snap.CompareAndSwap(cur, s) {
+			r.publish(s)
+			return s, nil
+		}
+	}
+}
+
+// Subscribe returns a channel that receives each newly installed snapshot
+// (the newest only, if the reader is slow), and a function to unsubscribe.
+func (r *Router) Subscribe() (<-chan *Snapshot, func()) {
+	ch := make(chan *Snapshot, 1)
+	r.mu.Lock()
+	r.subs[ch] = struct{}{}
+	r.mu.Unlock()
+	return ch, func() {
+		r.mu.Lock()
+		delete(r.subs, ch)
+		r.mu.Unlock()
+	}
+}
+
+func (r *Router) publish(s *Snapshot) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for ch := range r.subs {
+		select {
+		case <-ch: // drop the stale one
+		default:
+		}
+		select {
+		case ch <- s:
+		default:
+		}
+	}
+}
+
+// Watch listens for shard-map changes and reloads on each, until ctx ends.
+// A lost connection is re-established with backoff, and the map is
+// reloaded after each reconnect, since notifications may have been missed.
+// It returns ctx.Err().
+func (r *Router) Watch(ctx context.Context) error {
+	backoff := 100 * time.Millisecond
+	for {
+		err := r.listen(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		slog.Warn("shardkit: shard-map listener lost; reconnecting", "err", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+func (r *Router) listen(ctx context.Context) error {
+	conn, err := r.cat.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A LISTENing connection must not go back to the pool.
+	defer conn.Hijack().Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{MapChannel}.Sanitize()); err != nil {
+		return err
+	}
+	if _, err := r.Reload(ctx); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := r.Reload(ctx); err != nil {
+			return fmt.Errorf("reload after notification %q: %w", n.Payload, err)
+		}
+	}
+}
+
+// ChangeMap runs fn in a catalog transaction that bumps the map version,
+// and returns the new version. Concurrent map changes are serialised by the
+// row lock on the configuration row; routers are notified at commit.
+func (c *Catalog) ChangeMap(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, version int64) error) (int64, error) {
+	var v int64
+	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `UPDATE shardkit.config SET map_version = map_version + 1 RETURNING map_version`).Scan(&v); err != nil {
+			if isUndefinedTable(err) {
+				return ErrNoCatalog
+			}
+			return err
+		}
+		return fn(ctx, tx, v)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("shardkit: change shard map: %w", err)
+	}
+	return v, nil
+}

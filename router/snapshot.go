@@ -1,0 +1,141 @@
+package router
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/shardkit/shardkit/idgen"
+)
+
+// ShardState is the state of a logical shard in the shard map.
+type ShardState string
+
+// Shard states.
+const (
+	// StateActive: the shard takes reads and writes on its server.
+	StateActive ShardState = "active"
+	// StateMoving: a copy to another server is under way; the shard still
+	// takes reads and writes on its current server.
+	StateMoving ShardState = "moving"
+	// StateFenced: a move is cutting over; writes wait (bounded), reads go on.
+	StateFenced ShardState = "fenced"
+)
+
+// Valid reports whether s is a known state.
+func (s ShardState) Valid() bool {
+	return s == StateActive || s == StateMoving || s == StateFenced
+}
+
+// Server is a physical Postgres server in the catalog.
+type Server struct {
+	Name     string   `json:"name"`
+	DSN      string   `json:"-"` // primary; never printed (it may hold a password)
+	Replicas []string `json:"-"` // read replica DSNs, possibly none
+	State    string   `json:"state"`
+}
+
+// Placement says where a logical shard lives.
+type Placement struct {
+	Shard  int        `json:"shard"`
+	Server string     `json:"server"`
+	Schema string     `json:"schema"`
+	State  ShardState `json:"state"`
+}
+
+// Snapshot is one immutable version of the shard map. Every statement is
+// routed with exactly one snapshot; a new map version is a new Snapshot.
+// Do not modify a Snapshot after NewSnapshot returns it.
+type Snapshot struct {
+	Version    int64
+	Shards     int          // logical shard count
+	Layout     idgen.Layout // the catalog's ID layout
+	placements []Placement
+	servers    map[string]Server
+}
+
+// NewSnapshot builds a snapshot and checks it: every shard 0..shards-1 is
+// placed exactly once, on a server in servers, with a valid state.
+func NewSnapshot(version int64, shards int, servers []Server, placements []Placement) (*Snapshot, error) {
+	if shards <= 0 {
+		return nil, fmt.Errorf("%w: %d", ErrInvalidShardCount, shards)
+	}
+	s := &Snapshot{Version: version, Shards: shards, placements: make([]Placement, shards), servers: make(map[string]Server, len(servers))}
+	for _, srv := range servers {
+		if srv.Name == "" {
+			return nil, fmt.Errorf("%w: a server has an empty name", ErrBadCatalog)
+		}
+		if _, dup := s.servers[srv.Name]; dup {
+			return nil, fmt.Errorf("%w: server %q appears twice", ErrBadCatalog, srv.Name)
+		}
+		s.servers[srv.Name] = srv
+	}
+	seen := make([]bool, shards)
+	for _, p := range placements {
+		if p.Shard < 0 || p.Shard >= shards {
+			return nil, fmt.Errorf("%w: shard map row for shard %d is outside [0, %d)", ErrBadCatalog, p.Shard, shards)
+		}
+		if seen[p.Shard] {
+			return nil, fmt.Errorf("%w: shard %d is placed twice", ErrBadCatalog, p.Shard)
+		}
+		if _, ok := s.servers[p.Server]; !ok {
+			return nil, fmt.Errorf("%w: shard %d is placed on unknown server %q", ErrBadCatalog, p.Shard, p.Server)
+		}
+		if !p.State.Valid() {
+			return nil, fmt.Errorf("%w: shard %d has unknown state %q", ErrBadCatalog, p.Shard, p.State)
+		}
+		if p.Schema == "" {
+			p.Schema = SchemaName(p.Shard)
+		}
+		if n, err := ParseSchemaName(p.Schema); err != nil || n != p.Shard {
+			return nil, fmt.Errorf("%w: shard %d has schema %q, want %q", ErrBadCatalog, p.Shard, p.Schema, SchemaName(p.Shard))
+		}
+		seen[p.Shard] = true
+		s.placements[p.Shard] = p
+	}
+	for i, ok := range seen {
+		if !ok {
+			return nil, fmt.Errorf("%w: shard %d has no row in the shard map", ErrBadCatalog, i)
+		}
+	}
+	return s, nil
+}
+
+// Placement returns where a logical shard lives.
+func (s *Snapshot) Placement(shard int) (Placement, error) {
+	if shard < 0 || shard >= len(s.placements) {
+		return Placement{}, fmt.Errorf("%w: shard %d, map has %d shards", ErrShardOutOfRange, shard, len(s.placements))
+	}
+	return s.placements[shard], nil
+}
+
+// Placements returns a copy of every placement, by shard number.
+func (s *Snapshot) Placements() []Placement {
+	return append([]Placement(nil), s.placements...)
+}
+
+// Server returns a server by name.
+func (s *Snapshot) Server(name string) (Server, bool) {
+	srv, ok := s.servers[name]
+	return srv, ok
+}
+
+// Servers returns every server, sorted by name.
+func (s *Snapshot) Servers() []Server {
+	out := make([]Server, 0, len(s.servers))
+	for _, srv := range s.servers {
+		out = append(out, srv)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// ShardsOn returns the shards placed on a server, in order.
+func (s *Snapshot) ShardsOn(server string) []int {
+	var out []int
+	for _, p := range s.placements {
+		if p.Server == server {
+			out = append(out, p.Shard)
+		}
+	}
+	return out
+}
