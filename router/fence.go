@@ -1,0 +1,10 @@
+package router
+
+// FenceSQLState is the SQLSTATE a shard server raises when a write reaches
+// a schema whose shard has moved away (or is cutting over): the source-side
+// barrier of DESIGN invariant 4. Routers read it as "the shard map
+// changed": reload, then retry on the new home or fail with a retriable error.
+const FenceSQLState = "SK001"
+
+// IsFenceError reports whether err is the source-side write barrier.
+func IsFenceError(err error) bool { return pgCode(err) == FenceSQLState }
