@@ -15,7 +15,7 @@ vet:
 	$(GO) vet $(PKGS)
 
 lint:
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@2025.1.1 $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 $(PKGS)
 
 ## bench: Go benchmarks, ratios against plain GORM on the same database
 bench: postgres

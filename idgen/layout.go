@@ -6,14 +6,16 @@ import (
 	"time"
 )
 
-// Default layout values: Instagram's own.
+// DefaultEpochMs is Instagram's epoch: 2011-08-24T21:07:01.721Z.
+const DefaultEpochMs int64 = 1314220021721
+
+// Default layout values: Instagram's own, plus 6 slot bits.
 const (
-	DefaultEpochMs   int64 = 1314220021721 // 2011-08-24T21:07:01.721Z
-	DefaultTimeBits        = 41
-	DefaultShardBits       = 13
-	DefaultSeqBits         = 10
-	DefaultSlotBits        = 6
-	DefaultShards          = 2000
+	DefaultTimeBits  = 41
+	DefaultShardBits = 13
+	DefaultSeqBits   = 10
+	DefaultSlotBits  = 6
+	DefaultShards    = 2000
 )
 
 // Sentinel errors. Each is wrapped with context; test with errors.Is.
