@@ -1,0 +1,45 @@
+-- Per-shard tables of the photo-sharing example, applied to every
+-- shard_NNNN schema by migrations.Provision. Names are unqualified: the
+-- provisioner sets search_path to the shard's schema. next_id() is the
+-- shard's own ID function (slot 0), so a raw INSERT without an id still gets
+-- an ID with this shard's bits.
+--
+-- Every table lives on its owner's shard:
+--   users    shard key id          (user_id mod shards)
+--   photos   shard key user_id
+--   likes    shard of photo_id     (decoded from the photo's ID bits)
+--   follows  shard key follower_id
+
+CREATE TABLE users (
+    id         bigint PRIMARY KEY,  -- chosen by the app: it is also the shard key
+    name       text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE photos (
+    id         bigint PRIMARY KEY DEFAULT next_id(),
+    user_id    bigint NOT NULL,
+    caption    text NOT NULL DEFAULT '',
+    url        text NOT NULL,
+    width      integer NOT NULL DEFAULT 0,
+    height     integer NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL DEFAULT now()
+);
+-- A user's photos newest first: IDs grow with time, so id DESC is time order.
+CREATE INDEX photos_user_id_id ON photos (user_id, id DESC);
+
+CREATE TABLE likes (
+    id         bigint PRIMARY KEY DEFAULT next_id(),
+    photo_id   bigint NOT NULL,
+    user_id    bigint NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (photo_id, user_id)
+);
+
+CREATE TABLE follows (
+    id          bigint PRIMARY KEY DEFAULT next_id(),
+    follower_id bigint NOT NULL,
+    followee_id bigint NOT NULL,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    UNIQUE (follower_id, followee_id)
+);
