@@ -1,0 +1,266 @@
+package migrations
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/router"
+)
+
+// ApplyOptions configure ApplyShard and the per-server work of Provision
+// and Migrate.
+type ApplyOptions struct {
+	// DeferIndexes skips the NNNN_name.indexes.sql parts; ApplyIndexes
+	// applies them later (the shard mover builds secondary indexes after
+	// its copy). The zero value applies them.
+	DeferIndexes bool
+	// BatchSize is how many schemas share one transaction. 0 means 25.
+	BatchSize int
+}
+
+func (o ApplyOptions) batch() int {
+	if o.BatchSize <= 0 {
+		return 25
+	}
+	return o.BatchSize
+}
+
+// Statements of the per-schema machinery.
+const (
+	sqlApplied = `SELECT schema_name, version, part FROM shardkit.shard_migrations WHERE schema_name = ANY($1)`
+	sqlRecord  = `INSERT INTO shardkit.shard_migrations (schema_name, version, part, name)
+SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[])`
+	sqlForget = `DELETE FROM shardkit.shard_migrations WHERE schema_name = $1`
+)
+
+// SequenceName returns the qualified name of a shard's ID sequence. Its
+// value is the hybrid h = ms_since_epoch << counter_bits | counter that
+// shardkit.next_id draws from: a shard move carries it by last_value.
+func SequenceName(shard int) pgx.Identifier {
+	return pgx.Identifier{router.SchemaName(shard), "id_seq"}
+}
+
+// ApplyShard creates the schema of one logical shard on a server, or brings
+// it up to date: shardkit's server objects (EnsureServer), the schema, its
+// id_seq and next_id(), then every version of shardSQL not yet applied, each
+// recorded in the server's shardkit.shard_migrations in the same
+// transaction. Running it again does nothing. The shard mover uses it with
+// DeferIndexes to create a target schema, then ApplyIndexes after the copy.
+func ApplyShard(ctx context.Context, db DB, layout idgen.Layout, shard int, shardSQL fs.FS, opts ApplyOptions) error {
+	versions, err := ReadVersions(shardSQL)
+	if err != nil {
+		return err
+	}
+	if err := EnsureServer(ctx, db, layout); err != nil {
+		return err
+	}
+	mode := modeAll
+	if opts.DeferIndexes {
+		mode = modeDeferIndexes
+	}
+	return applySchemas(ctx, db, layout, []int{shard}, versions, mode, 1, nil)
+}
+
+// ApplyIndexes applies the NNNN_name.indexes.sql parts that ApplyShard
+// deferred on one shard schema (plain CREATE INDEX, inside a transaction).
+func ApplyIndexes(ctx context.Context, db DB, layout idgen.Layout, shard int, shardSQL fs.FS) error {
+	versions, err := ReadVersions(shardSQL)
+	if err != nil {
+		return err
+	}
+	return applySchemas(ctx, db, layout, []int{shard}, versions, modeIndexesOnly, 1, nil)
+}
+
+// DropShard drops a shard's schema with everything in it and forgets its
+// migration records on this server, in one transaction: after a shard has
+// moved away, this removes the old copy so that the shard could later be
+// provisioned here again.
+func DropShard(ctx context.Context, db DB, shard int) error {
+	schema := router.SchemaName(shard)
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlShardLockBatch, migrateLockKey, []int32{int32(shard)}); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			return &ShardError{Shard: shard, Err: privilegeError(ctx, tx, err)}
+		}
+		_, err := tx.Exec(ctx, sqlForget, schema)
+		return err
+	})
+}
+
+type applyMode int
+
+const (
+	modeAll applyMode = iota
+	modeDeferIndexes
+	modeIndexesOnly
+)
+
+type stepKey struct {
+	version int
+	part    Part
+}
+
+type step struct {
+	stepKey
+	name string
+	sql  string
+}
+
+// plan lists what a schema still needs, in order.
+func plan(layout idgen.Layout, shard int, done map[stepKey]bool, versions []Version, mode applyMode) ([]step, error) {
+	var out []step
+	if mode != modeIndexesOnly && !done[stepKey{0, PartTables}] {
+		sql, err := render("shard_template.sql", valsFor(layout, shard))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, step{stepKey{0, PartTables}, "shardkit", sql})
+	}
+	maxDone := 0
+	for k := range done {
+		if k.part == PartTables && k.version > maxDone {
+			maxDone = k.version
+		}
+	}
+	for _, v := range versions {
+		if mode != modeIndexesOnly && !done[stepKey{v.Number, PartTables}] {
+			if v.Number < maxDone {
+				return nil, &ShardError{Shard: shard, File: v.Name, Err: fmt.Errorf(
+					"%w: version %d is new but version %d is already applied; renumber it above %d",
+					ErrMigrationOrder, v.Number, maxDone, maxDone)}
+			}
+			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables})
+		}
+		if v.Indexes != "" && mode != modeDeferIndexes && !done[stepKey{v.Number, PartIndexes}] {
+			if mode == modeIndexesOnly && !done[stepKey{v.Number, PartTables}] {
+				continue // its tables are not there yet
+			}
+			out = append(out, step{stepKey{v.Number, PartIndexes}, v.fileName(PartIndexes), v.Indexes})
+		}
+	}
+	return out, nil
+}
+
+// readApplied returns the applied steps of each schema among shards.
+func readApplied(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}, shards []int) (map[int]map[stepKey]bool, error) {
+	names := make([]string, len(shards))
+	for i, s := range shards {
+		names[i] = router.SchemaName(s)
+	}
+	rows, err := q.Query(ctx, sqlApplied, names)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]map[stepKey]bool{}
+	var schema, part string
+	var version int
+	_, err = pgx.ForEachRow(rows, []any{&schema, &version, &part}, func() error {
+		shard, err := router.ParseSchemaName(schema)
+		if err != nil {
+			return err
+		}
+		if out[shard] == nil {
+			out[shard] = map[stepKey]bool{}
+		}
+		out[shard][stepKey{version, Part(part)}] = true
+		return nil
+	})
+	return out, err
+}
+
+// pending returns the shards among shards that need any step.
+func pending(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode) ([]int, error) {
+	var out []int
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		applied, err := readApplied(ctx, tx, shards)
+		if err != nil {
+			return err
+		}
+		for _, s := range shards {
+			steps, err := plan(layout, s, applied[s], versions, mode)
+			if err != nil {
+				return err
+			}
+			if len(steps) > 0 {
+				out = append(out, s)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// applySchemas applies the pending steps of each shard's schema, batch
+// schemas per transaction. Each batch locks its schemas (so concurrent
+// callers never apply a step twice) and re-reads their records under the
+// lock. done is called after each committed batch with the number of
+// schemas in it.
+func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode, batch int, done func(n int)) error {
+	for start := 0; start < len(shards); start += batch {
+		end := min(start+batch, len(shards))
+		part := shards[start:end]
+		if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+			return applyBatch(ctx, tx, layout, part, versions, mode)
+		}); err != nil {
+			return err
+		}
+		if done != nil {
+			done(len(part))
+		}
+	}
+	return nil
+}
+
+func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []int, versions []Version, mode applyMode) error {
+	keys := make([]int32, len(shards))
+	for i, s := range shards {
+		keys[i] = int32(s)
+	}
+	if _, err := tx.Exec(ctx, sqlShardLockBatch, migrateLockKey, keys); err != nil {
+		return classify(err, "")
+	}
+	applied, err := readApplied(ctx, tx, shards)
+	if err != nil {
+		return err
+	}
+	var recSchema, recPart, recName []string
+	var recVersion []int32
+	for _, shard := range shards {
+		steps, err := plan(layout, shard, applied[shard], versions, mode)
+		if err != nil {
+			return err
+		}
+		if len(steps) == 0 {
+			continue
+		}
+		schema := router.SchemaName(shard)
+		ident := pgx.Identifier{schema}.Sanitize()
+		// Ours: the schema itself and the search_path, in one round trip.
+		prelude := "CREATE SCHEMA IF NOT EXISTS " + ident + ";\nSET LOCAL search_path TO " + ident
+		if _, err := tx.Exec(ctx, prelude); err != nil {
+			return &ShardError{Shard: shard, Err: privilegeError(ctx, tx, err)}
+		}
+		for _, st := range steps {
+			if _, err := tx.Exec(ctx, st.sql); err != nil {
+				return &ShardError{Shard: shard, File: st.name, Err: privilegeError(ctx, tx, err)}
+			}
+			recSchema = append(recSchema, schema)
+			recVersion = append(recVersion, int32(st.version))
+			recPart = append(recPart, string(st.part))
+			recName = append(recName, st.name)
+		}
+	}
+	if len(recSchema) == 0 {
+		return nil
+	}
+	_, err = tx.Exec(ctx, sqlRecord, recSchema, recVersion, recPart, recName)
+	return err
+}

@@ -1,0 +1,96 @@
+package migrations
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Sentinel errors of provisioning. Each is wrapped with context (often in a
+// *ServerError or *ShardError naming where it happened); test with errors.Is.
+var (
+	// ErrServerUnreachable reports a shard server that cannot be connected to.
+	ErrServerUnreachable = errors.New("server unreachable")
+	// ErrDuplicateServer reports a server name given twice, or a name the
+	// catalog already holds with a different DSN.
+	ErrDuplicateServer = errors.New("duplicate server name")
+	// ErrShardCountMismatch reports a shard count different from the
+	// existing catalog's. Changing it would rekey every row.
+	ErrShardCountMismatch = errors.New("shard count differs from the catalog's")
+	// ErrLayoutMismatch reports an ID layout different from the existing
+	// catalog's (or from the one a shard server was provisioned with).
+	ErrLayoutMismatch = errors.New("ID layout differs from the catalog's")
+	// ErrInsufficientPrivilege reports a server role that lacks a privilege
+	// provisioning needs (SQLSTATE 42501); the message names the privilege.
+	ErrInsufficientPrivilege = errors.New("insufficient privilege")
+	// ErrNoServers reports a Provision call without any server.
+	ErrNoServers = errors.New("no servers given")
+	// ErrBadServerName reports a server name the catalog would refuse.
+	ErrBadServerName = errors.New("invalid server name")
+	// ErrBadMigrationFile reports a per-shard SQL file whose name or content is unusable.
+	ErrBadMigrationFile = errors.New("bad per-shard migration file")
+	// ErrMigrationOrder reports a new migration version lower than one
+	// already applied: it would run in a different order on new shards.
+	ErrMigrationOrder = errors.New("migration added out of order")
+	// ErrMigrationChanged reports a per-shard migration file whose content
+	// differs from the one already recorded in the catalog for that version.
+	ErrMigrationChanged = errors.New("applied migration file changed")
+	// ErrMovesInProgress reports shards that are moving or fenced while a
+	// migration would change their tables.
+	ErrMovesInProgress = errors.New("shard moves in progress")
+)
+
+// ServerError is an error on one shard server.
+type ServerError struct {
+	Server string // server name in the catalog
+	Err    error
+}
+
+func (e *ServerError) Error() string {
+	return fmt.Sprintf("shardkit: server %q: %v", e.Server, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *ServerError) Unwrap() error { return e.Err }
+
+// ShardError is an error applying a migration to one shard schema.
+type ShardError struct {
+	Shard  int
+	Server string // may be empty when not known
+	File   string // migration file, if the error came from one
+	Err    error
+}
+
+func (e *ShardError) Error() string {
+	where := fmt.Sprintf("shard %d", e.Shard)
+	if e.Server != "" {
+		where += fmt.Sprintf(" on server %q", e.Server)
+	}
+	if e.File != "" {
+		where += fmt.Sprintf(", file %s", e.File)
+	}
+	return fmt.Sprintf("shardkit: %s: %v", where, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *ShardError) Unwrap() error { return e.Err }
+
+// classify turns driver errors on a server into typed errors: connection
+// failures become ErrServerUnreachable and SQLSTATE 42501 becomes
+// ErrInsufficientPrivilege naming what is needed. Other errors pass through.
+func classify(err error, need string) error {
+	if err == nil {
+		return nil
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42501" {
+		return fmt.Errorf("%w: %s (%s); grant it to the role in the server's DSN, or use an owner role",
+			ErrInsufficientPrivilege, need, pe.Message)
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%w: %v; check the DSN and that the server is running", ErrServerUnreachable, err)
+	}
+	return err
+}

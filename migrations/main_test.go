@@ -1,0 +1,17 @@
+package migrations
+
+import (
+	"os"
+	"testing"
+
+	"github.com/shardkit/shardkit/internal/pgtest"
+)
+
+// Four clusters: the provisioning target is "2000 shards on 4 servers".
+func TestMain(m *testing.M) { pgtest.Main(m, 4) }
+
+// testSQL is the sample application's per-shard SQL (photos, likes, follows).
+var testSQL = os.DirFS("testdata/shardsql")
+
+// testSQLv2 adds version 2 (comments, photos.width).
+var testSQLv2 = os.DirFS("testdata/shardsql_v2")
