@@ -29,9 +29,13 @@ var (
 	ErrOutOfRange = errors.New("ID component out of range")
 )
 
-// Layout describes how a 63-bit ID is split:
+// Layout describes how a 64-bit ID (a Postgres bigint) is split:
 //
 //	[TimeBits: ms since EpochMs][ShardBits: logical shard][SeqBits: sequence]
+//
+// As in Instagram's scheme the three fields fill all 64 bits, so the top
+// time bit is the sign bit: it stays 0 and IDs are positive, which leaves
+// 2^(TimeBits-1) ms of time (about 34.8 years for 41 bits).
 //
 // and how the sequence is split again into [counter | slot], with SlotBits
 // low bits naming the issuing slot. Slot 0 belongs to the database's
@@ -58,8 +62,8 @@ func DefaultLayout() Layout {
 	}
 }
 
-// Validate reports whether the layout is usable: the three fields sum to 63
-// bits, each is at least 1 bit, the slot bits leave at least one counter bit,
+// Validate reports whether the layout is usable: the three fields sum to 64
+// bits (time at least 2), each is at least 1 bit, the slot bits leave at least one counter bit,
 // and the epoch is not in the future.
 func (l Layout) Validate() error {
 	return l.validateAt(time.Now())
@@ -70,8 +74,11 @@ func (l Layout) validateAt(now time.Time) error {
 		return fmt.Errorf("%w: every field needs at least one bit (time %d, shard %d, sequence %d)",
 			ErrInvalidLayout, l.TimeBits, l.ShardBits, l.SeqBits)
 	}
-	if sum := int(l.TimeBits) + int(l.ShardBits) + int(l.SeqBits); sum != 63 {
-		return fmt.Errorf("%w: time %d + shard %d + sequence %d bits = %d, want 63",
+	if l.TimeBits < 2 {
+		return fmt.Errorf("%w: %d time bits: the top one is the sign bit, so at least 2 are needed", ErrInvalidLayout, l.TimeBits)
+	}
+	if sum := int(l.TimeBits) + int(l.ShardBits) + int(l.SeqBits); sum != 64 {
+		return fmt.Errorf("%w: time %d + shard %d + sequence %d bits = %d, want 64",
 			ErrInvalidLayout, l.TimeBits, l.ShardBits, l.SeqBits, sum)
 	}
 	if l.SlotBits >= l.SeqBits {
@@ -97,8 +104,9 @@ func (l Layout) Slots() int { return 1 << l.SlotBits }
 // CounterBits is the number of sequence bits left for the per-ms counter.
 func (l Layout) CounterBits() uint8 { return l.SeqBits - l.SlotBits }
 
-// MaxTimeMs is the largest ms offset from the epoch the layout can hold.
-func (l Layout) MaxTimeMs() int64 { return 1<<l.TimeBits - 1 }
+// MaxTimeMs is the largest ms offset from the epoch the layout can hold
+// in a positive ID: 2^(TimeBits-1)-1, since the top time bit is the sign bit.
+func (l Layout) MaxTimeMs() int64 { return 1<<(l.TimeBits-1) - 1 }
 
 // Parts is a decoded ID.
 type Parts struct {

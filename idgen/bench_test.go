@@ -1,0 +1,107 @@
+package idgen
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+)
+
+func benchGenerator(b *testing.B) *Generator {
+	b.Helper()
+	l, _ := StaticLeaser{Slot: 1}.Acquire(context.Background())
+	g, err := New(DefaultLayout(), l, Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return g
+}
+
+// randomShards is a precomputed sequence of shards, so the benchmark
+// measures Next and not the random number generator.
+func randomShards(n int) []int {
+	r := rand.New(rand.NewPCG(1, 2))
+	s := make([]int, n)
+	for i := range s {
+		s[i] = r.IntN(DefaultShards)
+	}
+	return s
+}
+
+func BenchmarkNext(b *testing.B) {
+	g := benchGenerator(b)
+	ctx := context.Background()
+	shards := randomShards(1 << 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		if _, err := g.Next(ctx, shards[i&(len(shards)-1)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkNextParallel(b *testing.B) {
+	g := benchGenerator(b)
+	ctx := context.Background()
+	shards := randomShards(1 << 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := rand.IntN(len(shards))
+		for pb.Next() {
+			if _, err := g.Next(ctx, shards[i&(len(shards)-1)]); err != nil {
+				b.Error(err)
+				return
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkNextOneShard is the worst case: every call on the same shard,
+// so the slot's 16 IDs per ms are borrowed ahead and then waited for.
+func BenchmarkNextOneShard(b *testing.B) {
+	g := benchGenerator(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := g.Next(ctx, 7); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFill100(b *testing.B) {
+	g := benchGenerator(b)
+	ctx := context.Background()
+	shards := randomShards(1 << 16)
+	ids := make([]int64, 100)
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if err := g.Fill(ctx, shards[i&(len(shards)-1)], ids); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkDecode(b *testing.B) {
+	l := DefaultLayout()
+	id := int64(1387263000<<23 | 1341<<10 | 7)
+	b.ReportAllocs()
+	for b.Loop() {
+		p, err := l.Decode(id)
+		if err != nil || p.Shard != 1341 {
+			b.Fatal(p, err)
+		}
+	}
+}
+
+func BenchmarkCompose(b *testing.B) {
+	l := DefaultLayout()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.Compose(1700000000000, 1341, 7); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

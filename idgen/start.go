@@ -1,0 +1,130 @@
+package idgen
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Start leases a slot from leaser and returns a generator issuing in it,
+// with a goroutine that keeps the lease renewed (every TTL/3) and leases a
+// new slot if the old one is lost. The returned cleanup calls Close with a
+// five-second timeout. With no free slot the error wraps ErrNoFreeSlot:
+// the caller then leaves keys to the database's next_id().
+func Start(ctx context.Context, layout Layout, leaser Leaser, cfg Config) (*Generator, func(), error) {
+	l, err := leaser.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	g, err := New(layout, l, cfg)
+	if err != nil {
+		_ = leaser.Release(ctx, l)
+		return nil, nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	g.leaser, g.stop, g.done = leaser, cancel, make(chan struct{})
+	go g.keepLeased(rctx)
+	return g, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := g.Close(ctx); err != nil {
+			slog.Warn("shardkit: closing the ID generator", "err", err)
+		}
+	}, nil
+}
+
+// Close stops issuing IDs, records the exact high-water mark in the lease,
+// and releases the slot (when Start made the generator). Calls after the
+// first return nil.
+func (g *Generator) Close(ctx context.Context) error {
+	if g.closed.Load() {
+		return nil
+	}
+	if g.stop != nil {
+		g.stop()
+		<-g.done
+	}
+	hwm := g.seal()
+	l := g.lease.Load()
+	l.SetHighWater(hwm)
+	if g.leaser == nil {
+		return nil
+	}
+	err := g.leaser.Release(ctx, l)
+	l.Revoke()
+	if err != nil && !errors.Is(err, ErrLeaseLost) {
+		return fmt.Errorf("shardkit: release ID slot %d: %w", l.Slot, err)
+	}
+	return nil
+}
+
+// keepLeased renews the current lease every TTL/3, retries failed renewals
+// until the lease's deadline, and after that leases a new slot.
+func (g *Generator) keepLeased(ctx context.Context) {
+	defer close(g.done)
+	clock := g.sleepClock
+	for {
+		l := g.lease.Load()
+		if l.TTL <= 0 {
+			<-ctx.Done()
+			return
+		}
+		if !l.Valid(clock.Now()) {
+			nl, err := g.acquire(ctx)
+			if err != nil {
+				return
+			}
+			l = nl
+		}
+		if clock.Sleep(ctx, l.TTL/3) != nil {
+			return
+		}
+		for l.Valid(clock.Now()) {
+			rctx, cancel := context.WithTimeout(ctx, l.TTL)
+			err := g.leaser.Renew(rctx, l)
+			cancel()
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, ErrLeaseLost) {
+				l.Revoke()
+				slog.Warn("shardkit: ID slot lease lost; leasing another", "slot", l.Slot, "err", err)
+				break
+			}
+			slog.Warn("shardkit: renewing ID slot lease", "slot", l.Slot, "err", err)
+			if clock.Sleep(ctx, l.TTL/10) != nil {
+				return
+			}
+		}
+	}
+}
+
+// acquire leases a new slot, retrying until it succeeds or ctx ends, and
+// installs it.
+func (g *Generator) acquire(ctx context.Context) (*Lease, error) {
+	backoff := 100 * time.Millisecond
+	for {
+		l, err := g.leaser.Acquire(ctx)
+		if err == nil {
+			if l.Slot <= 0 || l.Slot >= g.layout.Slots() {
+				_ = g.leaser.Release(ctx, l)
+				return nil, fmt.Errorf("shardkit: leaser returned slot %d outside [1, %d)", l.Slot, g.layout.Slots())
+			}
+			g.lease.Store(l)
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		slog.Warn("shardkit: leasing an ID slot", "err", err, "retry_in", backoff)
+		if err := g.sleepClock.Sleep(ctx, backoff); err != nil {
+			return nil, err
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
