@@ -1,0 +1,85 @@
+package migrations
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"testing/fstest"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// Statements on the catalog's record of per-shard SQL (catalog version 3).
+const (
+	sqlShardSQLAll = `SELECT version, part, name, body, sha256 FROM shardkit.shard_sql ORDER BY version, part`
+	sqlShardSQLAdd = `INSERT INTO shardkit.shard_sql (version, part, name, body, sha256) VALUES ($1, $2, $3, $4, $5)`
+)
+
+type recorded struct {
+	name, body, sum string
+}
+
+func readRecorded(ctx context.Context, q interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}) (map[stepKey]recorded, error) {
+	rows, err := q.Query(ctx, sqlShardSQLAll)
+	if err != nil {
+		return nil, err
+	}
+	out := map[stepKey]recorded{}
+	var v int
+	var part string
+	var r recorded
+	_, err = pgx.ForEachRow(rows, []any{&v, &part, &r.name, &r.body, &r.sum}, func() error {
+		out[stepKey{v, Part(part)}] = r
+		return nil
+	})
+	return out, err
+}
+
+// recordVersions records the application's files in the catalog, refusing
+// any whose content differs from what was recorded for its version.
+func recordVersions(ctx context.Context, tx pgx.Tx, versions []Version) error {
+	have, err := readRecorded(ctx, tx)
+	if err != nil {
+		return err
+	}
+	for _, v := range versions {
+		for _, p := range []Part{PartTables, PartIndexes} {
+			if v.sql(p) == "" {
+				continue
+			}
+			k := stepKey{v.Number, p}
+			if r, ok := have[k]; ok {
+				if r.sum != v.Checksum(p) || r.name != v.fileName(p) {
+					return fmt.Errorf("shardkit: %w: %s differs from the %s applied as version %d; "+
+						"never edit an applied migration: undo the edit and add a new NNNN_name.sql",
+						ErrMigrationChanged, v.fileName(p), r.name, v.Number)
+				}
+				continue
+			}
+			if _, err := tx.Exec(ctx, sqlShardSQLAdd, v.Number, string(p), v.fileName(p), v.sql(p), v.Checksum(p)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// CatalogSQL returns the application's per-shard SQL files as recorded in
+// the catalog by Provision and Migrate, as a file system for ApplyShard:
+// the shard mover creates a target schema from it without needing the
+// application's files.
+func CatalogSQL(ctx context.Context, cat *router.Catalog) (fs.FS, error) {
+	have, err := readRecorded(ctx, cat.Pool())
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: read per-shard SQL from the catalog: %w", err)
+	}
+	out := fstest.MapFS{}
+	for _, r := range have {
+		out[r.name] = &fstest.MapFile{Data: []byte(r.body), Mode: 0o444}
+	}
+	return out, nil
+}

@@ -1,0 +1,232 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// MigrateOptions configure Migrate.
+type MigrateOptions struct {
+	// Apply configures the per-schema work.
+	Apply ApplyOptions
+	// Progress, if not nil, is called after each batch of schemas, never
+	// concurrently.
+	Progress func(Progress)
+	// AllowMoving migrates even while shards are moving or fenced. The
+	// zero value refuses (ErrMovesInProgress): a table created on a moving
+	// shard's source would be missing on its target.
+	AllowMoving bool
+}
+
+// Migrate applies the per-shard versions not yet applied to every shard
+// schema on every server, one worker per server, all servers in parallel.
+// New files in shardSQL are first recorded in the catalog (a changed file is
+// refused with ErrMigrationChanged); then every recorded version is applied,
+// so a nil shardSQL applies what the catalog already holds. Each batch of
+// schemas is one transaction and each applied step is recorded on its
+// server, so an interrupted Migrate, run again, finishes the job.
+func Migrate(ctx context.Context, cat *router.Catalog, shardSQL fs.FS, opts MigrateOptions) error {
+	versions, err := ReadVersions(shardSQL)
+	if err != nil {
+		return err
+	}
+	if err := cat.Migrate(ctx); err != nil {
+		return err
+	}
+	snap, err := cat.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if !opts.AllowMoving {
+		var busy []string
+		for _, p := range snap.Placements() {
+			if p.State != router.StateActive {
+				busy = append(busy, fmt.Sprintf("%d (%s)", p.Shard, p.State))
+			}
+		}
+		if len(busy) > 0 {
+			return fmt.Errorf("shardkit: %w: shards %s; finish or roll back the moves first",
+				ErrMovesInProgress, strings.Join(busy, ", "))
+		}
+	}
+	if err := pgx.BeginFunc(ctx, cat.Pool(), func(tx pgx.Tx) error {
+		return recordVersions(ctx, tx, versions)
+	}); err != nil {
+		return err
+	}
+	return migrateAll(ctx, cat, nil, migrateConfig{apply: opts.Apply, progress: opts.Progress})
+}
+
+type migrateConfig struct {
+	apply    ApplyOptions
+	progress func(Progress)
+}
+
+// migrateAll brings every schema of the current shard map up to the
+// versions recorded in the catalog. conns holds connections already open
+// (by server name); others are opened from the catalog's DSNs. The
+// versions applied are the catalog's record (callers record theirs first).
+func migrateAll(ctx context.Context, cat *router.Catalog, conns map[string]*pgx.Conn, cfg migrateConfig) error {
+	snap, err := cat.Load(ctx)
+	if err != nil {
+		return err
+	}
+	catFS, err := CatalogSQL(ctx, cat)
+	if err != nil {
+		return err
+	}
+	versions, err := ReadVersions(catFS)
+	if err != nil {
+		return err
+	}
+	var servers []router.Server
+	for _, s := range snap.Servers() {
+		if s.State != "retired" {
+			servers = append(servers, s)
+		}
+	}
+	own := map[string]*pgx.Conn{}
+	defer closeAll(own)
+	work := make([][]int, len(servers))
+	mode := modeAll
+	if cfg.apply.DeferIndexes {
+		mode = modeDeferIndexes
+	}
+	// Phase 1: connect, install shardkit's objects, find what is pending.
+	g, gctx := errgroup.WithContext(ctx)
+	var mu sync.Mutex
+	for i, srv := range servers {
+		conn := conns[srv.Name]
+		g.Go(func() error {
+			if conn == nil {
+				c, err := connect(gctx, srv.Name, srv.DSN)
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				own[srv.Name] = c
+				mu.Unlock()
+				conn = c
+			}
+			if err := EnsureServer(gctx, conn, snap.Layout); err != nil {
+				return &ServerError{Server: srv.Name, Err: err}
+			}
+			p, err := pending(gctx, conn, snap.Layout, snap.ShardsOn(srv.Name), versions, mode)
+			if err != nil {
+				return withServer(srv.Name, err)
+			}
+			work[i] = p
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	// Phase 2: apply, servers in parallel.
+	total := 0
+	for _, w := range work {
+		total += len(w)
+	}
+	doneAll := 0
+	g, gctx = errgroup.WithContext(ctx)
+	for i, srv := range servers {
+		conn := conns[srv.Name]
+		if conn == nil {
+			conn = own[srv.Name]
+		}
+		shards := work[i]
+		g.Go(func() error {
+			done := 0
+			report := func(n int) {
+				if cfg.progress == nil {
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				done += n
+				doneAll += n
+				cfg.progress(Progress{Server: srv.Name, ServerDone: done, ServerTotal: len(shards), Done: doneAll, Total: total})
+			}
+			err := applySchemas(gctx, conn, snap.Layout, shards, versions, mode, cfg.apply.batch(), report)
+			return withServer(srv.Name, err)
+		})
+	}
+	return g.Wait()
+}
+
+// withServer wraps err in a *ServerError, or names the server in a *ShardError.
+func withServer(server string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if se, ok := err.(*ShardError); ok {
+		se.Server = server
+		return se
+	}
+	return &ServerError{Server: server, Err: err}
+}
+
+// connect opens one connection to a shard server, with a 10 s connect
+// timeout unless the DSN sets one.
+func connect(ctx context.Context, name, dsn string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, &ServerError{Server: name, Err: fmt.Errorf("bad DSN: %w", err)}
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, &ServerError{Server: name, Err: classify(err, "CONNECT on the database")}
+	}
+	return c, nil
+}
+
+// connectServers connects to every server in parallel; any failure closes
+// the others and reports each unreachable server by name.
+func connectServers(ctx context.Context, servers []ServerSpec) (map[string]*pgx.Conn, error) {
+	conns := map[string]*pgx.Conn{}
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() {
+			c, err := connect(ctx, s.Name, s.DSN)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			conns[s.Name] = c
+		})
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		closeAll(conns)
+		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+		if len(errs) == 1 {
+			return nil, errs[0]
+		}
+		return nil, errors.Join(errs...)
+	}
+	return conns, nil
+}
+
+func closeAll(conns map[string]*pgx.Conn) {
+	for _, c := range conns {
+		_ = c.Close(context.Background())
+	}
+}

@@ -1,0 +1,236 @@
+package migrations
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/router"
+)
+
+// ServerSpec is a shard server to register in the catalog.
+type ServerSpec struct {
+	Name     string   // catalog name: lower case letter, then up to 62 of [a-z0-9_-]
+	DSN      string   // primary
+	Replicas []string // read replica DSNs; nil means none
+}
+
+// Progress reports how far Provision or Migrate has got. Done and Total
+// count shard schemas that needed work, over all servers; Server* count
+// those of the server that just finished a batch.
+type Progress struct {
+	Server      string
+	ServerDone  int
+	ServerTotal int
+	Done        int
+	Total       int
+}
+
+// ProvisionOptions configure Provision.
+type ProvisionOptions struct {
+	// Servers to register, in order. The initial shard map gives each a
+	// contiguous range of shards, in this order. At least one is needed.
+	Servers []ServerSpec
+	// Shards is the logical shard count; 0 means idgen.DefaultShards (2000).
+	Shards int
+	// Layout is the ID layout; the zero Layout means idgen.DefaultLayout().
+	Layout idgen.Layout
+	// ShardSQL holds the application's per-shard SQL files (see
+	// ReadVersions); nil creates only shardkit's own objects.
+	ShardSQL fs.FS
+	// Apply configures the per-schema work.
+	Apply ApplyOptions
+	// Progress, if not nil, is called after each batch of schemas, never
+	// concurrently.
+	Progress func(Progress)
+}
+
+var serverNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
+
+// Statements of Provision on the catalog.
+const (
+	sqlProvisionLock = `SELECT pg_advisory_xact_lock(hashtext('shardkit.provision'))`
+	sqlConfigInsert  = `INSERT INTO shardkit.config (shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits)
+VALUES ($1, $2, $3, $4, $5, $6)`
+	sqlServersAll  = `SELECT name, dsn FROM shardkit.servers`
+	sqlServerAdd   = `INSERT INTO shardkit.servers (name, dsn, replicas) VALUES ($1, $2, $3)`
+	sqlMapCount    = `SELECT count(*) FROM shardkit.shard_map`
+	sqlMapVersion  = `SELECT map_version FROM shardkit.config`
+	sqlMapInitRows = `INSERT INTO shardkit.shard_map (shard, server, version)
+SELECT s, srv, $3 FROM unnest($1::int[], $2::text[]) AS u(s, srv)`
+)
+
+// Provision sets up a catalog and its shard servers, or completes an
+// interrupted setup: it migrates the catalog, writes the configuration
+// (refusing a shard count or layout different from an existing catalog's),
+// registers the servers, records the initial shard map (contiguous ranges),
+// then creates every shard schema with its tables on its server, servers in
+// parallel. Running it again with the same options does nothing; after a
+// kill, running it again completes. Servers not yet in an existing catalog
+// are registered with no shards (rebalancing moves shards onto them).
+func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) error {
+	if opts.Shards == 0 {
+		opts.Shards = idgen.DefaultShards
+	}
+	if opts.Layout == (idgen.Layout{}) {
+		opts.Layout = idgen.DefaultLayout()
+	}
+	if err := validateProvision(opts); err != nil {
+		return err
+	}
+	versions, err := ReadVersions(opts.ShardSQL)
+	if err != nil {
+		return err
+	}
+	// Every server must answer before the catalog records anything.
+	conns, err := connectServers(ctx, opts.Servers)
+	if err != nil {
+		return err
+	}
+	defer closeAll(conns)
+	if err := cat.Migrate(ctx); err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, cat.Pool(), func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, sqlProvisionLock); err != nil {
+			return err
+		}
+		if err := writeConfig(ctx, tx, opts.Shards, opts.Layout); err != nil {
+			return err
+		}
+		if err := registerServers(ctx, tx, opts.Servers); err != nil {
+			return err
+		}
+		if err := recordVersions(ctx, tx, versions); err != nil {
+			return err
+		}
+		return initMap(ctx, tx, opts.Shards, opts.Servers)
+	})
+	if err != nil {
+		if errors.Is(err, ErrShardCountMismatch) || errors.Is(err, ErrLayoutMismatch) ||
+			errors.Is(err, ErrDuplicateServer) || errors.Is(err, ErrMigrationChanged) {
+			return err
+		}
+		return fmt.Errorf("shardkit: provision catalog: %w", err)
+	}
+	return migrateAll(ctx, cat, conns, migrateConfig{apply: opts.Apply, progress: opts.Progress})
+}
+
+func validateProvision(opts ProvisionOptions) error {
+	if len(opts.Servers) == 0 {
+		return fmt.Errorf("shardkit: %w: pass at least one NAME=DSN", ErrNoServers)
+	}
+	if err := opts.Layout.Validate(); err != nil {
+		return fmt.Errorf("shardkit: %w", err)
+	}
+	if opts.Shards < 1 || opts.Shards > opts.Layout.MaxShards() {
+		return fmt.Errorf("shardkit: %w: %d (the layout's %d shard bits allow 1..%d)",
+			router.ErrInvalidShardCount, opts.Shards, opts.Layout.ShardBits, opts.Layout.MaxShards())
+	}
+	seen := map[string]bool{}
+	for _, s := range opts.Servers {
+		if !serverNameRE.MatchString(s.Name) {
+			return fmt.Errorf("shardkit: %w: %q: start with a lower-case letter, then up to 62 of a-z 0-9 _ -", ErrBadServerName, s.Name)
+		}
+		if seen[s.Name] {
+			return &ServerError{Server: s.Name, Err: fmt.Errorf("%w: the name is given twice; give each server its own name", ErrDuplicateServer)}
+		}
+		seen[s.Name] = true
+	}
+	return nil
+}
+
+func writeConfig(ctx context.Context, tx pgx.Tx, shards int, layout idgen.Layout) error {
+	var have router.Config
+	var tb, sb, qb, lb int16
+	err := tx.QueryRow(ctx, `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits FROM shardkit.config`).
+		Scan(&have.Shards, &have.Layout.EpochMs, &tb, &sb, &qb, &lb)
+	if errors.Is(err, pgx.ErrNoRows) {
+		_, err := tx.Exec(ctx, sqlConfigInsert, shards, layout.EpochMs, int16(layout.TimeBits),
+			int16(layout.ShardBits), int16(layout.SeqBits), int16(layout.SlotBits))
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	have.Layout.TimeBits, have.Layout.ShardBits, have.Layout.SeqBits, have.Layout.SlotBits = uint8(tb), uint8(sb), uint8(qb), uint8(lb)
+	if have.Shards != shards {
+		return fmt.Errorf("shardkit: %w: the catalog has %d logical shards, asked for %d; the shard of a key is "+
+			"key mod shard count, so changing it would rekey every row: provision with %d shards, or use a new catalog",
+			ErrShardCountMismatch, have.Shards, shards, have.Shards)
+	}
+	if have.Layout != layout {
+		return fmt.Errorf("shardkit: %w: the catalog has %+v, asked for %+v; IDs already issued encode the "+
+			"catalog's layout, so changing it would rekey every row: keep the catalog's layout, or use a new catalog",
+			ErrLayoutMismatch, have.Layout, layout)
+	}
+	return nil
+}
+
+func registerServers(ctx context.Context, tx pgx.Tx, servers []ServerSpec) error {
+	rows, err := tx.Query(ctx, sqlServersAll)
+	if err != nil {
+		return err
+	}
+	byName, byDSN := map[string]string{}, map[string]string{}
+	var name, dsn string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &dsn}, func() error {
+		byName[name], byDSN[dsn] = dsn, name
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, s := range servers {
+		if have, ok := byName[s.Name]; ok {
+			if have != s.DSN {
+				return &ServerError{Server: s.Name, Err: fmt.Errorf("%w: the catalog already has a server named %q "+
+					"with a different DSN; pick another name, or pass the registered DSN", ErrDuplicateServer, s.Name)}
+			}
+			continue
+		}
+		if other, ok := byDSN[s.DSN]; ok {
+			return &ServerError{Server: s.Name, Err: fmt.Errorf("%w: its DSN is already registered as server %q; "+
+				"use that name", ErrDuplicateServer, other)}
+		}
+		replicas := s.Replicas
+		if replicas == nil {
+			replicas = []string{}
+		}
+		if _, err := tx.Exec(ctx, sqlServerAdd, s.Name, s.DSN, replicas); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// initMap records the first shard map: server i of n gets the contiguous
+// range [i*shards/n, (i+1)*shards/n). Contiguous ranges keep the map
+// readable (status can say "shard_0000..0499 on a") and let a rebalance
+// split a range by moving its tail; with key mod shards, both ranges and
+// round-robin spread keys evenly.
+func initMap(ctx context.Context, tx pgx.Tx, shards int, servers []ServerSpec) error {
+	var n int
+	if err := tx.QueryRow(ctx, sqlMapCount).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return nil
+	}
+	var version int64
+	if err := tx.QueryRow(ctx, sqlMapVersion).Scan(&version); err != nil {
+		return err
+	}
+	nums := make([]int32, shards)
+	names := make([]string, shards)
+	for s := range shards {
+		nums[s] = int32(s)
+		names[s] = servers[s*len(servers)/shards].Name
+	}
+	_, err := tx.Exec(ctx, sqlMapInitRows, nums, names, version)
+	return err
+}

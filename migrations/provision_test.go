@@ -1,0 +1,81 @@
+package migrations
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/router"
+)
+
+// testEnv is a catalog database and one fresh database on each of n clusters.
+type testEnv struct {
+	catalogDSN string
+	cat        *router.Catalog
+	servers    []ServerSpec
+}
+
+func newEnv(t *testing.T, n int) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := &testEnv{catalogDSN: pgtest.NewDatabase(t, 0)}
+	cat, err := router.OpenCatalog(ctx, e.catalogDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	e.cat = cat
+	for i := range n {
+		e.servers = append(e.servers, ServerSpec{Name: fmt.Sprintf("pg%d", i), DSN: pgtest.NewDatabase(t, i%4)})
+	}
+	return e
+}
+
+func TestProvision2000ShardsOn4Servers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("provisions 2000 shards")
+	}
+	ctx := context.Background()
+	e := newEnv(t, 4)
+	start := time.Now()
+	calls := 0
+	opts := ProvisionOptions{Servers: e.servers, ShardSQL: testSQL, Progress: func(Progress) { calls++ }}
+	if err := Provision(ctx, e.cat, opts); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	t.Logf("provisioned 2000 shards x 3 tables on 4 servers in %v (%d progress calls)", took, calls)
+	if took > 30*time.Second {
+		t.Errorf("took %v, want <= 30s", took)
+	}
+	snap, err := e.cat.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range e.servers {
+		got := snap.ShardsOn(s.Name)
+		if len(got) != 500 || got[0] != i*500 {
+			t.Fatalf("server %s has %d shards starting at %v, want 500 from %d", s.Name, len(got), got[:1], i*500)
+		}
+		conn := pgtest.Connect(t, s.DSN)
+		var tables int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname LIKE 'shard\_%'`).Scan(&tables); err != nil {
+			t.Fatal(err)
+		}
+		if tables != 1500 {
+			t.Fatalf("server %s has %d shard tables, want 1500", s.Name, tables)
+		}
+	}
+	// Again: a no-op.
+	start = time.Now()
+	calls = 0
+	if err := Provision(ctx, e.cat, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("second run: %v, %d progress calls", time.Since(start), calls)
+	if calls != 0 {
+		t.Fatalf("second run did %d batches of work, want none", calls)
+	}
+}
