@@ -86,7 +86,7 @@ func BenchmarkFill100(b *testing.B) {
 
 func BenchmarkDecode(b *testing.B) {
 	l := DefaultLayout()
-	id := int64(1387263000<<23 | 1341<<10 | 7)
+	id := int64(3236157012032418823)
 	b.ReportAllocs()
 	for b.Loop() {
 		p, err := l.Decode(id)

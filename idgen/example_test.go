@@ -1,0 +1,47 @@
+package idgen_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/shardkit/shardkit/idgen"
+)
+
+func ExampleLayout_Decode() {
+	l := idgen.DefaultLayout()
+	p, err := l.Decode(3236157012032418823)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(p.Time.Format("2006-01-02T15:04:05.000Z07:00"), "shard", p.Shard, "seq", p.Seq, "slot", p.Slot, "counter", p.Counter)
+	// Output: 2023-11-14T22:13:20.000Z shard 1341 seq 7 slot 7 counter 0
+}
+
+func ExampleLayout_Compose() {
+	l := idgen.DefaultLayout()
+	id, err := l.Compose(1700000000000, 1341, l.SeqOf(3, 12))
+	if err != nil {
+		panic(err)
+	}
+	shard, _ := l.ShardOf(id)
+	fmt.Println(id, shard)
+	// Output: 3236157012032419020 1341
+}
+
+func ExampleGenerator() {
+	ctx := context.Background()
+	// A single process may use a fixed slot; services lease one from the
+	// catalog with router.NewLeaser and idgen.Start.
+	g, stop, err := idgen.Start(ctx, idgen.DefaultLayout(), idgen.StaticLeaser{Slot: 1}, idgen.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer stop()
+	id, err := g.Next(ctx, 1341)
+	if err != nil {
+		panic(err)
+	}
+	p, _ := g.Layout().Decode(id)
+	fmt.Println(p.Shard, p.Slot)
+	// Output: 1341 1
+}
