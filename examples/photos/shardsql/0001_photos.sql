@@ -9,6 +9,9 @@
 --   photos   shard key user_id
 --   likes    shard of photo_id     (decoded from the photo's ID bits)
 --   follows  shard key follower_id
+--
+-- Secondary indexes are in 0001_photos.indexes.sql: a shard move builds
+-- them after its copy.
 
 CREATE TABLE users (
     id         bigint PRIMARY KEY,  -- chosen by the app: it is also the shard key
@@ -25,21 +28,17 @@ CREATE TABLE photos (
     height     integer NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT now()
 );
--- A user's photos newest first: IDs grow with time, so id DESC is time order.
-CREATE INDEX photos_user_id_id ON photos (user_id, id DESC);
 
 CREATE TABLE likes (
     id         bigint PRIMARY KEY DEFAULT next_id(),
     photo_id   bigint NOT NULL,
     user_id    bigint NOT NULL,
-    created_at timestamptz NOT NULL DEFAULT now(),
-    UNIQUE (photo_id, user_id)
+    created_at timestamptz NOT NULL DEFAULT now()
 );
 
 CREATE TABLE follows (
     id          bigint PRIMARY KEY DEFAULT next_id(),
     follower_id bigint NOT NULL,
     followee_id bigint NOT NULL,
-    created_at  timestamptz NOT NULL DEFAULT now(),
-    UNIQUE (follower_id, followee_id)
+    created_at  timestamptz NOT NULL DEFAULT now()
 );

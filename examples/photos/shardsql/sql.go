@@ -1,5 +1,6 @@
 // Package shardsql holds the photo example's per-shard SQL migrations,
-// versioned NNNN_name.sql files with unqualified table names, for
+// versioned NNNN_name.sql files (secondary indexes in NNNN_name.indexes.sql)
+// with unqualified table names, for
 // migrations.Provision:
 //
 //	err := migrations.Provision(ctx, cat, migrations.Options{Tables: shardsql.FS, ...})
