@@ -85,8 +85,10 @@ func classify(err error, need string) error {
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "42501" {
-		return fmt.Errorf("%w: %s (%s); grant it to the role in the server's DSN, or use an owner role",
-			ErrInsufficientPrivilege, need, pe.Message)
+		if need == "" {
+			need = "ownership of the shardkit and shard_NNNN schemas"
+		}
+		return fmt.Errorf("%w: the DSN's role needs %s (server said: %s)", ErrInsufficientPrivilege, need, pe.Message)
 	}
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {

@@ -8,7 +8,13 @@ import (
 )
 
 // Four clusters: the provisioning target is "2000 shards on 4 servers".
-func TestMain(m *testing.M) { pgtest.Main(m, 4) }
+// A child process of TestProvisionSurvivesSIGKILL provisions instead.
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		runChild()
+	}
+	pgtest.Main(m, 4)
+}
 
 // testSQL is the sample application's per-shard SQL (photos, likes, follows).
 var testSQL = os.DirFS("testdata/shardsql")

@@ -27,6 +27,9 @@ type MigrateOptions struct {
 	// zero value refuses (ErrMovesInProgress): a table created on a moving
 	// shard's source would be missing on its target.
 	AllowMoving bool
+	// Servers limits the run to these servers (by catalog name); nil means
+	// all. A name not in the catalog is refused (router.ErrUnknownServer).
+	Servers []string
 }
 
 // Migrate applies the per-shard versions not yet applied to every shard
@@ -48,10 +51,17 @@ func Migrate(ctx context.Context, cat *router.Catalog, shardSQL fs.FS, opts Migr
 	if err != nil {
 		return err
 	}
+	only := map[string]bool{}
+	for _, name := range opts.Servers {
+		if _, ok := snap.Server(name); !ok {
+			return unknownServer(snap, name)
+		}
+		only[name] = true
+	}
 	if !opts.AllowMoving {
 		var busy []string
 		for _, p := range snap.Placements() {
-			if p.State != router.StateActive {
+			if p.State != router.StateActive && (len(only) == 0 || only[p.Server]) {
 				busy = append(busy, fmt.Sprintf("%d (%s)", p.Shard, p.State))
 			}
 		}
@@ -65,12 +75,13 @@ func Migrate(ctx context.Context, cat *router.Catalog, shardSQL fs.FS, opts Migr
 	}); err != nil {
 		return err
 	}
-	return migrateAll(ctx, cat, nil, migrateConfig{apply: opts.Apply, progress: opts.Progress})
+	return migrateAll(ctx, cat, nil, migrateConfig{apply: opts.Apply, progress: opts.Progress, only: only})
 }
 
 type migrateConfig struct {
 	apply    ApplyOptions
 	progress func(Progress)
+	only     map[string]bool // servers to work on; empty means all
 }
 
 // migrateAll brings every schema of the current shard map up to the
@@ -92,7 +103,7 @@ func migrateAll(ctx context.Context, cat *router.Catalog, conns map[string]*pgx.
 	}
 	var servers []router.Server
 	for _, s := range snap.Servers() {
-		if s.State != "retired" {
+		if s.State != "retired" && (len(cfg.only) == 0 || cfg.only[s.Name]) {
 			servers = append(servers, s)
 		}
 	}
@@ -229,4 +240,28 @@ func closeAll(conns map[string]*pgx.Conn) {
 	for _, c := range conns {
 		_ = c.Close(context.Background())
 	}
+}
+
+// ConnectServer opens a connection to a server registered in the catalog.
+// A name the catalog does not hold is a *ServerError wrapping
+// router.ErrUnknownServer; an unreachable server wraps ErrServerUnreachable.
+func ConnectServer(ctx context.Context, cat *router.Catalog, name string) (*pgx.Conn, error) {
+	snap, err := cat.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	srv, ok := snap.Server(name)
+	if !ok {
+		return nil, unknownServer(snap, name)
+	}
+	return connect(ctx, srv.Name, srv.DSN)
+}
+
+func unknownServer(snap *router.Snapshot, name string) error {
+	var names []string
+	for _, s := range snap.Servers() {
+		names = append(names, s.Name)
+	}
+	return &ServerError{Server: name, Err: fmt.Errorf("%w (it has: %s); register it with `shardctl init --server %s=DSN`",
+		router.ErrUnknownServer, strings.Join(names, ", "), name)}
 }

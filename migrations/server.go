@@ -215,5 +215,5 @@ func privilegeError(ctx context.Context, tx pgx.Tx, err error) error {
 			db = "database " + pgx.Identifier{cfg.Database}.Sanitize()
 		}
 	}
-	return classify(err, "CREATE on "+db+" (GRANT CREATE ON DATABASE ... TO role), and ownership of shardkit's schemas")
+	return classify(err, "CREATE on "+db+" (GRANT CREATE ON "+db+" TO the role) and ownership of the shardkit and shard_NNNN schemas")
 }

@@ -1,0 +1,66 @@
+// Package migrations provisions shardkit's shard servers and evolves the
+// tables of every logical shard.
+//
+// An application keeps its per-shard tables as versioned SQL files,
+// NNNN_name.sql (and optionally NNNN_name.indexes.sql for secondary
+// indexes), written with unqualified names:
+//
+//	-- 0001_photos.sql
+//	CREATE TABLE photos (
+//	    id      bigint PRIMARY KEY DEFAULT next_id(),
+//	    user_id bigint NOT NULL
+//	);
+//
+// shardkit applies each file to each shard schema (shard_0000 …) in a
+// transaction with SET LOCAL search_path TO that schema only, so no
+// identifier is templated into application SQL, and records it on the
+// server in shardkit.shard_migrations (schema, version, part): every run is
+// idempotent and an interrupted one resumes. The files are also recorded in
+// the catalog (shardkit.shard_sql); an applied file that changed is refused
+// (ErrMigrationChanged), and CatalogSQL returns them to tools that create a
+// shard schema elsewhere (the shard mover). Versions are applied in order; a
+// new version numbered below one already applied is refused
+// (ErrMigrationOrder). Functions in application SQL should use BEGIN ATOMIC
+// bodies or their own SET search_path, since callers' search_paths differ.
+//
+// Provisioning from code:
+//
+//	cat, _ := router.OpenCatalog(ctx, catalogDSN)
+//	err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{
+//		Servers: []migrations.ServerSpec{{Name: "a", DSN: dsnA}, {Name: "b", DSN: dsnB}},
+//		ShardSQL: os.DirFS("db/shard"), // 2000 shards, default layout
+//	})
+//	// later, new files in db/shard:
+//	err = migrations.Migrate(ctx, cat, os.DirFS("db/shard"), migrations.MigrateOptions{})
+//	report, _ := migrations.Status(ctx, cat)
+//
+// # Objects on each shard server
+//
+// Schema shardkit (created once per server by EnsureServer, versioned in
+// shardkit.server_migrations) holds server_layout (the catalog's ID layout,
+// checked on every run: ErrLayoutMismatch), shard_migrations, and
+// shardkit.next_id(shard int, seq regclass), the in-database ID generator.
+// Each shard schema holds the sequence id_seq and a wrapper next_id() that
+// calls shardkit.next_id with the shard's number and sequence.
+//
+// next_id() issues IDs in the catalog's layout with slot 0 (application
+// processes lease slots 1..2^SlotBits-1, so the two never collide). The
+// sequence holds a hybrid value h = ms_since_epoch<<counterBits | counter;
+// under a per-shard session advisory lock (released on any error, cancels
+// included) the generator takes nextval and, if h has fallen behind the
+// clock, moves it up to the clock with setval. The ID is then
+// (h>>counterBits)<<(shardBits+seqBits) | shard<<seqBits | (h&counterMask)<<slotBits.
+// A burst of rows in one millisecond (INSERT … SELECT of 10,000 rows) runs
+// ahead of the clock rather than colliding, and the sequence never goes
+// backwards, so clock regressions are safe.
+//
+// # For the shard mover
+//
+// ApplyShard(ctx, db, layout, shard, sqlFS, ApplyOptions{DeferIndexes: true})
+// creates a target schema (sequence, next_id(), tables without the
+// .indexes.sql parts); ApplyIndexes adds the deferred indexes after the
+// copy; DropShard drops a schema and forgets its records. The value to
+// carry from source to target is id_seq's last_value (SequenceName), which
+// is h, not an ID: setval(target, source_last_value + margin, true) keeps
+// target IDs above every source ID. CatalogSQL gives the files to apply.
+package migrations
