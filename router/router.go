@@ -117,16 +117,18 @@ func (r *Router) listen(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// A LISTENing connection must not go back to the pool.
-	defer conn.Hijack().Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{MapChannel}.Sanitize()); err != nil {
+	// A LISTENing connection must not go back to the pool. (Hijack first:
+	// `defer conn.Hijack().Close()` would hijack before the LISTEN.)
+	lc := conn.Hijack()
+	defer lc.Close(context.Background())
+	if _, err := lc.Exec(ctx, "LISTEN "+pgx.Identifier{MapChannel}.Sanitize()); err != nil {
 		return err
 	}
 	if _, err := r.Reload(ctx); err != nil {
 		return err
 	}
 	for {
-		n, err := conn.Conn().WaitForNotification(ctx)
+		n, err := lc.WaitForNotification(ctx)
 		if err != nil {
 			return err
 		}
