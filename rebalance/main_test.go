@@ -1,0 +1,135 @@
+package rebalance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+// childEnv marks a re-executed test binary that runs one mover and is
+// killed by its own hook (kill_test.go); it needs no clusters of its own.
+const childEnv = "SHARDKIT_REBALANCE_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(m.Run())
+	}
+	pgtest.Main(m, 4)
+}
+
+// testSQL is the test application's per-shard SQL (photos, likes).
+var testSQL = os.DirFS("testdata/shardsql")
+
+// env is a provisioned catalog with n servers (a fresh database on each of
+// n clusters) and the given shard count, shards spread over the first
+// `used` servers; the rest are registered empty.
+type env struct {
+	catalogDSN string
+	cat        *router.Catalog
+	servers    []migrations.ServerSpec
+	pools      map[string]*pgxpool.Pool
+	shards     int
+}
+
+func newEnv(t *testing.T, n, used, shards int) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{catalogDSN: pgtest.NewDatabase(t, 0), shards: shards, pools: map[string]*pgxpool.Pool{}}
+	cat, err := router.OpenCatalog(ctx, e.catalogDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	e.cat = cat
+	for i := range n {
+		e.servers = append(e.servers, migrations.ServerSpec{Name: fmt.Sprintf("s%d", i), DSN: pgtest.NewDatabase(t, i%4)})
+	}
+	if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: e.servers[:used], Shards: shards, ShardSQL: testSQL}); err != nil {
+		t.Fatal(err)
+	}
+	if used < n {
+		if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: e.servers, Shards: shards, ShardSQL: testSQL}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range e.servers {
+		p, err := pgxpool.New(ctx, s.DSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(p.Close)
+		e.pools[s.Name] = p
+	}
+	return e
+}
+
+func (e *env) mover(t *testing.T, cfg Config) *Mover {
+	t.Helper()
+	cfg.Catalog = e.cat
+	mv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(mv.Close)
+	return mv
+}
+
+func (e *env) placement(t *testing.T, shard int) router.Placement {
+	t.Helper()
+	snap, err := e.cat.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := snap.Placement(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// leftovers returns replication slots, publications and subscriptions on
+// every server: after a finished move there must be none.
+func (e *env) leftovers(t *testing.T) []string {
+	t.Helper()
+	ctx := context.Background()
+	var out []string
+	for _, s := range e.servers {
+		p := e.pools[s.Name]
+		for _, q := range []string{
+			`SELECT 'slot ' || slot_name FROM pg_replication_slots WHERE database = current_database()`,
+			`SELECT 'publication ' || pubname FROM pg_publication`,
+			`SELECT 'subscription ' || subname FROM pg_subscription WHERE subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+		} {
+			rows, err := p.Query(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var x string
+				if err := rows.Scan(&x); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, s.Name+": "+x)
+			}
+			rows.Close()
+		}
+	}
+	return out
+}
+
+// schemaOn reports whether a shard's schema exists on a server.
+func (e *env) schemaOn(t *testing.T, server string, shard int) bool {
+	t.Helper()
+	ok, err := schemaExists(context.Background(), e.pools[server], router.SchemaName(shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}

@@ -1,0 +1,148 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+func seedPhotos(t *testing.T, e *env, shard, n int) {
+	t.Helper()
+	p := e.placement(t, shard)
+	_, err := e.pools[p.Server].Exec(context.Background(),
+		`INSERT INTO `+ident(p.Schema, "photos")+` (user_id, caption) SELECT $1::bigint, 'seed' FROM generate_series(1, $2::int) g`,
+		shard, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func seqValue(t *testing.T, e *env, server string, shard int) int64 {
+	t.Helper()
+	var v int64
+	err := e.pools[server].QueryRow(context.Background(), `SELECT last_value FROM `+ident(router.SchemaName(shard), "id_seq")).Scan(&v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestOnlineMoveWithWriters(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 4) // shards 0,1 on s0; 2,3 on s1
+	for s := range 4 {
+		seedPhotos(t, e, s, 2000)
+	}
+	mv := e.mover(t, Config{})
+	w := newRawWriter(t, e, []int{0, 1, 2})
+	stop := w.run(ctx)
+	time.Sleep(300 * time.Millisecond)
+
+	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	if m.State != StateReversible || m.Step != StepReverse {
+		t.Errorf("move ended %s at %s, want reversible at %s", m.State, m.Step, StepReverse)
+	}
+	if p := e.placement(t, 0); p.Server != "s1" || p.State != router.StateActive {
+		t.Errorf("shard 0 placed %+v, want s1 active", p)
+	}
+	time.Sleep(300 * time.Millisecond)
+	// A router with a stale map writing to the old home is refused.
+	_, err = e.pools["s0"].Exec(ctx, `INSERT INTO shard_0000.photos (user_id) VALUES (0)`)
+	if !router.IsFenceError(err) {
+		t.Errorf("write to the old home: err = %v, want SQLSTATE %s", err, router.FenceSQLState)
+	}
+	stop()
+	w.check(t)
+	t.Logf("move %d: fenced %v; writer: %d ops, longest write %v", m.ID, m.FencedFor, w.ops, w.maxWait)
+
+	sums, err := mv.Verify(ctx, 0)
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	for _, s := range sums {
+		if s.SourceRows == 0 && s.Table == "photos" {
+			t.Errorf("verify compared empty photos tables")
+		}
+	}
+	// The target's sequence continues the source's.
+	if src, tgt := seqValue(t, e, "s0", 0), seqValue(t, e, "s1", 0); tgt <= src {
+		t.Errorf("target id_seq %d not past the source's %d", tgt, src)
+	}
+	var maxOld, newID int64
+	if err := e.pools["s1"].QueryRow(ctx, `SELECT max(id) FROM shard_0000.photos`).Scan(&maxOld); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pools["s1"].QueryRow(ctx, `INSERT INTO shard_0000.photos (user_id) VALUES (0) RETURNING id`).Scan(&newID); err != nil {
+		t.Fatal(err)
+	}
+	if newID <= maxOld {
+		t.Errorf("next_id on the target %d not above the newest id %d", newID, maxOld)
+	}
+
+	if _, err := mv.Complete(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if left := e.leftovers(t); len(left) > 0 {
+		t.Errorf("left after complete: %v", left)
+	}
+	if e.schemaOn(t, "s0", 0) {
+		t.Error("old schema still on s0 after complete")
+	}
+	if _, err := mv.Complete(ctx, 0); !errors.Is(err, ErrNoMove) {
+		t.Errorf("second complete: err = %v, want ErrNoMove", err)
+	}
+}
+
+func TestRollbackAfterCutover(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 4)
+	seedPhotos(t, e, 1, 1000)
+	mv := e.mover(t, Config{})
+	w := newRawWriter(t, e, []int{1, 3})
+	stop := w.run(ctx)
+	time.Sleep(200 * time.Millisecond)
+	if _, err := mv.Move(ctx, 1, "s1", MoveOptions{}); err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	m, err := mv.Rollback(ctx, 1)
+	if err != nil {
+		stop()
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	w.check(t)
+	if m.State != StateRolledBack {
+		t.Errorf("state %s, want rolled_back", m.State)
+	}
+	if p := e.placement(t, 1); p.Server != "s0" || p.State != router.StateActive {
+		t.Errorf("shard 1 placed %+v, want s0 active", p)
+	}
+	if left := e.leftovers(t); len(left) > 0 {
+		t.Errorf("left after rollback: %v", left)
+	}
+	if e.schemaOn(t, "s1", 1) {
+		t.Error("schema still on s1 after rollback")
+	}
+	t.Logf("rollback fenced %v; writer %d ops, longest write %v", m.FencedFor, w.ops, w.maxWait)
+	// The source takes writes again, with IDs above everything the target made.
+	var maxOld, newID int64
+	if err := e.pools["s0"].QueryRow(ctx, `SELECT max(id) FROM shard_0001.photos`).Scan(&maxOld); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.pools["s0"].QueryRow(ctx, `INSERT INTO shard_0001.photos (user_id) VALUES (1) RETURNING id`).Scan(&newID); err != nil {
+		t.Fatal(err)
+	}
+	if newID <= maxOld {
+		t.Errorf("next_id after rollback %d not above the newest id %d", newID, maxOld)
+	}
+}

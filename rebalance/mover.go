@@ -1,0 +1,319 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+// Config configures a Mover. Only Catalog is required.
+type Config struct {
+	// Catalog holds the shard map and the move journal.
+	Catalog *router.Catalog
+	// ShardSQL is the application's per-shard SQL (migrations.ReadVersions),
+	// used to create the shard's schema on the target. nil means the files
+	// recorded in the catalog by migrations.Provision (migrations.CatalogSQL).
+	ShardSQL fs.FS
+	// CutoverTimeout bounds the wait for the target to apply the source's
+	// final LSN while writes are fenced; past it the cutover is aborted
+	// (barrier removed, shard unfenced). 0 means 10s.
+	CutoverTimeout time.Duration
+	// CatchUpBytes is the replication lag under which the cutover starts.
+	// 0 means 1 MiB.
+	CatchUpBytes int64
+	// SequenceMargin is added to the source's sequence values when they are
+	// carried to the target, to cover values drawn by writes that the
+	// barrier then refused. 0 means 1024.
+	SequenceMargin int64
+	// Progress, if set, receives progress of the copy and the catch-up.
+	// It is called from the mover's goroutine; keep it quick.
+	Progress func(Progress)
+	// Hook, if set, is called before (done false) and after (done true)
+	// each step, with the journal already updated. Tests use it to kill
+	// the mover at every step.
+	Hook func(m Move, s Step, done bool)
+	// Logger receives one line per step. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Progress is a progress report of one move's phase.
+type Progress struct {
+	MoveID      int64
+	Shard       int
+	Phase       string // "copy" (bytes copied of the source's), "catchup" (bytes of lag)
+	Done, Total int64
+	Rows        int64 // rows copied so far (copy phase, estimate)
+}
+
+// Mover moves logical shards between servers. It is safe for concurrent
+// use by moves of different shards.
+type Mover struct {
+	cfg Config
+	j   journal
+	log *slog.Logger
+
+	mu    sync.Mutex
+	pools map[string]*pgxpool.Pool
+}
+
+// New returns a Mover with cfg's defaults filled in.
+func New(cfg Config) (*Mover, error) {
+	if cfg.Catalog == nil {
+		return nil, errors.New("shardkit: rebalance.Config.Catalog is required")
+	}
+	if cfg.CutoverTimeout <= 0 {
+		cfg.CutoverTimeout = 10 * time.Second
+	}
+	if cfg.CatchUpBytes <= 0 {
+		cfg.CatchUpBytes = 1 << 20
+	}
+	if cfg.SequenceMargin <= 0 {
+		cfg.SequenceMargin = 1024
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Mover{cfg: cfg, j: journal{cfg.Catalog}, log: log, pools: map[string]*pgxpool.Pool{}}, nil
+}
+
+// Close closes the Mover's connections to the servers.
+func (mv *Mover) Close() {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	for _, p := range mv.pools {
+		p.Close()
+	}
+	mv.pools = map[string]*pgxpool.Pool{}
+}
+
+// server returns a pool for a server and its DSN.
+func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string) (*pgxpool.Pool, string, error) {
+	srv, ok := snap.Server(name)
+	if !ok {
+		return nil, "", fmt.Errorf("shardkit: server %q: %w", name, router.ErrUnknownServer)
+	}
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	if p, ok := mv.pools[name]; ok {
+		return p, srv.DSN, nil
+	}
+	cfg, err := pgxpool.ParseConfig(srv.DSN)
+	if err != nil {
+		return nil, "", fmt.Errorf("shardkit: server %q DSN: %w", name, err)
+	}
+	cfg.MaxConns = 8
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("shardkit: connect to server %q: %w", name, err)
+	}
+	mv.pools[name] = p
+	return p, srv.DSN, nil
+}
+
+// moveCtx is what the steps of one move share.
+type moveCtx struct {
+	m        *Move
+	steps    []Step
+	snap     *router.Snapshot
+	layout   idgen.Layout
+	schema   string
+	n        names
+	src, tgt *pgxpool.Pool
+	srcDSN   string
+	tgtDSN   string
+}
+
+func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
+	snap, err := mv.cfg.Catalog.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := mv.loadShardSQL(ctx); err != nil {
+		return nil, err
+	}
+	n, err := moveNames(*m)
+	if err != nil {
+		return nil, err
+	}
+	src, srcDSN, err := mv.server(ctx, snap, m.Source)
+	if err != nil {
+		return nil, err
+	}
+	tgt, tgtDSN, err := mv.server(ctx, snap, m.Target)
+	if err != nil {
+		return nil, err
+	}
+	steps := onlineSteps
+	if m.Mode == ModeOffline {
+		steps = offlineSteps
+	}
+	return &moveCtx{m: m, steps: steps, snap: snap, layout: snap.Layout, schema: router.SchemaName(m.Shard),
+		n: n, src: src, tgt: tgt, srcDSN: srcDSN, tgtDSN: tgtDSN}, nil
+}
+
+func (mv *Mover) loadShardSQL(ctx context.Context) error {
+	mv.mu.Lock()
+	defer mv.mu.Unlock()
+	if mv.cfg.ShardSQL != nil {
+		return nil
+	}
+	fsys, err := migrations.CatalogSQL(ctx, mv.cfg.Catalog)
+	if err != nil {
+		return err
+	}
+	mv.cfg.ShardSQL = fsys
+	return nil
+}
+
+// done reports whether step s of the move has finished.
+func (mc *moveCtx) done(s Step) bool {
+	return stepIndex(mc.steps, mc.m.Step) >= stepIndex(mc.steps, s)
+}
+
+// step runs fn as step s unless the journal says it finished, recording it
+// before and after. fn must be idempotent: a killed mover runs it again.
+func (mv *Mover) step(ctx context.Context, mc *moveCtx, s Step, fn func(ctx context.Context) error) error {
+	if stepIndex(mc.steps, s) >= 0 && mc.done(s) {
+		return nil
+	}
+	return mv.record(ctx, mc.m, s, fn)
+}
+
+// record runs fn as step s, with the journal updated before and after.
+func (mv *Mover) record(ctx context.Context, m *Move, s Step, fn func(ctx context.Context) error) error {
+	if err := mv.j.exec(ctx, sqlBeginStep, m.ID, string(s)); err != nil {
+		return err
+	}
+	m.Doing = s
+	if mv.cfg.Hook != nil {
+		mv.cfg.Hook(*m, s, false)
+	}
+	start := time.Now()
+	if err := fn(ctx); err != nil {
+		// Record the failure even if ctx was cancelled.
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_ = mv.j.exec(bg, sqlFailStep, m.ID, err.Error())
+		cancel()
+		m.Error = err.Error()
+		mv.log.Warn("shardkit: move step failed", "move", m.ID, "shard", m.Shard, "step", s, "err", err)
+		return &MoveError{ID: m.ID, Shard: m.Shard, Step: s, Err: err}
+	}
+	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(s)); err != nil {
+		return err
+	}
+	m.Step, m.Doing, m.Error = s, "", ""
+	mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", s, "took", time.Since(start).Round(time.Microsecond))
+	if mv.cfg.Hook != nil {
+		mv.cfg.Hook(*m, s, true)
+	}
+	return nil
+}
+
+func (mv *Mover) setState(ctx context.Context, m *Move, st State) error {
+	if err := mv.j.exec(ctx, sqlSetState, m.ID, string(st)); err != nil {
+		return err
+	}
+	m.State = st
+	return nil
+}
+
+// MoveOptions are the options of one move.
+type MoveOptions struct {
+	// Offline fences the shard for the whole copy (COPY table by table)
+	// instead of using logical replication; the move is not reversible.
+	// The zero value moves online, and fails with ErrNotLogical when a
+	// server's wal_level is not logical.
+	Offline bool
+}
+
+// Move moves a logical shard to the target server and returns the journal
+// row. An online move ends reversible: the shard is served by the target,
+// the source is kept current by reverse replication until Complete (or
+// Rollback). An offline move ends completed.
+func (mv *Mover) Move(ctx context.Context, shard int, target string, opts MoveOptions) (Move, error) {
+	snap, err := mv.cfg.Catalog.Load(ctx)
+	if err != nil {
+		return Move{}, err
+	}
+	p, err := snap.Placement(shard)
+	if err != nil {
+		return Move{}, fmt.Errorf("shardkit: %w", err)
+	}
+	if _, ok := snap.Server(target); !ok {
+		return Move{}, fmt.Errorf("shardkit: target %q: %w", target, router.ErrUnknownServer)
+	}
+	if p.Server == target {
+		return Move{}, fmt.Errorf("shardkit: shard %d on %s: %w", shard, target, ErrSameServer)
+	}
+	mode := ModeOnline
+	if opts.Offline {
+		mode = ModeOffline
+	} else if err := mv.checkLogical(ctx, snap, p.Server, target); err != nil {
+		return Move{}, err
+	}
+	m, err := mv.j.create(ctx, shard, p.Server, target, mode)
+	if err != nil {
+		return Move{}, err
+	}
+	mv.log.Info("shardkit: move started", "move", m.ID, "shard", shard, "from", m.Source, "to", target, "mode", mode)
+	return mv.drive(ctx, &m)
+}
+
+// Resume continues the unfinished move of a shard from its last recorded
+// step: forward for a running move, backward for one rolling back.
+func (mv *Mover) Resume(ctx context.Context, shard int) (Move, error) {
+	m, err := mv.j.open(ctx, shard)
+	if err != nil {
+		return Move{}, err
+	}
+	switch m.State {
+	case StateRunning:
+		return mv.drive(ctx, &m)
+	case StateRollingBack:
+		return mv.rollback(ctx, &m)
+	default:
+		return m, nil // reversible: nothing to resume; complete or roll back
+	}
+}
+
+func (mv *Mover) checkLogical(ctx context.Context, snap *router.Snapshot, servers ...string) error {
+	for _, name := range servers {
+		p, _, err := mv.server(ctx, snap, name)
+		if err != nil {
+			return err
+		}
+		lvl, err := walLevel(ctx, p)
+		if err != nil {
+			return fmt.Errorf("shardkit: server %s: %w", name, err)
+		}
+		if lvl != "logical" {
+			return fmt.Errorf("shardkit: server %s has wal_level %s: %w", name, lvl, ErrNotLogical)
+		}
+	}
+	return nil
+}
+
+// drive runs a move forward from its journal position.
+func (mv *Mover) drive(ctx context.Context, m *Move) (Move, error) {
+	mc, err := mv.prepare(ctx, m)
+	if err != nil {
+		return *m, err
+	}
+	if m.Mode == ModeOffline {
+		err = mv.offline(ctx, mc)
+	} else {
+		err = mv.online(ctx, mc)
+	}
+	return *m, err
+}

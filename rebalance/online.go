@@ -1,0 +1,180 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+// online runs an online move forward up to the reversible state.
+func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
+	m := mc.m
+	steps := []struct {
+		s  Step
+		fn func(context.Context) error
+	}{
+		{StepMapMoving, func(ctx context.Context) error {
+			return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateMoving)
+		}},
+		{StepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc, true) }},
+		{StepPublication, func(ctx context.Context) error { return createPublication(ctx, mc.src, mc.n.fwd, mc.schema) }},
+		{StepSubscription, func(ctx context.Context) error {
+			return createSubscription(ctx, mc.tgt, mc.n.fwd, mc.srcDSN, mc.n.fwd)
+		}},
+		{StepCopied, func(ctx context.Context) error { return mv.waitCopied(ctx, mc) }},
+		{StepIndexes, func(ctx context.Context) error {
+			return migrations.ApplyIndexes(ctx, mc.tgt, mc.layout, m.Shard, mv.cfg.ShardSQL)
+		}},
+		{StepCaughtUp, func(ctx context.Context) error { return mv.waitCaughtUp(ctx, mc) }},
+	}
+	for _, st := range steps {
+		if err := mv.step(ctx, mc, st.s, st.fn); err != nil {
+			return err
+		}
+	}
+	if err := mv.cutover(ctx, mc); err != nil {
+		return err
+	}
+	if err := mv.step(ctx, mc, StepReverse, func(ctx context.Context) error {
+		// The forward subscription goes first: both at once would loop.
+		if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
+			return err
+		}
+		if err := dropPublication(ctx, mc.src, mc.n.fwd); err != nil {
+			return err
+		}
+		return createReverseSubscription(ctx, mc.src, mc.n.rev, mc.tgtDSN, mc.n.rev)
+	}); err != nil {
+		return err
+	}
+	if m.State == StateRunning {
+		if err := mv.setState(ctx, m, StateReversible); err != nil {
+			return err
+		}
+	}
+	mv.log.Info("shardkit: move cut over; reverse replication kept for rollback", "move", m.ID, "shard", m.Shard,
+		"fenced", m.FencedFor)
+	return nil
+}
+
+// createTarget creates the shard's schema on the target. A schema left by
+// an interrupted attempt is dropped first; the shard map never places the
+// shard on the target before the flip, so nothing there is live.
+func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx, deferIndexes bool) error {
+	snap, err := mv.cfg.Catalog.Load(ctx)
+	if err != nil {
+		return err
+	}
+	if p, err := snap.Placement(mc.m.Shard); err != nil || p.Server == mc.m.Target {
+		return fmt.Errorf("shard %d is placed on the target %s already; refusing to recreate its schema there", mc.m.Shard, mc.m.Target)
+	}
+	if ok, err := schemaExists(ctx, mc.tgt, mc.schema); err != nil {
+		return err
+	} else if ok {
+		if err := migrations.DropShard(ctx, mc.tgt, mc.m.Shard); err != nil {
+			return err
+		}
+	}
+	return migrations.ApplyShard(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL,
+		migrations.ApplyOptions{DeferIndexes: deferIndexes})
+}
+
+// cutover fences the shard, stops writes on the source, waits for the
+// target to apply everything, carries the sequences and flips the map. Any
+// failure before the flip aborts: barrier removed, shard unfenced, and the
+// journal back at caught_up, so a resume tries again.
+func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
+	m := mc.m
+	fencedAt := time.Now()
+	if mc.done(StepFenced) && !mc.done(StepFlipped) {
+		mv.log.Warn("shardkit: resuming inside the fenced window", "move", m.ID, "shard", m.Shard, "step", m.Step)
+	}
+	err := mv.step(ctx, mc, StepFenced, func(ctx context.Context) error {
+		fencedAt = time.Now()
+		return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateFenced)
+	})
+	if err == nil {
+		err = mv.step(ctx, mc, StepBarrier, func(ctx context.Context) error {
+			lsn, err := installBarrier(ctx, mc.src, mc.schema)
+			if err != nil {
+				return err
+			}
+			m.FinalLSN = lsn
+			return mv.j.exec(ctx, sqlSetFinalLSN, m.ID, lsn)
+		})
+	}
+	if err == nil {
+		err = mv.step(ctx, mc, StepApplied, func(ctx context.Context) error {
+			return waitSlotReached(ctx, mc.src, mc.n.fwd, m.FinalLSN, mv.cfg.CutoverTimeout)
+		})
+	}
+	if err == nil {
+		// Created only now that the target has applied everything and the
+		// source takes no writes: the slot must not see forward changes,
+		// or reverse replication would send them back.
+		err = mv.step(ctx, mc, StepReverseSlot, func(ctx context.Context) error {
+			if err := createPublication(ctx, mc.tgt, mc.n.rev, mc.schema); err != nil {
+				return err
+			}
+			return createSlot(ctx, mc.tgt, mc.n.rev)
+		})
+	}
+	if err == nil {
+		err = mv.step(ctx, mc, StepSequences, func(ctx context.Context) error {
+			v, err := carrySequences(ctx, mc.src, mc.tgt, mc.schema, mv.cfg.SequenceMargin)
+			if err != nil {
+				return err
+			}
+			m.SeqValue = v
+			if err := mv.j.exec(ctx, sqlSetSeq, m.ID, v); err != nil {
+				return err
+			}
+			return waitClockPastNewestID(ctx, mc.tgt, mc.schema, mc.layout)
+		})
+	}
+	if err == nil {
+		err = mv.step(ctx, mc, StepFlipped, func(ctx context.Context) error {
+			if err := flipMap(ctx, mv.cfg.Catalog, m.Shard, m.Source, m.Target); err != nil {
+				return err
+			}
+			m.FencedFor = time.Since(fencedAt)
+			return mv.j.exec(ctx, sqlSetFenced, m.ID, float64(m.FencedFor)/float64(time.Millisecond))
+		})
+	}
+	if err == nil || mc.done(StepFlipped) || ctx.Err() != nil {
+		return err
+	}
+	if abortErr := mv.abortCutover(ctx, mc, err); abortErr != nil {
+		return errors.Join(err, abortErr)
+	}
+	return err
+}
+
+// abortCutover undoes a cutover that did not reach the flip.
+func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, cause error) error {
+	m := mc.m
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	mv.log.Warn("shardkit: aborting cutover", "move", m.ID, "shard", m.Shard, "cause", cause)
+	if err := dropSlot(ctx, mc.tgt, mc.n.rev); err != nil {
+		return err
+	}
+	if err := dropPublication(ctx, mc.tgt, mc.n.rev); err != nil {
+		return err
+	}
+	if err := removeBarrier(ctx, mc.src, mc.schema); err != nil {
+		return err
+	}
+	if err := setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateMoving); err != nil {
+		return err
+	}
+	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(StepCaughtUp)); err != nil {
+		return err
+	}
+	m.Step = StepCaughtUp
+	return mv.j.exec(ctx, sqlFailStep, m.ID, "cutover aborted: "+cause.Error())
+}

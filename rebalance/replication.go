@@ -1,0 +1,244 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Statements on the servers, one constant each. Identifiers are quoted by
+// ident or by the server's own format(%I, %L) — CREATE SUBSCRIPTION cannot
+// take bind parameters and cannot run inside a DO block.
+const (
+	sqlWalLevel          = `SELECT current_setting('wal_level')`
+	sqlPublicationExists = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
+	sqlSubscription      = `SELECT s.subenabled, coalesce(s.subslotname, '') FROM pg_subscription s
+		WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
+	sqlFormatSubscription = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = true, synchronous_commit = on)', $1::text, $2::text, $3::text)`
+	sqlFormatReverseSub   = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = false, create_slot = false, slot_name = %L, synchronous_commit = on)', $1::text, $2::text, $3::text, $1::text)`
+	sqlSubRelStates       = `SELECT count(*), count(*) FILTER (WHERE r.srsubstate = 'r')
+		FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1`
+	sqlSlotExists = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`
+	sqlSlotLag    = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`
+	sqlSlotReached   = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`
+	sqlCreateSlot    = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
+	sqlDropSlot      = `SELECT pg_drop_replication_slot($1)`
+	sqlSlotActivePID = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
+	sqlTerminate     = `SELECT pg_terminate_backend($1)`
+	sqlCurrentLSN    = `SELECT pg_current_wal_lsn()::text`
+)
+
+// walLevel returns the server's wal_level.
+func walLevel(ctx context.Context, p *pgxpool.Pool) (string, error) {
+	var lvl string
+	err := p.QueryRow(ctx, sqlWalLevel).Scan(&lvl)
+	return lvl, err
+}
+
+// createPublication publishes every table of schema, unless the
+// publication exists already.
+func createPublication(ctx context.Context, p *pgxpool.Pool, name, schema string) error {
+	var exists bool
+	if err := p.QueryRow(ctx, sqlPublicationExists, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look up publication %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := p.Exec(ctx, "CREATE PUBLICATION "+ident(name)+" FOR TABLES IN SCHEMA "+ident(schema)); err != nil {
+		return fmt.Errorf("create publication %s: %w", name, err)
+	}
+	return nil
+}
+
+func dropPublication(ctx context.Context, p *pgxpool.Pool, name string) error {
+	if _, err := p.Exec(ctx, "DROP PUBLICATION IF EXISTS "+ident(name)); err != nil {
+		return fmt.Errorf("drop publication %s: %w", name, err)
+	}
+	return nil
+}
+
+func subscriptionExists(ctx context.Context, p *pgxpool.Pool, name string) (bool, error) {
+	var enabled bool
+	var slot string
+	err := p.QueryRow(ctx, sqlSubscription, name).Scan(&enabled, &slot)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up subscription %s: %w", name, err)
+	}
+	return true, nil
+}
+
+// createSubscription subscribes the target to the source's publication with
+// the initial copy; it creates the slot (named like the subscription) on
+// the source. A subscription that exists already is left alone.
+//
+// The apply worker commits with synchronous_commit on: it reports a
+// position to the source only once that position is flushed on the target,
+// and the cutover waits for that report; asynchronous commit would delay it
+// by up to wal_writer_delay plus a feedback cycle (measured ~250 ms).
+func createSubscription(ctx context.Context, p *pgxpool.Pool, name, sourceDSN, pub string) error {
+	return createSub(ctx, p, sqlFormatSubscription, name, sourceDSN, pub)
+}
+
+// createReverseSubscription subscribes without copying, to an existing slot
+// of the same name: used for reverse replication, whose slot was created
+// inside the fenced window.
+func createReverseSubscription(ctx context.Context, p *pgxpool.Pool, name, fromDSN, pub string) error {
+	return createSub(ctx, p, sqlFormatReverseSub, name, fromDSN, pub)
+}
+
+func createSub(ctx context.Context, p *pgxpool.Pool, format, name, dsn, pub string) error {
+	if ok, err := subscriptionExists(ctx, p, name); err != nil || ok {
+		return err
+	}
+	var stmt string
+	if err := p.QueryRow(ctx, format, name, dsn, pub).Scan(&stmt); err != nil {
+		return fmt.Errorf("build CREATE SUBSCRIPTION %s: %w", name, err)
+	}
+	if _, err := p.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("create subscription %s: %w", name, err)
+	}
+	return nil
+}
+
+// dropSubscription removes a subscription on sub and its slot on pub,
+// without relying on the subscription reaching the publisher: disable,
+// detach the slot, drop, then drop the slot directly.
+func dropSubscription(ctx context.Context, sub *pgxpool.Pool, name string, pub *pgxpool.Pool) error {
+	exists, err := subscriptionExists(ctx, sub, name)
+	if err != nil {
+		return err
+	}
+	if exists {
+		for _, stmt := range []string{
+			"ALTER SUBSCRIPTION " + ident(name) + " DISABLE",
+			"ALTER SUBSCRIPTION " + ident(name) + " SET (slot_name = NONE)",
+			"DROP SUBSCRIPTION IF EXISTS " + ident(name),
+		} {
+			if _, err := sub.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("drop subscription %s: %w", name, err)
+			}
+		}
+	}
+	return dropSlot(ctx, pub, name)
+}
+
+// dropSlot drops a replication slot if it exists. A slot still held by a
+// walsender of a disabled subscription is released by ending that walsender.
+func dropSlot(ctx context.Context, p *pgxpool.Pool, name string) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var exists bool
+		if err := p.QueryRow(ctx, sqlSlotExists, name).Scan(&exists); err != nil {
+			return fmt.Errorf("look up slot %s: %w", name, err)
+		}
+		if !exists {
+			return nil
+		}
+		var pid int32
+		err := p.QueryRow(ctx, sqlSlotActivePID, name).Scan(&pid)
+		if err == nil {
+			_, _ = p.Exec(ctx, sqlTerminate, pid)
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("look up slot %s: %w", name, err)
+		}
+		_, err = p.Exec(ctx, sqlDropSlot, name)
+		var pe *pgconn.PgError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &pe) && pe.Code == "42704": // undefined_object: gone meanwhile
+			return nil
+		case errors.As(err, &pe) && pe.Code == "55006" && time.Now().Before(deadline): // object_in_use
+			if err := sleep(ctx, 50*time.Millisecond); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("drop slot %s: %w", name, err)
+		}
+	}
+}
+
+// createSlot creates a logical slot for pgoutput unless it exists.
+func createSlot(ctx context.Context, p *pgxpool.Pool, name string) error {
+	var exists bool
+	if err := p.QueryRow(ctx, sqlSlotExists, name).Scan(&exists); err != nil {
+		return fmt.Errorf("look up slot %s: %w", name, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := p.Exec(ctx, sqlCreateSlot, name); err != nil {
+		return fmt.Errorf("create slot %s: %w", name, err)
+	}
+	return nil
+}
+
+// subscriptionTables returns how many tables the subscription has and how
+// many of them are ready (initial copy done, streaming).
+func subscriptionTables(ctx context.Context, p *pgxpool.Pool, name string) (total, ready int64, err error) {
+	err = p.QueryRow(ctx, sqlSubRelStates, name).Scan(&total, &ready)
+	return total, ready, err
+}
+
+// slotLag returns how many bytes of WAL the slot's consumer has not yet
+// confirmed.
+func slotLag(ctx context.Context, p *pgxpool.Pool, slot string) (int64, error) {
+	var lag int64
+	err := p.QueryRow(ctx, sqlSlotLag, slot).Scan(&lag)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("replication slot %s is missing on the source; roll the move back", slot)
+	}
+	return lag, err
+}
+
+// waitSlotReached polls until the slot's consumer confirmed lsn, or the
+// timeout passes (ErrCutoverTimeout).
+func waitSlotReached(ctx context.Context, p *pgxpool.Pool, slot, lsn string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var ok bool
+		err := p.QueryRow(ctx, sqlSlotReached, slot, lsn).Scan(&ok)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("replication slot %s is missing", slot)
+		}
+		if err != nil {
+			return fmt.Errorf("wait for slot %s: %w", slot, err)
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return ErrCutoverTimeout
+		}
+		if err := sleep(ctx, time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func currentLSN(ctx context.Context, p *pgxpool.Pool) (string, error) {
+	var lsn string
+	err := p.QueryRow(ctx, sqlCurrentLSN).Scan(&lsn)
+	return lsn, err
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,230 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+// Steps of a rollback. A move rolled back before its flip is undone in one
+// idempotent step; after the flip, the shard is cut over back to its source
+// the same way it left, through the reverse replication.
+const (
+	StepRbUndo      Step = "rb_undo"      // before the flip: everything on the target removed
+	StepRbFenced    Step = "rb_fenced"    // shard (on the target) fenced
+	StepRbBarrier   Step = "rb_barrier"   // target refuses writes; its final LSN captured
+	StepRbApplied   Step = "rb_applied"   // source applied the target's final LSN
+	StepRbSequences Step = "rb_sequences" // sequences carried back
+	StepRbFlipped   Step = "rb_flipped"   // map points at the source again
+	StepRbCleaned   Step = "rb_cleaned"   // replication and the target's copy removed
+)
+
+var rollbackSteps = []Step{StepReverse, StepRbFenced, StepRbBarrier, StepRbApplied, StepRbSequences, StepRbFlipped, StepRbCleaned}
+
+// Rollback returns a shard to the source of its unfinished move. Before the
+// cutover it removes what the move made; after it (a reversible move) it
+// cuts the shard over back to the source through the reverse replication.
+// A rollback that was interrupted is continued.
+func (mv *Mover) Rollback(ctx context.Context, shard int) (Move, error) {
+	m, err := mv.j.open(ctx, shard)
+	if err != nil {
+		return Move{}, err
+	}
+	if m.State == StateRunning && m.Mode == ModeOnline && stepIndex(onlineSteps, m.Step) >= stepIndex(onlineSteps, StepFlipped) {
+		// Cut over but killed before reverse replication: finish that first.
+		if m, err = mv.drive(ctx, &m); err != nil {
+			return m, err
+		}
+	}
+	if m.State != StateRollingBack {
+		if err := mv.setState(ctx, &m, StateRollingBack); err != nil {
+			return m, err
+		}
+	}
+	return mv.rollback(ctx, &m)
+}
+
+func (mv *Mover) rollback(ctx context.Context, m *Move) (Move, error) {
+	mc, err := mv.prepare(ctx, m)
+	if err != nil {
+		return *m, err
+	}
+	if stepIndex(rollbackSteps, m.Step) >= 0 {
+		mc.steps = rollbackSteps
+		err = mv.rollbackCutover(ctx, mc)
+	} else {
+		err = mv.record(ctx, m, StepRbUndo, func(ctx context.Context) error { return mv.undo(ctx, mc) })
+	}
+	if err != nil {
+		return *m, err
+	}
+	if err := mv.setState(ctx, m, StateRolledBack); err != nil {
+		return *m, err
+	}
+	mv.log.Info("shardkit: move rolled back", "move", m.ID, "shard", m.Shard, "server", m.Source)
+	return *m, nil
+}
+
+// undo removes everything a move made before its flip. Each part is
+// idempotent.
+func (mv *Mover) undo(ctx context.Context, mc *moveCtx) error {
+	m := mc.m
+	if err := removeBarrier(ctx, mc.src, mc.schema); err != nil {
+		return err
+	}
+	if err := setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateActive); err != nil {
+		return err
+	}
+	return mv.dropReplication(ctx, mc, false)
+}
+
+// dropReplication removes both directions' subscriptions, slots and
+// publications, then the shard's schema on the side that no longer serves
+// it (the source when onSource).
+func (mv *Mover) dropReplication(ctx context.Context, mc *moveCtx, onSource bool) error {
+	if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
+		return err
+	}
+	if err := dropPublication(ctx, mc.src, mc.n.fwd); err != nil {
+		return err
+	}
+	if err := dropSubscription(ctx, mc.src, mc.n.rev, mc.tgt); err != nil {
+		return err
+	}
+	if err := dropSlot(ctx, mc.tgt, mc.n.rev); err != nil {
+		return err
+	}
+	if err := dropPublication(ctx, mc.tgt, mc.n.rev); err != nil {
+		return err
+	}
+	snap, err := mv.cfg.Catalog.Load(ctx)
+	if err != nil {
+		return err
+	}
+	p, err := snap.Placement(mc.m.Shard)
+	if err != nil {
+		return err
+	}
+	side, drop := mc.m.Target, mc.tgt
+	if onSource {
+		side, drop = mc.m.Source, mc.src
+	}
+	if p.Server == side {
+		return fmt.Errorf("shard %d is served by %s; refusing to drop its schema there", mc.m.Shard, side)
+	}
+	return migrations.DropShard(ctx, drop, mc.m.Shard)
+}
+
+// rollbackCutover cuts a reversible move back over to its source.
+func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
+	m := mc.m
+	fencedAt := time.Now()
+	err := mv.step(ctx, mc, StepRbFenced, func(ctx context.Context) error {
+		fencedAt = time.Now()
+		return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Target, router.StateFenced)
+	})
+	if err == nil {
+		err = mv.step(ctx, mc, StepRbBarrier, func(ctx context.Context) error {
+			lsn, err := installBarrier(ctx, mc.tgt, mc.schema)
+			if err != nil {
+				return err
+			}
+			m.FinalLSN = lsn
+			return mv.j.exec(ctx, sqlSetFinalLSN, m.ID, lsn)
+		})
+	}
+	if err == nil {
+		err = mv.step(ctx, mc, StepRbApplied, func(ctx context.Context) error {
+			return waitSlotReached(ctx, mc.tgt, mc.n.rev, m.FinalLSN, mv.cfg.CutoverTimeout)
+		})
+	}
+	if err == nil {
+		err = mv.step(ctx, mc, StepRbSequences, func(ctx context.Context) error {
+			v, err := carrySequences(ctx, mc.tgt, mc.src, mc.schema, mv.cfg.SequenceMargin)
+			if err != nil {
+				return err
+			}
+			m.SeqValue = v
+			if err := mv.j.exec(ctx, sqlSetSeq, m.ID, v); err != nil {
+				return err
+			}
+			return waitClockPastNewestID(ctx, mc.src, mc.schema, mc.layout)
+		})
+	}
+	if err == nil {
+		err = mv.step(ctx, mc, StepRbFlipped, func(ctx context.Context) error {
+			if err := removeBarrier(ctx, mc.src, mc.schema); err != nil {
+				return err
+			}
+			if err := flipMap(ctx, mv.cfg.Catalog, m.Shard, m.Target, m.Source); err != nil {
+				return err
+			}
+			m.FencedFor = time.Since(fencedAt)
+			return mv.j.exec(ctx, sqlSetFenced, m.ID, float64(m.FencedFor)/float64(time.Millisecond))
+		})
+	}
+	if err != nil && !mc.done(StepRbFlipped) && ctx.Err() == nil {
+		if abortErr := mv.abortRollbackCutover(ctx, mc, err); abortErr != nil {
+			return errors.Join(err, abortErr)
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	return mv.step(ctx, mc, StepRbCleaned, func(ctx context.Context) error { return mv.dropReplication(ctx, mc, false) })
+}
+
+// abortRollbackCutover leaves the shard on the target, reversible again.
+func (mv *Mover) abortRollbackCutover(ctx context.Context, mc *moveCtx, cause error) error {
+	m := mc.m
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	mv.log.Warn("shardkit: aborting rollback cutover", "move", m.ID, "shard", m.Shard, "cause", cause)
+	if err := removeBarrier(ctx, mc.tgt, mc.schema); err != nil {
+		return err
+	}
+	if err := setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Target, router.StateActive); err != nil {
+		return err
+	}
+	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(StepReverse)); err != nil {
+		return err
+	}
+	m.Step = StepReverse
+	if err := mv.setState(ctx, m, StateReversible); err != nil {
+		return err
+	}
+	return mv.j.exec(ctx, sqlFailStep, m.ID, "rollback cutover aborted: "+cause.Error())
+}
+
+// Complete finishes a reversible move: reverse replication, slots,
+// publications and the old copy on the source are dropped. The move can no
+// longer be rolled back.
+func (mv *Mover) Complete(ctx context.Context, shard int) (Move, error) {
+	m, err := mv.j.open(ctx, shard)
+	if err != nil {
+		return Move{}, err
+	}
+	if m.State != StateReversible {
+		return m, fmt.Errorf("shardkit: move %d of shard %d is %s at step %s: %w (complete needs a cut-over move; resume it first)",
+			m.ID, shard, m.State, m.Step, ErrWrongState)
+	}
+	mc, err := mv.prepare(ctx, &m)
+	if err != nil {
+		return m, err
+	}
+	if err := mv.record(ctx, &m, StepCleaned, func(ctx context.Context) error {
+		return mv.dropReplication(ctx, mc, true)
+	}); err != nil {
+		return m, err
+	}
+	if err := mv.setState(ctx, &m, StateCompleted); err != nil {
+		return m, err
+	}
+	mv.log.Info("shardkit: move completed", "move", m.ID, "shard", shard, "server", m.Target)
+	return m, nil
+}

@@ -1,0 +1,175 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// rawWriter inserts and updates photos through raw SQL while honouring the
+// shard map the way the plugin does: writes to a fenced shard wait
+// (bounded), and the source's barrier (router.FenceSQLState) means reload
+// the map and retry. It records what it wrote, to check nothing is lost.
+type rawWriter struct {
+	e      *env
+	r      *router.Router
+	bound  time.Duration
+	shards []int
+
+	mu       sync.Mutex
+	rows     map[int64]int // photo id → last version written
+	shardOf  map[int64]int
+	failures []error
+	maxWait  time.Duration
+	ops      int
+}
+
+func newRawWriter(t *testing.T, e *env, shards []int) *rawWriter {
+	t.Helper()
+	r, err := router.New(context.Background(), e.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &rawWriter{e: e, r: r, bound: 5 * time.Second, shards: shards, rows: map[int64]int{}, shardOf: map[int64]int{}}
+}
+
+// run writes until ctx ends: one goroutine per shard, alternating inserts
+// and updates of earlier rows.
+func (w *rawWriter) run(ctx context.Context) func() {
+	wctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = w.r.Watch(wctx) }()
+	// Statements run to the end on their own context, so every write the
+	// database took is known to the writer; wctx only stops the loop.
+	qctx := context.WithoutCancel(ctx)
+	for _, shard := range w.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []int64
+			for i := 0; wctx.Err() == nil; i++ {
+				if i%3 == 2 && len(mine) > 0 {
+					id := mine[(i*7919)%len(mine)]
+					var v int
+					err := w.write(qctx, shard, func(p *pgxpool.Pool, schema string) error {
+						return p.QueryRow(qctx, `UPDATE `+ident(schema, "photos")+` SET version = version + 1 WHERE id = $1 RETURNING version`, id).Scan(&v)
+					})
+					w.done(err, func() { w.rows[id] = v })
+					continue
+				}
+				var id int64
+				user := int64(shard + w.e.shards*(i%50))
+				err := w.write(qctx, shard, func(p *pgxpool.Pool, schema string) error {
+					return p.QueryRow(qctx, `INSERT INTO `+ident(schema, "photos")+` (user_id, caption) VALUES ($1, $2) RETURNING id`,
+						user, fmt.Sprintf("photo %d", i)).Scan(&id)
+				})
+				w.done(err, func() { w.rows[id] = 0; w.shardOf[id] = shard; mine = append(mine, id) })
+			}
+		}()
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+func (w *rawWriter) done(err error, ok func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err != nil {
+		if !errors.Is(err, context.Canceled) {
+			w.failures = append(w.failures, err)
+		}
+		return
+	}
+	w.ops++
+	ok()
+}
+
+// write runs fn on the shard's current home.
+func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Pool, schema string) error) error {
+	start := time.Now()
+	retried := false
+	defer func() {
+		d := time.Since(start)
+		w.mu.Lock()
+		w.maxWait = max(w.maxWait, d)
+		w.mu.Unlock()
+	}()
+	for {
+		p, err := w.r.Snapshot().Placement(shard)
+		if err != nil {
+			return err
+		}
+		if p.State == router.StateFenced {
+			if time.Since(start) > w.bound {
+				return fmt.Errorf("shard %d fenced for more than %v", shard, w.bound)
+			}
+			if err := sleep(ctx, 500*time.Microsecond); err != nil {
+				return err
+			}
+			continue
+		}
+		err = fn(w.e.pools[p.Server], p.Schema)
+		if router.IsFenceError(err) && !retried {
+			retried = true
+			if _, err := w.r.Reload(ctx); err != nil {
+				return err
+			}
+			continue
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+}
+
+// check verifies that every row the writer wrote is on the shard's current
+// server exactly once with its last version, and nothing else is there.
+func (w *rawWriter) check(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.failures) > 0 {
+		t.Errorf("%d writes failed; first: %v", len(w.failures), w.failures[0])
+	}
+	for _, shard := range w.shards {
+		p := w.e.placement(t, shard)
+		got := map[int64]int{}
+		rows, err := w.e.pools[p.Server].Query(ctx, `SELECT id, version FROM `+ident(p.Schema, "photos")+` WHERE caption LIKE 'photo %'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var id int64
+			var v int
+			if err := rows.Scan(&id, &v); err != nil {
+				t.Fatal(err)
+			}
+			got[id] = v
+		}
+		rows.Close()
+		want := 0
+		for id, v := range w.rows {
+			if w.shardOf[id] != shard {
+				continue
+			}
+			want++
+			if g, ok := got[id]; !ok {
+				t.Errorf("shard %d: photo %d lost", shard, id)
+			} else if g != v {
+				t.Errorf("shard %d: photo %d has version %d, want %d", shard, id, g, v)
+			}
+		}
+		if len(got) != want {
+			t.Errorf("shard %d on %s: %d rows, writer wrote %d", shard, p.Server, len(got), want)
+		}
+	}
+}
