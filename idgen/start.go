@@ -55,7 +55,7 @@ func (g *Generator) Close(ctx context.Context) error {
 	err := g.leaser.Release(ctx, l)
 	l.Revoke()
 	if err != nil && !errors.Is(err, ErrLeaseLost) {
-		return fmt.Errorf("shardkit: release ID slot %d: %w", l.Slot, err)
+		return err
 	}
 	return nil
 }

@@ -1,0 +1,282 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgtest"
+)
+
+type slotRow struct {
+	holder  *string
+	expires *time.Time
+	hwm     int64
+}
+
+func readSlot(t *testing.T, cat *Catalog, slot int) slotRow {
+	t.Helper()
+	var r slotRow
+	err := cat.Pool().QueryRow(testCtx(t), `SELECT holder, expires_at, hwm_ms FROM shardkit.slot_leases WHERE slot = $1`, slot).
+		Scan(&r.holder, &r.expires, &r.hwm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func newLeaser(t *testing.T, cat *Catalog, cfg LeaserConfig) *Leaser {
+	t.Helper()
+	s, err := NewLeaser(testCtx(t), cat, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestAcquireTakesOldestMarkAndNeverSlotZero(t *testing.T) {
+	cat, dsn := seedCatalog(t, 8, layoutWithSlots(2)) // slots 1..3
+	ctx := testCtx(t)
+	s := newLeaser(t, cat, LeaserConfig{Holder: "test"})
+	before := time.Now()
+	first, err := s.Acquire(ctx) // creates the slot rows, all with mark 0: takes slot 1
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Slot != 1 || first.MinMs != 0 {
+		t.Fatalf("first lease: slot %d min %d, want 1 and 0", first.Slot, first.MinMs)
+	}
+	if err := s.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, dsn, `UPDATE shardkit.slot_leases SET hwm_ms = CASE slot WHEN 1 THEN 300 WHEN 2 THEN 100 ELSE 200 END`)
+	var got []string
+	var leases []*idgen.Lease
+	for range 3 {
+		l, err := s.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases = append(leases, l)
+		got = append(got, fmt.Sprintf("%d>%d", l.Slot, l.MinMs))
+		row := readSlot(t, cat, l.Slot)
+		if row.holder == nil || *row.holder != s.Holder() || !strings.HasPrefix(s.Holder(), "test:") {
+			t.Fatalf("slot %d holder %v, want %q", l.Slot, row.holder, s.Holder())
+		}
+		// The recorded mark bounds every ID the holder may issue: send time + TTL + borrow.
+		if min := before.Add(DefaultLeaseTTL + idgen.DefaultMaxBorrow).UnixMilli(); row.hwm < min || row.hwm != l.MaxMs() {
+			t.Fatalf("slot %d mark %d, lease bound %d, want ≥ %d and equal", l.Slot, row.hwm, l.MaxMs(), min)
+		}
+		if d := time.Until(l.Deadline()); d <= 7*time.Second || d > 8*time.Second {
+			t.Fatalf("local deadline in %v, want TTL - TTL/5 = 8s", d)
+		}
+	}
+	if want := "2>100 3>200 1>300"; strings.Join(got, " ") != want {
+		t.Fatalf("acquired %q, want %q (oldest mark first)", strings.Join(got, " "), want)
+	}
+	_, err = newLeaser(t, cat, LeaserConfig{}).Acquire(ctx)
+	if !errors.Is(err, ErrNoFreeSlot) || !errors.Is(err, idgen.ErrNoFreeSlot) {
+		t.Fatalf("Acquire with every slot held = %v, want ErrNoFreeSlot", err)
+	}
+	var n, zero int
+	if err := cat.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE slot = 0) FROM shardkit.slot_leases`).Scan(&n, &zero); err != nil {
+		t.Fatal(err)
+	}
+	if n != 3 || zero != 0 {
+		t.Fatalf("%d slot rows (%d for slot 0), want 3 and none", n, zero)
+	}
+	// Slot 0 cannot even be written: it belongs to next_id().
+	if _, err := cat.Pool().Exec(ctx, `INSERT INTO shardkit.slot_leases (slot) VALUES (0)`); err == nil {
+		t.Fatal("slot 0 row accepted")
+	}
+	for _, l := range leases {
+		if err := s.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestNoSlotBits(t *testing.T) {
+	cat, _ := seedCatalog(t, 8, layoutWithSlots(0))
+	if _, err := newLeaser(t, cat, LeaserConfig{}).Acquire(testCtx(t)); !errors.Is(err, ErrNoFreeSlot) {
+		t.Fatalf("Acquire without slot bits = %v, want ErrNoFreeSlot", err)
+	}
+	if _, _, err := StartGenerator(testCtx(t), cat, LeaserConfig{}, idgen.Config{}); !errors.Is(err, ErrNoFreeSlot) {
+		t.Fatalf("StartGenerator without slot bits = %v, want ErrNoFreeSlot", err)
+	}
+}
+
+func TestNoCatalogLeaser(t *testing.T) {
+	ctx := testCtx(t)
+	cat, err := OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if _, err := NewLeaser(ctx, cat, LeaserConfig{}); !errors.Is(err, ErrNoCatalog) {
+		t.Fatalf("NewLeaser on an empty database = %v, want ErrNoCatalog", err)
+	}
+}
+
+func TestRenewAndRelease(t *testing.T) {
+	cat, _ := seedCatalog(t, 8, layoutWithSlots(1))
+	ctx := testCtx(t)
+	s := newLeaser(t, cat, LeaserConfig{TTL: 2 * time.Second})
+	l, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := readSlot(t, cat, l.Slot)
+	d0, m0 := l.Deadline(), l.MaxMs()
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Renew(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	row2 := readSlot(t, cat, l.Slot)
+	if !l.Deadline().After(d0) || l.MaxMs() <= m0 || !row2.expires.After(*row.expires) || row2.hwm != l.MaxMs() {
+		t.Fatalf("renewal did not move the lease forward: deadline %v→%v, bound %d→%d, expiry %v→%v, mark %d",
+			d0, l.Deadline(), m0, l.MaxMs(), row.expires, row2.expires, row2.hwm)
+	}
+	// Released with the exact mark the generator reports.
+	exact := time.Now().UnixMilli()
+	l.SetHighWater(exact)
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	row3 := readSlot(t, cat, l.Slot)
+	if row3.holder != nil || row3.expires != nil || row3.hwm != exact {
+		t.Fatalf("after release: holder %v expiry %v mark %d, want free with mark %d", row3.holder, row3.expires, row3.hwm, exact)
+	}
+	if l.Valid(time.Now()) {
+		t.Fatal("released lease still valid")
+	}
+	if err := s.Renew(ctx, l); !errors.Is(err, idgen.ErrLeaseLost) {
+		t.Fatalf("Renew after release = %v, want ErrLeaseLost", err)
+	}
+	// The next holder starts after the exact mark.
+	l2, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Slot != l.Slot || l2.MinMs != exact {
+		t.Fatalf("next lease: slot %d after %d, want slot %d after %d", l2.Slot, l2.MinMs, l.Slot, exact)
+	}
+}
+
+// TestExpiredSlotIsRetakenOnlyAfterExpiry: a holder that stops renewing
+// loses its slot to another only after the catalog's expiry, which is
+// after the old holder's local deadline; the new holder starts after the
+// old holder's recorded mark, and the old holder's renewal then fails.
+func TestExpiredSlotIsRetakenOnlyAfterExpiry(t *testing.T) {
+	cat, _ := seedCatalog(t, 8, layoutWithSlots(1)) // one slot
+	ctx := testCtx(t)
+	a := newLeaser(t, cat, LeaserConfig{Holder: "a", TTL: time.Second})
+	b := newLeaser(t, cat, LeaserConfig{Holder: "b", TTL: time.Second})
+	la, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expires := *readSlot(t, cat, 1).expires
+	var lb *idgen.Lease
+	for {
+		lb, err = b.Acquire(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNoFreeSlot) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Now()
+	if took.Before(expires) {
+		t.Fatalf("slot retaken at %v, before the catalog expiry %v", took, expires)
+	}
+	if !la.Deadline().Before(expires) || la.Valid(took) {
+		t.Fatalf("old holder's local deadline %v is not before the expiry %v", la.Deadline(), expires)
+	}
+	if lb.MinMs != la.MaxMs() {
+		t.Fatalf("new holder starts after %d, want the old holder's mark %d", lb.MinMs, la.MaxMs())
+	}
+	if err := a.Renew(ctx, la); !errors.Is(err, idgen.ErrLeaseLost) {
+		t.Fatalf("old holder's renewal = %v, want ErrLeaseLost", err)
+	}
+	if err := a.Release(ctx, la); !errors.Is(err, idgen.ErrLeaseLost) {
+		t.Fatalf("old holder's release = %v, want ErrLeaseLost", err)
+	}
+	if r := readSlot(t, cat, 1); r.holder == nil || *r.holder != b.Holder() {
+		t.Fatalf("slot holder %v after the old holder's calls, want %s", r.holder, b.Holder())
+	}
+}
+
+// TestHolderThatCannotRenewStopsFirst cuts a running generator off from
+// renewing (its database role loses UPDATE on slot_leases) and checks
+// that it stops issuing before the catalog lets anyone else have the slot.
+func TestHolderThatCannotRenewStopsFirst(t *testing.T) {
+	cat, dsn := seedCatalog(t, 8, layoutWithSlots(1))
+	ctx := testCtx(t)
+	role := fmt.Sprintf("leaser_%d", time.Now().UnixNano())
+	pgtest.Exec(t, dsn, `CREATE ROLE `+pgx.Identifier{role}.Sanitize()+` LOGIN`)
+	pgtest.Exec(t, dsn, `GRANT USAGE ON SCHEMA shardkit TO `+pgx.Identifier{role}.Sanitize())
+	pgtest.Exec(t, dsn, `GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA shardkit TO `+pgx.Identifier{role}.Sanitize())
+	t.Cleanup(func() {
+		pgtest.Exec(t, dsn, `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
+		pgtest.Exec(t, dsn, `DROP ROLE `+pgx.Identifier{role}.Sanitize())
+	})
+	acat, err := OpenCatalog(ctx, strings.Replace(dsn, "postgres@", role+"@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acat.Close()
+	g, stop, err := StartGenerator(ctx, acat, LeaserConfig{TTL: 900 * time.Millisecond}, idgen.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if _, err := g.Next(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // at least one renewal
+	pgtest.Exec(t, dsn, `REVOKE UPDATE ON shardkit.slot_leases FROM `+pgx.Identifier{role}.Sanitize())
+	var last int64
+	var stopped time.Time
+	for {
+		id, err := g.Next(ctx, 3)
+		if errors.Is(err, idgen.ErrLeaseExpired) {
+			stopped = time.Now()
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = id
+		time.Sleep(time.Millisecond)
+	}
+	expires := *readSlot(t, cat, 1).expires
+	if !stopped.Before(expires) {
+		t.Fatalf("generator stopped at %v, after the catalog expiry %v", stopped, expires)
+	}
+	b := newLeaser(t, cat, LeaserConfig{Holder: "b"})
+	var lb *idgen.Lease
+	for lb == nil {
+		lb, err = b.Acquire(ctx)
+		if err != nil && !errors.Is(err, ErrNoFreeSlot) {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if lastMs := g.Layout().UnixMsOf(last); lb.MinMs < lastMs {
+		t.Fatalf("new holder starts after %d, but the old one issued an ID at %d", lb.MinMs, lastMs)
+	}
+	if _, err := g.Next(ctx, 3); !errors.Is(err, idgen.ErrLeaseExpired) {
+		t.Fatalf("old generator after the slot was retaken: %v, want ErrLeaseExpired", err)
+	}
+	if err := b.Release(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+}
