@@ -266,4 +266,3 @@ func TestKilledHolderIsFenced(t *testing.T) {
 	t.Logf("dead holder issued %d IDs up to %d ms (mark %d); successor waited %v after the kill and started at %d ms",
 		len(dead), layout.UnixMsOf(lastDead), killed.hwm, took.Sub(*killed.expires), layout.UnixMsOf(next[0]))
 }
-
