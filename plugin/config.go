@@ -1,0 +1,84 @@
+package plugin
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"gorm.io/plugin/dbresolver"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// Defaults of Config, filled in by Register.
+const (
+	DefaultFenceWait       = 2 * time.Second
+	DefaultMaxOpenConns    = 20
+	DefaultMaxIdleConns    = 10
+	DefaultConnMaxIdleTime = 5 * time.Minute
+)
+
+// IDSource issues IDs for new rows. *idgen.Generator satisfies it. When Next
+// fails with an error for which NoSlot reports true, the row takes its key
+// from the column's DEFAULT next_id() instead.
+type IDSource interface {
+	Next(ctx context.Context, shard int) (int64, error)
+}
+
+// Config configures the plugin. Only Router is required.
+type Config struct {
+	// Router holds the current shard map. Required. Call its Watch in a
+	// goroutine so that map changes take effect without restart.
+	Router *router.Router
+	// IDs issues primary keys in Go before the insert. Nil means every new
+	// row takes its key from the column's DEFAULT next_id(), read back with
+	// RETURNING.
+	IDs IDSource
+	// NoSlot reports whether an error from IDs means "no slot, use the
+	// database default" rather than a failure. Nil means idgen's
+	// ErrNoFreeSlot, ErrLeaseLost and ErrLeaseExpired.
+	NoSlot func(error) bool
+	// FenceWait bounds how long a write to a fenced shard waits for the
+	// move to finish before failing with ErrShardFenced. Zero means
+	// DefaultFenceWait; negative means fail at once.
+	FenceWait time.Duration
+	// MaxOpenConns, MaxIdleConns and ConnMaxIdleTime apply to each physical
+	// server's pool (the primary and each replica). Zero means the
+	// Default… constant; negative means unlimited (MaxOpenConns), none
+	// (MaxIdleConns) or forever (ConnMaxIdleTime).
+	MaxOpenConns    int
+	MaxIdleConns    int
+	ConnMaxIdleTime time.Duration
+	// ReplicaPolicy picks a replica for reads on servers that have some.
+	// Nil means dbresolver.RandomPolicy. Reads go to the primary when the
+	// statement carries dbresolver.Write or a locking clause.
+	ReplicaPolicy dbresolver.Policy
+	// OpenDB opens a server's pool from its DSN. Nil means database/sql
+	// with the pgx driver.
+	OpenDB func(dsn string) (*sql.DB, error)
+}
+
+func (c Config) withDefaults() Config {
+	if c.FenceWait == 0 {
+		c.FenceWait = DefaultFenceWait
+	}
+	if c.MaxOpenConns == 0 {
+		c.MaxOpenConns = DefaultMaxOpenConns
+	}
+	if c.MaxIdleConns == 0 {
+		c.MaxIdleConns = DefaultMaxIdleConns
+	}
+	if c.ConnMaxIdleTime == 0 {
+		c.ConnMaxIdleTime = DefaultConnMaxIdleTime
+	}
+	if c.ReplicaPolicy == nil {
+		c.ReplicaPolicy = dbresolver.RandomPolicy{}
+	}
+	if c.NoSlot == nil {
+		c.NoSlot = defaultNoSlot
+	}
+	if c.OpenDB == nil {
+		c.OpenDB = func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }
+	}
+	return c
+}

@@ -1,0 +1,224 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, 2) }
+
+// Photo is the test model keyed by user.
+type Photo struct {
+	ID        int64
+	UserID    int64 `shard:"key"`
+	Caption   string
+	Likes     int
+	CreatedAt time.Time
+	LikeRows  []Like `gorm:"foreignKey:PhotoID"`
+}
+
+// BeforeCreate lets a test set the shard key in a hook: caption "user:N".
+func (p *Photo) BeforeCreate(*gorm.DB) error {
+	if p.UserID == 0 && strings.HasPrefix(p.Caption, "user:") {
+		_, err := fmt.Sscanf(p.Caption, "user:%d", &p.UserID)
+		return err
+	}
+	return nil
+}
+
+// Like lives in its photo's shard.
+type Like struct {
+	ID        int64
+	UserID    int64
+	PhotoID   int64 `shard:"id"`
+	CreatedAt time.Time
+	Photo     *Photo
+}
+
+// env is a catalog, two shard servers on two clusters, a router, an ID
+// generator and a gorm.DB whose default connection is an empty database.
+type env struct {
+	cat     *router.Catalog
+	r       *router.Router
+	gen     *idgen.Generator
+	db      *gorm.DB
+	p       *Plugin
+	dsn     map[string]string // server name → DSN
+	def     string            // the default connection's DSN
+	shards  int
+	servers []string
+}
+
+type envOpts struct {
+	shards int
+	noIDs  bool
+	cfg    func(*Config)
+}
+
+func newEnv(t testing.TB, o envOpts) *env {
+	t.Helper()
+	ctx := context.Background()
+	if o.shards == 0 {
+		o.shards = 16
+	}
+	e := &env{shards: o.shards, dsn: map[string]string{}, servers: []string{"a", "b"}}
+	cat, err := router.OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	e.cat = cat
+	var specs []migrations.ServerSpec
+	for i, name := range e.servers {
+		e.dsn[name] = pgtest.NewDatabase(t, i)
+		specs = append(specs, migrations.ServerSpec{Name: name, DSN: e.dsn[name]})
+	}
+	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: specs, Shards: o.shards, ShardSQL: os.DirFS("testdata/shardsql")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.r, err = router.New(ctx, cat); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Router: e.r}
+	if !o.noIDs {
+		l, err := router.NewLeaser(ctx, cat, router.LeaserConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		gen, stop, err := idgen.Start(ctx, e.r.Snapshot().Layout, l, idgen.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+		e.gen, cfg.IDs = gen, gen
+	}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	e.def = pgtest.NewDatabase(t, 1) // no tables: nothing may run here
+	e.db, err = gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.p = Register(cfg, &Photo{}, &Like{})
+	if err := e.db.Use(e.p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = e.p.Close()
+		if sqlDB, err := e.db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	return e
+}
+
+// shardOf is the shard of a user key.
+func (e *env) shardOf(user int64) int { return int(user % int64(e.shards)) }
+
+// serverOf names the server of a shard in the current map.
+func (e *env) serverOf(t testing.TB, shard int) string {
+	t.Helper()
+	pl, err := e.r.Snapshot().Placement(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl.Server
+}
+
+// locate finds, with direct connections to every server and not through
+// the plugin, every server/schema whose table holds a row with this id.
+func (e *env) locate(t testing.TB, table string, id int64) []string {
+	t.Helper()
+	ctx := context.Background()
+	var found []string
+	for _, name := range e.servers {
+		conn := pgtest.Connect(t, e.dsn[name])
+		rows, err := conn.Query(ctx, `SELECT table_schema FROM information_schema.tables WHERE table_name = $1 ORDER BY 1`, table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var parts []string
+		for _, s := range schemas {
+			parts = append(parts, fmt.Sprintf("SELECT %s::text FROM %s WHERE id = $1",
+				quoteLiteral(s), pgx.Identifier{s, table}.Sanitize()))
+		}
+		if len(parts) == 0 {
+			continue
+		}
+		rows, err = conn.Query(ctx, strings.Join(parts, " UNION ALL "), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range got {
+			found = append(found, name+"/"+s)
+		}
+	}
+	return found
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// assertAt checks that the row with id is exactly in shard's schema, on
+// the server the map places it on, and nowhere else.
+func (e *env) assertAt(t testing.TB, table string, id int64, shard int) {
+	t.Helper()
+	want := e.serverOf(t, shard) + "/" + router.SchemaName(shard)
+	got := e.locate(t, table, id)
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("%s id %d is at %v, want exactly [%s]", table, id, got, want)
+	}
+}
+
+// assertAbsent checks that no server holds the row.
+func (e *env) assertAbsent(t testing.TB, table string, id int64) {
+	t.Helper()
+	if got := e.locate(t, table, id); len(got) != 0 {
+		t.Fatalf("%s id %d is still at %v", table, id, got)
+	}
+}
+
+// defaultUntouched checks that the default connection's database has no
+// tables (nothing was created there) and saw no sharded statement.
+func (e *env) defaultUntouched(t testing.TB) {
+	t.Helper()
+	conn := pgtest.Connect(t, e.def)
+	var n int
+	if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM information_schema.tables WHERE table_schema NOT IN ('pg_catalog', 'information_schema')`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("default database has %d tables", n)
+	}
+}
+
+// rawExec runs SQL on a server directly.
+func (e *env) rawExec(t testing.TB, server, sql string, args ...any) {
+	t.Helper()
+	pgtest.Exec(t, e.dsn[server], sql, args...)
+}
+
+var gormSkipTx = gorm.Session{SkipDefaultTransaction: true}

@@ -1,0 +1,58 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors of the plugin. Test with errors.Is; most arrive wrapped
+// in a *ShardError that names the shard and server.
+var (
+	// ErrMissingShardKey reports a statement on a sharded table that names
+	// no shard key, no ID and no explicit scope, so it could run anywhere.
+	// Add the shard key or the ID to the conditions, or scope the statement
+	// with plugin.Shard(key), plugin.ShardOfID(id) or plugin.AllShards().
+	ErrMissingShardKey = errors.New("statement on a sharded table has no shard key or ID; add one, or use plugin.Shard, plugin.ShardOfID or plugin.AllShards")
+	// ErrCrossShard reports a statement for one shard inside a transaction
+	// pinned to another. Transactions span one logical shard; run the
+	// statement outside the transaction or in its own.
+	ErrCrossShard = errors.New("statement for another shard inside a shard-pinned transaction; a transaction spans one logical shard")
+	// ErrShardFenced reports a write to a shard that stayed fenced (a move
+	// is cutting over) for longer than Config.FenceWait. Retry later.
+	ErrShardFenced = errors.New("shard is fenced for a move; retry the write shortly")
+	// ErrShardMoved reports a write refused by the shard's old server
+	// because the shard moved, inside a transaction that cannot be retried
+	// transparently. The shard map is reloaded; retry the transaction.
+	ErrShardMoved = errors.New("shard moved to another server during the transaction; retry the transaction")
+	// ErrUnroutableSQL reports SQL the plugin cannot route safely (raw SQL
+	// naming a sharded table outside a shard-pinned transaction, a result
+	// shape that cannot be merged across shards, a table name that hides
+	// the model's table). It is refused, never sent to a default connection.
+	ErrUnroutableSQL = errors.New("SQL on a sharded table cannot be routed")
+	// ErrIDShardMismatch reports an ID whose shard bits disagree with the
+	// shard of the row's key (or with another condition of the statement).
+	// Leave the ID zero to have one generated, or fix the key.
+	ErrIDShardMismatch = errors.New("ID's shard bits do not match the row's shard key")
+	// ErrInvalidModel reports a model whose shard tags cannot work (no or
+	// two shard keys, an unsupported key type, a primary key that is not a
+	// 64-bit integer).
+	ErrInvalidModel = errors.New("invalid sharded model")
+)
+
+// ShardError carries where a statement was going when it failed.
+type ShardError struct {
+	Shard  int    // logical shard, -1 when unknown
+	Server string // physical server name, "" when unknown
+	Table  string // table of the statement
+	Err    error
+}
+
+func (e *ShardError) Error() string {
+	if e.Server == "" {
+		return fmt.Sprintf("shardkit: %s (table %s, shard %d)", e.Err, e.Table, e.Shard)
+	}
+	return fmt.Sprintf("shardkit: %s (table %s, shard %d on server %s)", e.Err, e.Table, e.Shard, e.Server)
+}
+
+// Unwrap returns the underlying error.
+func (e *ShardError) Unwrap() error { return e.Err }

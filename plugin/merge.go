@@ -1,0 +1,250 @@
+package plugin
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
+)
+
+// fanoutQuery runs a query on each shard of its plan and merges the rows:
+// slices are concatenated, then sorted by the ORDER BY columns (model
+// fields or map keys) and cut by LIMIT/OFFSET; a single-row destination
+// gets the first merged row; a count is summed.
+func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
+	stmt := db.Statement
+	s := save(stmt)
+	defer s.restore(stmt)
+	raise := stmt.RaiseErrorOnNotFound
+	defer func() { stmt.RaiseErrorOnNotFound = raise }()
+	stmt.RaiseErrorOnNotFound = false
+
+	rv := reflect.Indirect(s.rv)
+	var (
+		count    bool
+		sliceTyp reflect.Type
+		single   bool
+	)
+	switch rv.Kind() {
+	case reflect.Slice:
+		sliceTyp = rv.Type()
+	case reflect.Struct, reflect.Map:
+		sliceTyp, single = reflect.SliceOf(rv.Type()), true
+	case reflect.Int64, reflect.Int:
+		count = true
+	default:
+		fail(db, f.m, -1, fmt.Errorf("%w: cannot merge a %s result across shards; use Find into a slice, or scope the query to one shard", ErrUnroutableSQL, rv.Kind()))
+		return
+	}
+	keys, err := orderKeys(stmt, f.m)
+	if err != nil {
+		fail(db, f.m, -1, err)
+		return
+	}
+	limit, offset := -1, 0
+	base := s.clauses
+	if c, ok := base["LIMIT"]; ok {
+		if l, ok := c.Expression.(clause.Limit); ok && (l.Limit != nil || l.Offset > 0) {
+			if l.Limit != nil {
+				limit = *l.Limit
+				n := limit + l.Offset
+				l.Limit = &n
+			}
+			offset, l.Offset = l.Offset, 0
+			base = cloneWith(base, "LIMIT", clause.Clause{Name: c.Name, Expression: l, BeforeExpression: c.BeforeExpression, AfterExpression: c.AfterExpression, AfterNameExpression: c.AfterNameExpression})
+		}
+	}
+
+	var sum int64
+	var acc reflect.Value
+	if !count {
+		acc = reflect.MakeSlice(sliceTyp, 0, 16)
+	}
+	for _, shard := range f.shards {
+		if err := p.prepare(db, f, shard, base); err != nil {
+			fail(db, f.m, shard, err)
+			return
+		}
+		if count {
+			var n int64
+			stmt.Dest, stmt.ReflectValue = &n, reflect.ValueOf(&n).Elem()
+			p.runQuery(db)
+			sum += n
+		} else {
+			tmp := reflect.New(sliceTyp)
+			stmt.Dest, stmt.ReflectValue = tmp.Interface(), tmp.Elem()
+			p.runQuery(db)
+			acc = reflect.AppendSlice(acc, tmp.Elem())
+		}
+		if db.Error != nil {
+			return
+		}
+	}
+	if count {
+		rv.SetInt(sum)
+		db.RowsAffected = 1
+		return
+	}
+	if len(keys) > 0 {
+		sortRows(acc, keys)
+	}
+	if offset > 0 {
+		acc = acc.Slice(min(offset, acc.Len()), acc.Len())
+	}
+	if limit >= 0 && acc.Len() > limit {
+		acc = acc.Slice(0, limit)
+	}
+	db.RowsAffected = int64(acc.Len())
+	switch {
+	case single && acc.Len() > 0:
+		rv.Set(acc.Index(0))
+	case single:
+		if raise {
+			db.AddError(gorm.ErrRecordNotFound)
+		}
+	default:
+		rv.Set(acc)
+	}
+}
+
+func cloneWith(m map[string]clause.Clause, k string, v clause.Clause) map[string]clause.Clause {
+	out := make(map[string]clause.Clause, len(m))
+	for key, val := range m {
+		out[key] = val
+	}
+	out[k] = v
+	return out
+}
+
+// orderKey is one ORDER BY column resolved to a model field or map key.
+type orderKey struct {
+	field *schema.Field // nil: map rows, use name
+	name  string
+	desc  bool
+}
+
+func orderKeys(stmt *gorm.Statement, m *model) ([]orderKey, error) {
+	c, ok := stmt.Clauses["ORDER BY"]
+	if !ok {
+		return nil, nil
+	}
+	ob, ok := c.Expression.(clause.OrderBy)
+	if !ok || ob.Expression != nil {
+		return nil, fmt.Errorf("%w: ORDER BY expression cannot be merged across shards", ErrUnroutableSQL)
+	}
+	var keys []orderKey
+	for _, col := range ob.Columns {
+		var parts [][2]string // name, direction
+		if col.Column.Raw {
+			for _, item := range strings.Split(col.Column.Name, ",") {
+				f := strings.Fields(item)
+				if len(f) == 0 || len(f) > 2 {
+					return nil, fmt.Errorf("%w: ORDER BY %q cannot be merged across shards", ErrUnroutableSQL, col.Column.Name)
+				}
+				dir := ""
+				if len(f) == 2 {
+					dir = strings.ToLower(f[1])
+				}
+				parts = append(parts, [2]string{f[0], dir})
+			}
+		} else {
+			dir := ""
+			if col.Desc {
+				dir = "desc"
+			}
+			parts = append(parts, [2]string{col.Column.Name, dir})
+		}
+		for _, pt := range parts {
+			_, name := splitColumn(pt[0])
+			if name == clause.PrimaryKey {
+				name = m.pk.DBName
+			}
+			k := orderKey{name: name, desc: pt[1] == "desc"}
+			if pt[1] != "" && pt[1] != "asc" && pt[1] != "desc" {
+				return nil, fmt.Errorf("%w: ORDER BY %q cannot be merged across shards", ErrUnroutableSQL, pt[0]+" "+pt[1])
+			}
+			k.field = m.schema.LookUpField(name)
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// sortRows sorts merged rows (structs of the model, pointers to them, or
+// maps) by the ORDER BY keys.
+func sortRows(rows reflect.Value, keys []orderKey) {
+	get := func(i int, k orderKey) reflect.Value {
+		row := reflect.Indirect(rows.Index(i))
+		switch row.Kind() {
+		case reflect.Struct:
+			if k.field != nil {
+				return reflect.Indirect(row.FieldByIndex(k.field.StructField.Index))
+			}
+		case reflect.Map:
+			if v := row.MapIndex(reflect.ValueOf(k.name)); v.IsValid() {
+				return reflect.Indirect(reflect.ValueOf(v.Interface()))
+			}
+		}
+		return reflect.Value{}
+	}
+	tmp := make([]reflect.Value, rows.Len())
+	for i := range tmp {
+		tmp[i] = reflect.ValueOf(rows.Index(i).Interface())
+	}
+	idx := make([]int, rows.Len())
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		for _, k := range keys {
+			c := compare(get(idx[a], k), get(idx[b], k))
+			if c != 0 {
+				return (c < 0) != k.desc
+			}
+		}
+		return false
+	})
+	for i, j := range idx {
+		rows.Index(i).Set(tmp[j])
+	}
+}
+
+// compare orders two scalar values; unknown kinds compare equal.
+func compare(a, b reflect.Value) int {
+	if !a.IsValid() || !b.IsValid() {
+		return 0
+	}
+	switch a.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return cmp3(a.Int() < b.Int(), a.Int() > b.Int())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return cmp3(a.Uint() < b.Uint(), a.Uint() > b.Uint())
+	case reflect.Float32, reflect.Float64:
+		return cmp3(a.Float() < b.Float(), a.Float() > b.Float())
+	case reflect.String:
+		return strings.Compare(a.String(), b.String())
+	case reflect.Bool:
+		return cmp3(!a.Bool() && b.Bool(), a.Bool() && !b.Bool())
+	}
+	if ta, ok := a.Interface().(time.Time); ok {
+		if tb, ok := b.Interface().(time.Time); ok {
+			return ta.Compare(tb)
+		}
+	}
+	return 0
+}
+
+func cmp3(less, more bool) int {
+	switch {
+	case less:
+		return -1
+	case more:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,175 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/router"
+)
+
+// Plugin is the shardkit GORM plugin. Create it with Register and install
+// it with db.Use.
+type Plugin struct {
+	cfg     Config
+	router  *router.Router
+	models  []any
+	byTable map[string]*model // read-only after Initialize
+	pools   *pools
+	root    *rootPool
+	orig    originals
+}
+
+// originals are GORM's own callbacks that the plugin wraps.
+type originals struct {
+	begin, create, query, update, delete func(*gorm.DB)
+}
+
+var _ gorm.Plugin = (*Plugin)(nil)
+
+// Register returns a plugin that routes the given models (pointers to
+// structs, e.g. &Photo{}) by their shard tags. Each model has exactly one
+// field tagged shard:"key" (the shard key: an integer, key mod shards, or
+// a string, router.HashString(key) mod shards) or shard:"id" (another
+// sharded ID: the row lives in that ID's shard), and one 64-bit integer
+// primary key. Tables of other models pass through untouched.
+func Register(cfg Config, models ...any) *Plugin {
+	cfg = cfg.withDefaults()
+	return &Plugin{cfg: cfg, router: cfg.Router, models: models, pools: &pools{cfg: &cfg}}
+}
+
+// Name is part of the gorm.Plugin interface.
+func (p *Plugin) Name() string { return "shardkit" }
+
+// Initialize is part of the gorm.Plugin interface: it parses the models,
+// opens a pool per physical server, wraps the default connection so that
+// transactions open on the right server, and installs the callbacks.
+func (p *Plugin) Initialize(db *gorm.DB) error {
+	if p.router == nil {
+		return errors.New("shardkit: plugin.Config.Router is nil; create one with router.New")
+	}
+	snap := p.router.Snapshot()
+	p.byTable = make(map[string]*model, len(p.models))
+	for _, v := range p.models {
+		m, err := parseModel(db, v, snap.Shards)
+		if err != nil {
+			return err
+		}
+		p.byTable[m.table] = m
+	}
+	for _, srv := range snap.Servers() {
+		if _, err := p.pools.get(snap, srv.Name); err != nil {
+			return err
+		}
+	}
+	p.root = &rootPool{ConnPool: db.ConnPool, p: p}
+	db.ConnPool = p.root
+	db.Statement.ConnPool = p.root
+	return p.registerCallbacks(db)
+}
+
+// Close closes the pools of the physical servers. The default connection
+// belongs to the caller.
+func (p *Plugin) Close() error { return p.pools.close() }
+
+func (p *Plugin) registerCallbacks(db *gorm.DB) error {
+	cb := db.Callback()
+	p.orig = originals{
+		begin:  cb.Create().Get("gorm:begin_transaction"),
+		create: cb.Create().Get("gorm:create"),
+		query:  cb.Query().Get("gorm:query"),
+		update: cb.Update().Get("gorm:update"),
+		delete: cb.Delete().Get("gorm:delete"),
+	}
+	if p.orig.begin == nil || p.orig.create == nil || p.orig.query == nil || p.orig.update == nil || p.orig.delete == nil {
+		return errors.New("shardkit: GORM's default callbacks are missing; register the plugin on a gorm.DB from gorm.Open")
+	}
+	steps := []struct {
+		name string
+		err  error
+	}{
+		{"create begin", cb.Create().Replace("gorm:begin_transaction", p.begin)},
+		{"update begin", cb.Update().Replace("gorm:begin_transaction", p.begin)},
+		{"delete begin", cb.Delete().Replace("gorm:begin_transaction", p.begin)},
+		{"assign_id", cb.Create().After("gorm:before_create").Before("gorm:save_before_associations").Register("shardkit:assign_id", p.assignID)},
+		{"create route", cb.Create().After("shardkit:assign_id").Before("gorm:create").Register("shardkit:route", p.route(opCreate))},
+		{"create", cb.Create().Replace("gorm:create", p.execCreate)},
+		{"query route", cb.Query().Before("gorm:query").Register("shardkit:route", p.route(opQuery))},
+		{"query", cb.Query().Replace("gorm:query", p.execQuery)},
+		{"update route", cb.Update().After("gorm:before_update").Before("gorm:update").Register("shardkit:route", p.route(opUpdate))},
+		{"update", cb.Update().Replace("gorm:update", p.execWrite(p.orig.update))},
+		{"delete route", cb.Delete().After("gorm:before_delete").Before("gorm:delete").Register("shardkit:route", p.route(opDelete))},
+		{"delete", cb.Delete().Replace("gorm:delete", p.execWrite(p.orig.delete))},
+		{"row route", cb.Row().Before("gorm:row").Register("shardkit:route", p.route(opRow))},
+		{"raw route", cb.Raw().Before("gorm:raw").Register("shardkit:route", p.route(opRaw))},
+	}
+	for _, s := range steps {
+		if s.err != nil {
+			return fmt.Errorf("shardkit: register %s callback: %w", s.name, s.err)
+		}
+	}
+	return nil
+}
+
+// lookup returns the registered model of a statement's table, and the
+// shard named by a schema-qualified table ("shard_0042.photos"), or -1.
+func (p *Plugin) lookup(stmt *gorm.Statement) (*model, int, error) {
+	if m, ok := p.byTable[stmt.Table]; ok {
+		return m, -1, nil
+	}
+	if strings.HasPrefix(stmt.Table, "shard_") {
+		if i := strings.IndexByte(stmt.Table, '.'); i > 0 {
+			if m, ok := p.byTable[stmt.Table[i+1:]]; ok {
+				shard, err := router.ParseSchemaName(stmt.Table[:i])
+				if err != nil {
+					return nil, -1, fmt.Errorf("%w: table %q: %w", ErrUnroutableSQL, stmt.Table, err)
+				}
+				return m, shard, nil
+			}
+		}
+	}
+	if stmt.Schema != nil && stmt.Table != "" {
+		if m, ok := p.byTable[stmt.Schema.Table]; ok {
+			return nil, -1, fmt.Errorf("%w: table %q for sharded model %s; leave the table name to the plugin", ErrUnroutableSQL, stmt.Table, m.schema.Name)
+		}
+	}
+	return nil, -1, nil
+}
+
+// shardOfScope returns the shard a Shard or ShardOfID scope names.
+func (p *Plugin) shardOfScope(s scope, snap *router.Snapshot) (int, error) {
+	switch s.kind {
+	case scopeID:
+		return shardOfID(s.id, snap)
+	case scopeKey:
+		if k, ok := s.key.(string); ok {
+			return router.ShardOfString(k, snap.Shards)
+		}
+		return shardOfValue(keyInt, s.key, snap)
+	}
+	return 0, fmt.Errorf("%w: AllShards cannot pin a transaction", ErrUnroutableSQL)
+}
+
+func defaultNoSlot(err error) bool {
+	return errors.Is(err, idgen.ErrNoFreeSlot) || errors.Is(err, idgen.ErrLeaseLost) || errors.Is(err, idgen.ErrLeaseExpired)
+}
+
+// fanoutName is the statement clause holding a multi-shard plan.
+const fanoutName = "shardkit:fanout"
+
+// fanout is the plan of a statement that runs on several shards.
+type fanout struct {
+	m      *model
+	snap   *router.Snapshot
+	shards []int
+	rows   map[int][]int // Create: row indexes by shard
+	tx     *shardTx      // GORM's own transaction, if any
+	read   bool
+}
+
+// Build is part of clause.Expression; the plan adds no SQL.
+func (*fanout) Build(clause.Builder) {}

@@ -1,0 +1,132 @@
+package plugin
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"gorm.io/gorm"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// serverDB is one physical server's primary pool. Its own type lets the
+// route callback tell a pool it set from one the caller chose.
+type serverDB struct {
+	*sql.DB
+	name     string
+	replicas []gorm.ConnPool // replica pools, possibly none
+	repDBs   []*sql.DB
+}
+
+// pools opens one pool per physical server on first use and keeps it.
+type pools struct {
+	cfg *Config
+	mu  sync.RWMutex
+	by  map[string]*serverDB
+}
+
+func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
+	ps.mu.RLock()
+	s, ok := ps.by[name]
+	ps.mu.RUnlock()
+	if ok {
+		return s, nil
+	}
+	srv, ok := snap.Server(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", router.ErrUnknownServer, name)
+	}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if s, ok := ps.by[name]; ok {
+		return s, nil
+	}
+	primary, err := ps.open(srv.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
+	}
+	s = &serverDB{DB: primary, name: name}
+	for _, dsn := range srv.Replicas {
+		r, err := ps.open(dsn)
+		if err != nil {
+			_ = primary.Close()
+			return nil, fmt.Errorf("shardkit: open a replica of server %s: %w", name, err)
+		}
+		s.replicas = append(s.replicas, r)
+		s.repDBs = append(s.repDBs, r)
+	}
+	if ps.by == nil {
+		ps.by = map[string]*serverDB{}
+	}
+	ps.by[name] = s
+	return s, nil
+}
+
+func (ps *pools) open(dsn string) (*sql.DB, error) {
+	db, err := ps.cfg.OpenDB(dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(max(ps.cfg.MaxOpenConns, 0))
+	db.SetMaxIdleConns(max(ps.cfg.MaxIdleConns, 0))
+	db.SetConnMaxIdleTime(max(ps.cfg.ConnMaxIdleTime, 0))
+	return db, nil
+}
+
+func (ps *pools) close() error {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	var errs []error
+	for _, s := range ps.by {
+		errs = append(errs, s.DB.Close())
+		for _, r := range s.repDBs {
+			errs = append(errs, r.Close())
+		}
+	}
+	ps.by = nil
+	return errors.Join(errs...)
+}
+
+// rootPool wraps the gorm.DB's own connection pool (the default
+// connection). Unsharded statements pass through it unchanged; BeginTx
+// returns a shardTx so that transactions open on the server their first
+// sharded statement (or their Shard scope) names.
+type rootPool struct {
+	gorm.ConnPool
+	p *Plugin
+}
+
+// BeginTx is part of gorm.ConnPoolBeginner. Nothing is sent to any server
+// until the transaction's first statement, unless the context carries a
+// Shard or ShardOfID scope: then the transaction begins on that shard's
+// server at once, with search_path set to the shard's schema.
+func (r *rootPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
+	tx := &shardTx{p: r.p, ctx: ctx, opts: opts, base: r.ConnPool, shard: -1}
+	if s, ok := ctx.Value(pinKey{}).(scope); ok {
+		snap := r.p.router.Snapshot()
+		shard, err := r.p.shardOfScope(s, snap)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.pin(shard, snap); err != nil {
+			return nil, err
+		}
+	}
+	return tx, nil
+}
+
+// GetDBConn is part of gorm.GetDBConnector: db.DB() still returns the
+// default connection's *sql.DB.
+func (r *rootPool) GetDBConn() (*sql.DB, error) {
+	switch c := r.ConnPool.(type) {
+	case *sql.DB:
+		return c, nil
+	case gorm.GetDBConnector:
+		return c.GetDBConn()
+	}
+	return nil, gorm.ErrInvalidDB
+}

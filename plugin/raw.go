@@ -1,0 +1,63 @@
+package plugin
+
+import (
+	"fmt"
+	"strings"
+
+	"gorm.io/gorm"
+)
+
+// routeRaw handles SQL written by the caller (Raw, Exec, or a Find with
+// SQL already set). SQL that names no sharded table goes to the default
+// connection. SQL that names one runs only inside a shard-pinned
+// transaction, where search_path is the shard's schema; elsewhere it is
+// refused, since the plugin cannot know which shard it means.
+func (p *Plugin) routeRaw(db *gorm.DB) {
+	stmt := db.Statement
+	table := p.mentions(stmt.SQL.String())
+	if table == "" {
+		p.unsharded(stmt)
+		return
+	}
+	if t := txOf(stmt.ConnPool); t != nil && !t.statement {
+		if shard, server := t.pinned(); shard >= 0 {
+			v, err := t.view(server, p.router.Snapshot())
+			if err != nil {
+				db.AddError(&ShardError{Shard: shard, Server: server, Table: table, Err: err})
+				return
+			}
+			stmt.ConnPool = v
+			return
+		}
+	}
+	db.AddError(&ShardError{Shard: -1, Table: table, Err: fmt.Errorf("%w: raw SQL names sharded table %q; run it inside db.Clauses(plugin.Shard(key)).Transaction(…), where search_path is the shard's schema", ErrUnroutableSQL, table)})
+}
+
+// mentions returns the first registered table that sql names as a word,
+// or "".
+func (p *Plugin) mentions(sql string) string {
+	if len(p.byTable) == 0 || sql == "" {
+		return ""
+	}
+	lower := strings.ToLower(sql)
+	for name := range p.byTable {
+		n := strings.ToLower(name)
+		for i := 0; ; {
+			j := strings.Index(lower[i:], n)
+			if j < 0 {
+				break
+			}
+			j += i
+			end := j + len(n)
+			if (j == 0 || !wordByte(lower[j-1])) && (end == len(lower) || !wordByte(lower[end])) {
+				return name
+			}
+			i = j + 1
+		}
+	}
+	return ""
+}
+
+func wordByte(c byte) bool {
+	return c == '_' || c == '$' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c >= 0x80
+}

@@ -1,0 +1,304 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+type op uint8
+
+const (
+	opCreate op = iota + 1
+	opQuery
+	opUpdate
+	opDelete
+	opRow
+	opRaw
+)
+
+func (o op) read() bool { return o == opQuery || o == opRow }
+
+// begin wraps gorm:begin_transaction: a transaction GORM starts around one
+// statement is marked so that it may span that statement's shards.
+func (p *Plugin) begin(db *gorm.DB) {
+	_, wasTx := db.Statement.ConnPool.(gorm.TxCommitter)
+	p.orig.begin(db)
+	if t, ok := db.Statement.ConnPool.(*shardTx); ok && !wasTx {
+		t.statement = true
+	}
+}
+
+// fail records a routing error on the statement.
+func fail(db *gorm.DB, m *model, shard int, err error) {
+	var se *ShardError
+	if errors.As(err, &se) || m == nil {
+		db.AddError(err)
+		return
+	}
+	db.AddError(&ShardError{Shard: shard, Table: m.table, Err: err})
+}
+
+// assignID is shardkit:assign_id. It runs after the user's BeforeCreate
+// hooks: it reads each new row's shard field and fills a zero primary key
+// from the ID source, or checks a given one against the row's shard.
+func (p *Plugin) assignID(db *gorm.DB) {
+	if db.Error != nil {
+		return
+	}
+	m, _, err := p.lookup(db.Statement)
+	if err != nil {
+		db.AddError(err)
+		return
+	}
+	if m == nil {
+		return
+	}
+	snap := p.router.Snapshot()
+	rv := db.Statement.ReflectValue
+	switch rv.Kind() {
+	case reflect.Struct:
+		p.assignRow(db, m, rv, snap)
+	case reflect.Slice, reflect.Array:
+		for i := 0; i < rv.Len() && db.Error == nil; i++ {
+			p.assignRow(db, m, reflect.Indirect(rv.Index(i)), snap)
+		}
+	default:
+		fail(db, m, -1, fmt.Errorf("%w: Create from a %s; create from a struct or a slice of structs", ErrUnroutableSQL, rv.Kind()))
+	}
+}
+
+func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *router.Snapshot) {
+	ctx := db.Statement.Context
+	shard, err := m.shardOfRow(db, row, snap)
+	if err != nil {
+		if errors.Is(err, errZeroKey) {
+			err = ErrMissingShardKey
+		}
+		fail(db, m, -1, err)
+		return
+	}
+	pk := m.pk.ReflectValueOf(ctx, row)
+	if !pk.IsZero() {
+		id := pk.Convert(int64Type).Int()
+		if s, err := shardOfID(id, snap); err != nil || s != shard {
+			fail(db, m, shard, fmt.Errorf("%w: ID %d is in shard %d, the row's %s is in shard %d", ErrIDShardMismatch, id, s, m.key.Name, shard))
+		}
+		return
+	}
+	if p.cfg.IDs == nil {
+		return // DEFAULT next_id(), read back with RETURNING
+	}
+	id, err := p.cfg.IDs.Next(ctx, shard)
+	if err != nil {
+		if p.cfg.NoSlot(err) {
+			return
+		}
+		fail(db, m, shard, fmt.Errorf("new ID: %w", err))
+		return
+	}
+	if pk.Kind() == reflect.Int64 || pk.Kind() == reflect.Int {
+		pk.SetInt(id)
+	} else {
+		pk.SetUint(uint64(id))
+	}
+}
+
+// route returns shardkit:route for one kind of statement. It finds the
+// statement's logical shards, then sets the table to the shard's schema
+// and the connection to the shard's server (or the transaction's part
+// there). Several shards leave a plan for the executor.
+func (p *Plugin) route(o op) func(*gorm.DB) {
+	return func(db *gorm.DB) {
+		if db.Error != nil {
+			return
+		}
+		stmt := db.Statement
+		if o == opRaw || stmt.SQL.Len() > 0 {
+			p.routeRaw(db)
+			return
+		}
+		m, hint, err := p.lookup(stmt)
+		if err != nil {
+			db.AddError(err)
+			return
+		}
+		if m == nil {
+			p.unsharded(stmt)
+			return
+		}
+		snap := p.router.Snapshot()
+		var set shardSet
+		var rows map[int][]int
+		if o == opCreate {
+			set, rows, err = m.createShards(db, snap)
+		} else {
+			set, err = m.statementShards(db, o, snap)
+		}
+		if err == nil && hint >= 0 {
+			set = set.and(one(hint))
+		}
+		if err == nil {
+			set, err = p.scoped(stmt, set, snap)
+		}
+		if err != nil {
+			fail(db, m, -1, err)
+			return
+		}
+		t := txOf(stmt.ConnPool)
+		if !set.known {
+			if t != nil && !t.statement {
+				if s, _ := t.pinned(); s >= 0 {
+					set = one(s)
+				}
+			}
+			if !set.known {
+				fail(db, m, -1, ErrMissingShardKey)
+				return
+			}
+		}
+		if set.all {
+			set.list = make([]int, snap.Shards)
+			for i := range set.list {
+				set.list[i] = i
+			}
+		}
+		switch len(set.list) {
+		case 0:
+			fail(db, m, -1, fmt.Errorf("%w: the statement's conditions name different shards, so no row can match", ErrIDShardMismatch))
+		case 1:
+			if err := p.apply(db, m, o, set.list[0], snap, t); err != nil {
+				fail(db, m, set.list[0], err)
+			}
+		default:
+			if t != nil && !t.statement {
+				fail(db, m, set.list[0], fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(set.list)))
+				return
+			}
+			if o == opRow {
+				fail(db, m, -1, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL))
+				return
+			}
+			stmt.Clauses[fanoutName] = clause.Clause{Expression: &fanout{m: m, snap: snap, shards: set.list, rows: rows, tx: t, read: o.read()}}
+		}
+	}
+}
+
+// scoped applies the statement's Shard, ShardOfID or AllShards scope.
+func (p *Plugin) scoped(stmt *gorm.Statement, set shardSet, snap *router.Snapshot) (shardSet, error) {
+	sc, ok := scopeOf(stmt)
+	if !ok {
+		return set, nil
+	}
+	if sc.kind == scopeAll {
+		return set.and(shardSet{known: true, all: true}), nil
+	}
+	s, err := p.shardOfScope(sc, snap)
+	if err != nil {
+		return set, err
+	}
+	return set.and(one(s)), nil
+}
+
+// txOf returns the shardTx behind a statement's connection, if any.
+func txOf(cp gorm.ConnPool) *shardTx {
+	switch c := cp.(type) {
+	case *shardTx:
+		return c
+	case *txView:
+		return c.t
+	}
+	return nil
+}
+
+// unsharded gives a statement on an unregistered table back the default
+// connection when it inherited a shard server's from a parent statement.
+func (p *Plugin) unsharded(stmt *gorm.Statement) {
+	switch c := stmt.ConnPool.(type) {
+	case *serverDB:
+		stmt.ConnPool = p.root
+	case *txView:
+		stmt.ConnPool = c.t
+	}
+}
+
+// apply routes a statement to one shard.
+func (p *Plugin) apply(db *gorm.DB, m *model, o op, shard int, snap *router.Snapshot, t *shardTx) error {
+	stmt := db.Statement
+	pl, err := snap.Placement(shard)
+	if err != nil {
+		return err
+	}
+	if !o.read() && pl.State == router.StateFenced {
+		if pl, err = p.waitFence(stmt.Context, shard); err != nil {
+			return err
+		}
+	}
+	stmt.Table = m.qualified[shard]
+	if t == nil {
+		srv, err := p.pools.get(snap, pl.Server)
+		if err != nil {
+			return err
+		}
+		stmt.ConnPool = p.conn(stmt, srv, o.read())
+		return nil
+	}
+	var v *txView
+	if t.statement {
+		v, err = t.view(pl.Server, snap)
+	} else {
+		v, err = t.pin(shard, snap)
+	}
+	if err != nil {
+		return err
+	}
+	stmt.ConnPool = v
+	return nil
+}
+
+// conn picks a server's primary or one of its replicas.
+func (p *Plugin) conn(stmt *gorm.Statement, srv *serverDB, read bool) gorm.ConnPool {
+	if !read || len(srv.replicas) == 0 {
+		return srv
+	}
+	if _, ok := stmt.Settings.Load(dbresolverWrite); ok {
+		return srv
+	}
+	if _, locking := stmt.Clauses["FOR"]; locking {
+		return srv
+	}
+	return p.cfg.ReplicaPolicy.Resolve(srv.replicas)
+}
+
+// dbresolverWrite is the statement setting dbresolver.Write stores.
+const dbresolverWrite = "gorm:db_resolver:write"
+
+// waitFence holds a write to a fenced shard until the map shows it
+// unfenced, or FenceWait passes.
+func (p *Plugin) waitFence(ctx context.Context, shard int) (router.Placement, error) {
+	deadline := time.Now().Add(p.cfg.FenceWait)
+	for {
+		pl, err := p.router.Snapshot().Placement(shard)
+		if err != nil {
+			return pl, err
+		}
+		if pl.State != router.StateFenced {
+			return pl, nil
+		}
+		if p.cfg.FenceWait < 0 || time.Now().After(deadline) {
+			return pl, &ShardError{Shard: shard, Server: pl.Server, Err: ErrShardFenced}
+		}
+		select {
+		case <-ctx.Done():
+			return pl, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package plugin
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// shardTx is a transaction as GORM sees it. It opens real transactions
+// lazily: on the server of the first sharded statement (or of the Shard
+// scope it was begun with), and on the default connection for unsharded
+// statements. A user transaction is pinned to one logical shard; GORM's own
+// per-statement transaction (around a Create, Update or Delete) may span
+// the shards of that one statement.
+type shardTx struct {
+	p    *Plugin
+	ctx  context.Context
+	opts *sql.TxOptions
+	base gorm.ConnPool
+
+	mu        sync.Mutex
+	shard     int    // pinned logical shard, -1: none yet
+	server    string // server of the pinned shard
+	statement bool   // GORM's own transaction around one statement
+	txs       []*txView
+	def       gorm.ConnPool // transaction on the default connection
+	done      bool
+}
+
+// txView is the part of a shardTx on one server. Statements routed there
+// use it as their ConnPool; committing it commits the whole shardTx.
+type txView struct {
+	*sql.Tx
+	t      *shardTx
+	server string
+}
+
+// Commit is part of gorm.TxCommitter: it commits the whole transaction.
+func (v *txView) Commit() error { return v.t.Commit() }
+
+// Rollback is part of gorm.TxCommitter: it rolls back the whole transaction.
+func (v *txView) Rollback() error { return v.t.Rollback() }
+
+const setSearchPath = `SELECT set_config('search_path', $1, true)`
+
+// pin binds the transaction to a logical shard: it begins on the shard's
+// server and sets search_path to the shard's schema for raw SQL.
+func (t *shardTx) pin(shard int, snap *router.Snapshot) (*txView, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.shard >= 0 {
+		if t.shard != shard {
+			return nil, &ShardError{Shard: shard, Server: t.server, Err: ErrCrossShard}
+		}
+		return t.viewLocked(t.server, snap)
+	}
+	pl, err := snap.Placement(shard)
+	if err != nil {
+		return nil, err
+	}
+	v, err := t.viewLocked(pl.Server, snap)
+	if err != nil {
+		return nil, err
+	}
+	path := pgx.Identifier{pl.Schema}.Sanitize()
+	if _, err := v.Tx.ExecContext(t.ctx, setSearchPath, path); err != nil {
+		return nil, &ShardError{Shard: shard, Server: pl.Server, Err: fmt.Errorf("set search_path: %w", err)}
+	}
+	t.shard, t.server = shard, pl.Server
+	return v, nil
+}
+
+// view returns the transaction's part on a server, beginning it if needed.
+func (t *shardTx) view(server string, snap *router.Snapshot) (*txView, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.viewLocked(server, snap)
+}
+
+func (t *shardTx) viewLocked(server string, snap *router.Snapshot) (*txView, error) {
+	if t.done {
+		return nil, sql.ErrTxDone
+	}
+	for _, v := range t.txs {
+		if v.server == server {
+			return v, nil
+		}
+	}
+	db, err := t.p.pools.get(snap, server)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := db.BeginTx(t.ctx, t.opts)
+	if err != nil {
+		return nil, &ShardError{Shard: -1, Server: server, Err: fmt.Errorf("begin: %w", err)}
+	}
+	v := &txView{Tx: tx, t: t, server: server}
+	t.txs = append(t.txs, v)
+	return v, nil
+}
+
+// pinned returns the pinned shard and server, or -1.
+func (t *shardTx) pinned() (int, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.shard, t.server
+}
+
+// drop rolls back and forgets the part on one server (a statement-scoped
+// retry after the server refused a write for a moved shard).
+func (t *shardTx) drop(server string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i, v := range t.txs {
+		if v.server == server {
+			_ = v.Tx.Rollback()
+			t.txs = append(t.txs[:i], t.txs[i+1:]...)
+			return
+		}
+	}
+}
+
+func (t *shardTx) defTx() (gorm.ConnPool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return nil, sql.ErrTxDone
+	}
+	if t.def != nil {
+		return t.def, nil
+	}
+	var err error
+	switch b := t.base.(type) {
+	case gorm.TxBeginner:
+		t.def, err = b.BeginTx(t.ctx, t.opts)
+	case gorm.ConnPoolBeginner:
+		t.def, err = b.BeginTx(t.ctx, t.opts)
+	default:
+		err = gorm.ErrInvalidTransaction
+	}
+	if err != nil {
+		t.def = nil
+	}
+	return t.def, err
+}
+
+// PrepareContext is part of gorm.ConnPool; unsharded statements in the
+// transaction run on the default connection.
+func (t *shardTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	d, err := t.defTx()
+	if err != nil {
+		return nil, err
+	}
+	return d.PrepareContext(ctx, query)
+}
+
+// ExecContext is part of gorm.ConnPool (see PrepareContext).
+func (t *shardTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	d, err := t.defTx()
+	if err != nil {
+		return nil, err
+	}
+	return d.ExecContext(ctx, query, args...)
+}
+
+// QueryContext is part of gorm.ConnPool (see PrepareContext).
+func (t *shardTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	d, err := t.defTx()
+	if err != nil {
+		return nil, err
+	}
+	return d.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext is part of gorm.ConnPool (see PrepareContext). A failure
+// to begin surfaces when the row is scanned.
+func (t *shardTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	d, err := t.defTx()
+	if err != nil {
+		ctx, cancel := context.WithCancel(ctx)
+		cancel()
+		return t.base.QueryRowContext(ctx, query, args...) // a row carrying ctx.Err(), nothing sent
+	}
+	return d.QueryRowContext(ctx, query, args...)
+}
+
+// Commit is part of gorm.TxCommitter. It commits each server's part, then
+// the default connection's. Only GORM's own per-statement transaction of
+// a multi-shard write has parts on several servers; those commits are
+// not atomic together.
+func (t *shardTx) Commit() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return sql.ErrTxDone
+	}
+	t.done = true
+	var errs []error
+	for i, v := range t.txs {
+		if err := v.Tx.Commit(); err != nil {
+			errs = append(errs, &ShardError{Shard: t.shard, Server: v.server, Err: fmt.Errorf("commit: %w", err)})
+			for _, rest := range t.txs[i+1:] {
+				_ = rest.Tx.Rollback()
+			}
+			if c, ok := t.def.(gorm.TxCommitter); ok {
+				_ = c.Rollback()
+			}
+			return errors.Join(errs...)
+		}
+	}
+	if c, ok := t.def.(gorm.TxCommitter); ok {
+		if err := c.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Rollback is part of gorm.TxCommitter.
+func (t *shardTx) Rollback() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.done {
+		return sql.ErrTxDone
+	}
+	t.done = true
+	var errs []error
+	for _, v := range t.txs {
+		if err := v.Tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+			errs = append(errs, err)
+		}
+	}
+	if c, ok := t.def.(gorm.TxCommitter); ok {
+		if err := c.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
