@@ -2,46 +2,66 @@ package metrics
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/shardkit/shardkit/router"
 )
 
-const startKey = "photos:metrics_start"
+// Statement settings the callbacks keep between the two halves of a pair.
+const (
+	startKey = "photos:metrics_start"
+	fenceKey = "photos:metrics_fence"
+)
 
-// ServerOf names the physical server a finished statement ran on; "" when
-// unknown (for example a statement refused before routing).
-type ServerOf func(*gorm.Statement) string
+// routeCallback is the shardkit plugin's routing callback, which holds
+// writes to fenced shards.
+const routeCallback = "shardkit:route"
 
-// InstrumentGORM registers a callback pair around each of GORM's
-// processors: the first callback of each kind records the start time, the
-// last observes the latency under the server serverOf names.
-func (m *Metrics) InstrumentGORM(db *gorm.DB, serverOf ServerOf) error {
+type fenceStart struct {
+	at   time.Time
+	snap *router.Snapshot
+}
+
+// InstrumentGORM registers callback pairs on db, which must already use the
+// shardkit plugin:
+//
+//   - around each of GORM's processors (create, query, update, delete, row,
+//     raw): statement counts, errors and latencies by physical server (read
+//     from the schema-qualified table the plugin routed to; "multi" for a
+//     statement spread over several shards);
+//   - around the plugin's routing step of writes: the time a write waited
+//     because its shard was fenced for a move.
+func (m *Metrics) InstrumentGORM(db *gorm.DB, rt *router.Router) error {
 	cb := db.Callback()
-	kinds := []struct {
-		kind     string
-		before func(name string, fn func(*gorm.DB)) error
-		after  func(name string, fn func(*gorm.DB)) error
+	regs := []struct {
+		name string
+		err  error
 	}{
-		{"create", func(n string, f func(*gorm.DB)) error { return cb.Create().Before("*").Register(n, f) },
-			func(n string, f func(*gorm.DB)) error { return cb.Create().After("*").Register(n, f) }},
-		{"query", func(n string, f func(*gorm.DB)) error { return cb.Query().Before("*").Register(n, f) },
-			func(n string, f func(*gorm.DB)) error { return cb.Query().After("*").Register(n, f) }},
-		{"update", func(n string, f func(*gorm.DB)) error { return cb.Update().Before("*").Register(n, f) },
-			func(n string, f func(*gorm.DB)) error { return cb.Update().After("*").Register(n, f) }},
-		{"delete", func(n string, f func(*gorm.DB)) error { return cb.Delete().Before("*").Register(n, f) },
-			func(n string, f func(*gorm.DB)) error { return cb.Delete().After("*").Register(n, f) }},
-		{"row", func(n string, f func(*gorm.DB)) error { return cb.Row().Before("*").Register(n, f) },
-			func(n string, f func(*gorm.DB)) error { return cb.Row().After("*").Register(n, f) }},
-		{"raw", func(n string, f func(*gorm.DB)) error { return cb.Raw().Before("*").Register(n, f) },
-			func(n string, f func(*gorm.DB)) error { return cb.Raw().After("*").Register(n, f) }},
+		{"create start", cb.Create().Before("*").Register("photos:metrics_start", start)},
+		{"create end", cb.Create().After("*").Register("photos:metrics_end", m.end("create", rt))},
+		{"query start", cb.Query().Before("*").Register("photos:metrics_start", start)},
+		{"query end", cb.Query().After("*").Register("photos:metrics_end", m.end("query", rt))},
+		{"update start", cb.Update().Before("*").Register("photos:metrics_start", start)},
+		{"update end", cb.Update().After("*").Register("photos:metrics_end", m.end("update", rt))},
+		{"delete start", cb.Delete().Before("*").Register("photos:metrics_start", start)},
+		{"delete end", cb.Delete().After("*").Register("photos:metrics_end", m.end("delete", rt))},
+		{"row start", cb.Row().Before("*").Register("photos:metrics_start", start)},
+		{"row end", cb.Row().After("*").Register("photos:metrics_end", m.end("row", rt))},
+		{"raw start", cb.Raw().Before("*").Register("photos:metrics_start", start)},
+		{"raw end", cb.Raw().After("*").Register("photos:metrics_end", m.end("raw", rt))},
+		{"create fence start", cb.Create().Before(routeCallback).Register("photos:fence_start", fenceBegin(rt))},
+		{"create fence end", cb.Create().After(routeCallback).Register("photos:fence_end", m.fenceEnd)},
+		{"update fence start", cb.Update().Before(routeCallback).Register("photos:fence_start", fenceBegin(rt))},
+		{"update fence end", cb.Update().After(routeCallback).Register("photos:fence_end", m.fenceEnd)},
+		{"delete fence start", cb.Delete().Before(routeCallback).Register("photos:fence_start", fenceBegin(rt))},
+		{"delete fence end", cb.Delete().After(routeCallback).Register("photos:fence_end", m.fenceEnd)},
 	}
-	for _, k := range kinds {
-		if err := k.before("photos:metrics_start_"+k.kind, start); err != nil {
-			return fmt.Errorf("photos: register metrics callback: %w", err)
-		}
-		if err := k.after("photos:metrics_end_"+k.kind, m.end(k.kind, serverOf)); err != nil {
-			return fmt.Errorf("photos: register metrics callback: %w", err)
+	for _, r := range regs {
+		if r.err != nil {
+			return fmt.Errorf("photos: register the %s metrics callback: %w", r.name, r.err)
 		}
 	}
 	return nil
@@ -51,24 +71,68 @@ func start(db *gorm.DB) {
 	db.Statement.Settings.Store(startKey, time.Now())
 }
 
-func (m *Metrics) end(kind string, serverOf ServerOf) func(*gorm.DB) {
+// routedShard returns the logical shard of a statement's schema-qualified
+// table ("shard_0042.photos"), or false.
+func routedShard(stmt *gorm.Statement) (int, bool) {
+	schema, _, ok := strings.Cut(stmt.Table, ".")
+	if !ok {
+		return 0, false
+	}
+	shard, err := router.ParseSchemaName(schema)
+	return shard, err == nil
+}
+
+// serverOf names the server a routed statement ran on: "multi" for one
+// spread over several shards, "default" for an unrouted one.
+func serverOf(stmt *gorm.Statement, snap *router.Snapshot) string {
+	if shard, ok := routedShard(stmt); ok {
+		if p, err := snap.Placement(shard); err == nil {
+			return p.Server
+		}
+	}
+	if _, ok := stmt.Clauses["shardkit:fanout"]; ok {
+		return "multi"
+	}
+	return "default"
+}
+
+func (m *Metrics) end(kind string, rt *router.Router) func(*gorm.DB) {
 	return func(db *gorm.DB) {
 		v, ok := db.Statement.Settings.Load(startKey)
 		if !ok {
 			return
 		}
 		t, _ := v.(time.Time)
-		server := ""
-		if serverOf != nil {
-			server = serverOf(db.Statement)
-		}
-		if server == "" {
-			server = "unknown"
-		}
+		server := serverOf(db.Statement, rt.Snapshot())
 		m.statements.WithLabelValues(server, kind).Inc()
 		m.stmtTime.WithLabelValues(server, kind).Observe(time.Since(t).Seconds())
 		if db.Error != nil {
 			m.stmtErrors.WithLabelValues(server, kind).Inc()
 		}
 	}
+}
+
+func fenceBegin(rt *router.Router) func(*gorm.DB) {
+	return func(db *gorm.DB) {
+		db.Statement.Settings.Store(fenceKey, fenceStart{at: time.Now(), snap: rt.Snapshot()})
+	}
+}
+
+// fenceEnd observes the routing time of a write whose shard was fenced in
+// the map the plugin routed with: that time is the plugin's fence wait.
+func (m *Metrics) fenceEnd(db *gorm.DB) {
+	v, ok := db.Statement.Settings.Load(fenceKey)
+	if !ok {
+		return
+	}
+	fs, _ := v.(fenceStart)
+	shard, ok := routedShard(db.Statement)
+	if !ok || fs.snap == nil {
+		return
+	}
+	p, err := fs.snap.Placement(shard)
+	if err != nil || p.State != router.StateFenced {
+		return
+	}
+	m.ObserveFenceWait(p.Server, time.Since(fs.at))
 }

@@ -10,8 +10,10 @@ package metrics
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/wire"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -25,6 +27,7 @@ type Metrics struct {
 	fenceWait  *prometheus.HistogramVec
 	requests   *prometheus.CounterVec
 	reqTime    *prometheus.HistogramVec
+	fenceMax   atomic.Int64 // longest fence wait seen, ns
 }
 
 // New creates the collectors and registers them (and the Go and process
@@ -76,7 +79,16 @@ func (m *Metrics) Handler() http.Handler {
 // ObserveFenceWait records how long a write waited on a fenced shard.
 func (m *Metrics) ObserveFenceWait(server string, d time.Duration) {
 	m.fenceWait.WithLabelValues(server).Observe(d.Seconds())
+	for {
+		cur := m.fenceMax.Load()
+		if int64(d) <= cur || m.fenceMax.CompareAndSwap(cur, int64(d)) {
+			return
+		}
+	}
 }
+
+// MaxFenceWait is the longest wait ObserveFenceWait has seen.
+func (m *Metrics) MaxFenceWait() time.Duration { return time.Duration(m.fenceMax.Load()) }
 
 // statusWriter remembers the status code written.
 type statusWriter struct {
@@ -104,3 +116,9 @@ func (m *Metrics) Middleware(next http.Handler) http.Handler {
 		m.reqTime.WithLabelValues(route).Observe(time.Since(start).Seconds())
 	})
 }
+
+// ProviderSet provides a fresh registry and the metrics on it.
+var ProviderSet = wire.NewSet(NewRegistry, New)
+
+// NewRegistry returns an empty Prometheus registry.
+func NewRegistry() *prometheus.Registry { return prometheus.NewRegistry() }

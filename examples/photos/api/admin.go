@@ -1,0 +1,157 @@
+package api
+
+import (
+	"context"
+	_ "embed"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/rebalance"
+	"github.com/shardkit/shardkit/router"
+)
+
+//go:embed admin.html
+var adminHTML []byte
+
+// Admin serves the admin page (/admin) and the JSON it draws from
+// (/admin/api/...): the shard map, rows per server, moves, and a user's
+// photos with their IDs decoded.
+type Admin struct {
+	rt    *router.Router
+	stats *store.Stats
+	st    *store.Store
+	log   *slog.Logger
+}
+
+// NewAdmin returns the admin handlers.
+func NewAdmin(rt *router.Router, stats *store.Stats, st *store.Store, log *slog.Logger) *Admin {
+	return &Admin{rt: rt, stats: stats, st: st, log: log}
+}
+
+// Register adds the admin routes to mux.
+func (a *Admin) Register(mux *http.ServeMux) {
+	mux.HandleFunc("GET /admin", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write(adminHTML)
+	})
+	mux.HandleFunc("GET /admin/api/map", a.shardMap)
+	mux.HandleFunc("GET /admin/api/rows", a.rows)
+	mux.HandleFunc("GET /admin/api/moves", a.moves)
+	mux.HandleFunc("GET /admin/api/users/{id}/photos", a.userPhotos)
+}
+
+// MapView is the shard map as the admin page draws it: servers, and per
+// shard (by number) the index of its server and its state.
+type MapView struct {
+	Version int64    `json:"version"`
+	Shards  int      `json:"shards"`
+	Servers []string `json:"servers"`
+	States  []string `json:"server_states"`
+	Server  []int    `json:"server"` // per shard: index into Servers
+	State   []string `json:"state"`  // per shard: active | moving | fenced
+}
+
+// View returns the map view of a snapshot.
+func View(snap *router.Snapshot) MapView {
+	v := MapView{Version: snap.Version, Shards: snap.Shards}
+	idx := map[string]int{}
+	for i, s := range snap.Servers() {
+		idx[s.Name] = i
+		v.Servers = append(v.Servers, s.Name)
+		v.States = append(v.States, s.State)
+	}
+	for _, p := range snap.Placements() {
+		v.Server = append(v.Server, idx[p.Server])
+		v.State = append(v.State, string(p.State))
+	}
+	return v
+}
+
+func (a *Admin) shardMap(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, View(a.rt.Snapshot()))
+}
+
+func (a *Admin) rows(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	rows, err := a.stats.Rows(ctx, a.rt.Snapshot())
+	if err != nil {
+		a.log.ErrorContext(ctx, "count rows", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, rows)
+}
+
+// MoveView is one move for the admin page.
+type MoveView struct {
+	ID       int64   `json:"id,string"`
+	Shard    int     `json:"shard"`
+	Source   string  `json:"source"`
+	Target   string  `json:"target"`
+	State    string  `json:"state"`
+	Step     string  `json:"step"`
+	Doing    string  `json:"doing"`
+	Error    string  `json:"error"`
+	FencedMs float64 `json:"fenced_ms"`
+	Started  string  `json:"started"`
+}
+
+func (a *Admin) moves(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	ms, err := rebalance.RecentMoves(ctx, a.rt.Catalog(), 50)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	out := make([]MoveView, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, MoveView{
+			ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, State: string(m.State),
+			Step: string(m.Step), Doing: string(m.Doing), Error: m.Error,
+			FencedMs: float64(m.FencedFor) / float64(time.Millisecond), Started: m.Started.UTC().Format(time.RFC3339),
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// DecodedPhoto is a photo with its ID split into its parts, and where its
+// shard lives now.
+type DecodedPhoto struct {
+	store.Photo
+	Parts  idgen.Parts `json:"parts"`
+	Server string      `json:"server"`
+	Schema string      `json:"schema"`
+}
+
+func (a *Admin) userPhotos(w http.ResponseWriter, r *http.Request) {
+	id, before, limit, ok := listArgs(w, r)
+	if !ok {
+		return
+	}
+	ps, err := a.st.ListPhotos(r.Context(), id, before, limit)
+	if err != nil {
+		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
+		return
+	}
+	snap := a.rt.Snapshot()
+	out := make([]DecodedPhoto, 0, len(ps))
+	for _, p := range ps {
+		parts, err := snap.Layout.Decode(p.ID)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		d := DecodedPhoto{Photo: p, Parts: parts}
+		if pl, err := snap.Placement(parts.Shard); err == nil {
+			d.Server, d.Schema = pl.Server, pl.Schema
+		}
+		out = append(out, d)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"user_id": strconv.FormatInt(id, 10), "items": out})
+}

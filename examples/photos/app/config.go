@@ -1,0 +1,112 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/shardkit/shardkit/examples/photos/api"
+	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/migrations"
+)
+
+// Environment variables read by ParseConfig; a flag given on the command
+// line wins over its variable.
+const (
+	EnvCatalog   = "SHARDKIT_CATALOG"  // catalog DSN
+	EnvServers   = "SHARDKIT_SERVERS"  // shard servers to provision: name=DSN,name=DSN,…
+	EnvAddr      = "PHOTOS_ADDR"       // listen address, default :8080
+	EnvProvision = "PHOTOS_PROVISION"  // "true": provision catalog and servers at start
+	EnvShards    = "PHOTOS_SHARDS"     // logical shards when provisioning, default 2000
+	EnvFenceWait = "PHOTOS_FENCE_WAIT" // bound on a write's wait on a fenced shard, default 2s
+	EnvLogLevel  = "PHOTOS_LOG_LEVEL"  // debug, info, warn, error
+)
+
+// ErrConfig reports an unusable configuration.
+var ErrConfig = errors.New("photos: bad configuration")
+
+// Config is the service's configuration.
+type Config struct {
+	Addr      api.Addr
+	Catalog   store.CatalogDSN
+	FenceWait store.FenceWait
+	// Provision creates (or completes) the catalog and the shard schemas
+	// on Servers before serving.
+	Provision bool
+	Servers   []migrations.ServerSpec
+	Shards    int
+	LogLevel  slog.Level
+}
+
+// ParseConfig reads the configuration from args (without the program
+// name), falling back to the environment through getenv.
+func ParseConfig(name string, args []string, getenv func(string) string) (Config, error) {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	addr := fs.String("addr", env(EnvAddr, ":8080"), "listen address ($"+EnvAddr+")")
+	catalog := fs.String("catalog", env(EnvCatalog, ""), "catalog DSN ($"+EnvCatalog+")")
+	servers := fs.String("servers", env(EnvServers, ""), "shard servers to provision, name=DSN,… ($"+EnvServers+")")
+	provision := fs.Bool("provision", env(EnvProvision, "") == "true", "provision the catalog and servers at start ($"+EnvProvision+")")
+	shards := fs.Int("shards", 0, "logical shards when provisioning ($"+EnvShards+", default 2000)")
+	fence := fs.Duration("fence-wait", 0, "longest wait of a write on a fenced shard ($"+EnvFenceWait+", default 2s)")
+	level := fs.String("log-level", env(EnvLogLevel, "info"), "log level: debug, info, warn, error ($"+EnvLogLevel+")")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	cfg := Config{Addr: api.Addr(*addr), Catalog: store.CatalogDSN(*catalog), Provision: *provision, Shards: *shards,
+		FenceWait: store.FenceWait(*fence)}
+	if cfg.Shards == 0 {
+		n, err := strconv.Atoi(env(EnvShards, "2000"))
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: %s=%q is not a number", ErrConfig, EnvShards, getenv(EnvShards))
+		}
+		cfg.Shards = n
+	}
+	if cfg.FenceWait == 0 {
+		d, err := time.ParseDuration(env(EnvFenceWait, "2s"))
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: %s: %w", ErrConfig, EnvFenceWait, err)
+		}
+		cfg.FenceWait = store.FenceWait(d)
+	}
+	if err := cfg.LogLevel.UnmarshalText([]byte(*level)); err != nil {
+		return Config{}, fmt.Errorf("%w: log level %q: use debug, info, warn or error", ErrConfig, *level)
+	}
+	var err error
+	if cfg.Servers, err = ParseServers(*servers); err != nil {
+		return Config{}, err
+	}
+	if cfg.Catalog == "" {
+		return Config{}, fmt.Errorf("%w: no catalog: pass -catalog DSN or set %s", ErrConfig, EnvCatalog)
+	}
+	if cfg.Provision && len(cfg.Servers) == 0 {
+		return Config{}, fmt.Errorf("%w: provisioning needs servers: pass -servers name=DSN,… or set %s", ErrConfig, EnvServers)
+	}
+	return cfg, nil
+}
+
+// ParseServers reads "name=DSN,name=DSN" (spaces around items ignored).
+func ParseServers(s string) ([]migrations.ServerSpec, error) {
+	var out []migrations.ServerSpec
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, dsn, ok := strings.Cut(item, "=")
+		if !ok || name == "" || dsn == "" {
+			return nil, fmt.Errorf("%w: server %q: want name=DSN", ErrConfig, item)
+		}
+		out = append(out, migrations.ServerSpec{Name: strings.TrimSpace(name), DSN: strings.TrimSpace(dsn)})
+	}
+	return out, nil
+}

@@ -1,0 +1,174 @@
+// Command demo is `make demo`: it starts a catalog and three PostgreSQL
+// servers (internal/pglocal), provisions 2000 logical shards, starts the
+// photo service, drives it with the load generator, adds a fourth server
+// and moves shards onto it while the load runs, then prints rows per
+// server before and after, request errors and the longest write wait at
+// cutover.
+//
+// To use existing servers instead of local clusters, set
+//
+//	SHARDKIT_CATALOG=postgres://…/catalog
+//	SHARDKIT_SERVERS=s1=postgres://…,s2=postgres://…,s3=postgres://…
+//	SHARDKIT_NEW_SERVER=s4=postgres://…   (optional: without it shards move between the servers above)
+//
+// Every server needs wal_level=logical (shards move by logical replication).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/shardkit/shardkit/examples/photos/app"
+	"github.com/shardkit/shardkit/examples/photos/loadgen"
+	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/migrations"
+)
+
+type options struct {
+	users, workers, moves, parallel, shards int
+	warmup, cooldown                        time.Duration
+	verbose                                 bool
+}
+
+func main() {
+	var o options
+	flag.IntVar(&o.users, "users", 200, "users the load generator creates")
+	flag.IntVar(&o.workers, "workers", 8, "concurrent load clients")
+	flag.IntVar(&o.moves, "moves", 12, "logical shards to move onto the new server while the load runs")
+	flag.IntVar(&o.parallel, "parallel", 2, "moves at a time")
+	flag.IntVar(&o.shards, "shards", 2000, "logical shards")
+	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "load before the moves start")
+	flag.DurationVar(&o.cooldown, "cooldown", 5*time.Second, "load after the moves end")
+	flag.BoolVar(&o.verbose, "v", false, "show the service's and the mover's logs")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options, out io.Writer) error {
+	start := time.Now()
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, "[%5.1fs] "+format+"\n", append([]any{time.Since(start).Seconds()}, args...)...)
+	}
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+
+	c, external, err := fromEnv()
+	if err != nil {
+		return err
+	}
+	if external {
+		say("using the servers in $%s: %s", envServers, serverNames(c.servers))
+	} else {
+		say("starting PostgreSQL with internal/pglocal: a catalog and 3 servers (wal_level=logical)")
+		if c, err = startLocal(ctx, 3); err != nil {
+			return err
+		}
+	}
+	defer c.stop()
+
+	cfg := app.Config{Addr: "127.0.0.1:0", Catalog: store.CatalogDSN(c.catalog), FenceWait: store.FenceWait(2 * time.Second),
+		Provision: true, Servers: c.servers, Shards: o.shards}
+	say("provisioning %d logical shards on %s", o.shards, serverNames(c.servers))
+	t := time.Now()
+	if err := app.Provision(ctx, cfg, log); err != nil {
+		return err
+	}
+	say("provisioned in %s", time.Since(t).Round(time.Millisecond))
+
+	a, cleanup, err := app.Initialize(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	sctx, stopServer := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.ServeListener(sctx, ln) }()
+	defer func() { stopServer(); <-served }()
+	url := "http://" + ln.Addr().String()
+	say("photo service on %s (admin page: %s/admin, metrics: %s/metrics)", url, url, url)
+
+	runner := loadgen.New(loadgen.Config{URL: url, Users: o.users, Workers: o.workers, Progress: out, ProgressEvery: 2 * time.Second})
+	say("load: creating %d users, their first photos and follows", o.users)
+	if err := runner.Setup(ctx); err != nil {
+		return err
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	loadDone := make(chan loadgen.Result, 1)
+	go func() { loadDone <- runner.Run(loadCtx) }()
+	say("load: running (uploads, likes, follows, feed reads) with %d workers", o.workers)
+	if err := sleep(ctx, o.warmup); err != nil {
+		return err
+	}
+
+	snapBefore := a.Router.Snapshot()
+	before, err := a.Stats.Rows(ctx, snapBefore)
+	if err != nil {
+		return err
+	}
+	mv, err := moveShards(ctx, o, c, cfg, a, runner, say, log)
+	if err != nil {
+		stopLoad()
+		<-loadDone
+		return err
+	}
+	if err := sleep(ctx, o.cooldown); err != nil {
+		return err
+	}
+	stopLoad()
+	res := <-loadDone
+	say("load stopped")
+	if err := mv.finish(ctx, say); err != nil {
+		return err
+	}
+	snapAfter := a.Router.Snapshot()
+	after, err := a.Stats.Rows(ctx, snapAfter)
+	if err != nil {
+		return err
+	}
+	s := summary{before: before, after: after, versionBefore: snapBefore.Version, versionAfter: snapAfter.Version,
+		load: res, moves: mv.done, windowMaxWrite: runner.WindowMaxWrite(), fenceWaitMax: a.Metrics.MaxFenceWait(),
+		elapsed: time.Since(start)}
+	s.print(out)
+	if res.Errors > 0 {
+		return fmt.Errorf("%d requests failed", res.Errors)
+	}
+	return nil
+}
+
+// provisionAdded registers a new server in the catalog (with no shards).
+func provisionAdded(ctx context.Context, cfg app.Config, added migrations.ServerSpec, log *slog.Logger) error {
+	cfg.Servers = append(append([]migrations.ServerSpec(nil), cfg.Servers...), added)
+	return app.Provision(ctx, cfg, log)
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}

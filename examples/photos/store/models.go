@@ -1,0 +1,43 @@
+package store
+
+import "time"
+
+// User is a member. Its ID is also its shard key: the row lives on logical
+// shard id mod shards, next to the user's photos and follows.
+type User struct {
+	ID        int64     `gorm:"primaryKey;autoIncrement:false" shard:"key" json:"id,string"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Photo is the metadata of an uploaded photo, on its owner's shard.
+type Photo struct {
+	ID        int64     `gorm:"primaryKey;autoIncrement:false" json:"id,string"`
+	UserID    int64     `shard:"key" json:"user_id,string"`
+	Caption   string    `json:"caption"`
+	URL       string    `json:"url"`
+	Width     int       `json:"width"`
+	Height    int       `json:"height"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Like is one user's like of a photo. It lives on the photo's shard (found
+// from the photo ID's shard bits), so a photo's likes are one query away.
+type Like struct {
+	ID        int64     `gorm:"primaryKey;autoIncrement:false" json:"id,string"`
+	PhotoID   int64     `shard:"id" json:"photo_id,string"`
+	UserID    int64     `json:"user_id,string"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Follow says FollowerID follows FolloweeID. It lives on the follower's
+// shard: a feed starts by reading the follower's follows.
+type Follow struct {
+	ID         int64     `gorm:"primaryKey;autoIncrement:false" json:"id,string"`
+	FollowerID int64     `shard:"key" json:"follower_id,string"`
+	FolloweeID int64     `json:"followee_id,string"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
+// Models lists every sharded model, for plugin.Register.
+func Models() []any { return []any{&User{}, &Photo{}, &Like{}, &Follow{}} }

@@ -1,0 +1,96 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/google/wire"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/shardkit/shardkit/examples/photos/metrics"
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/plugin"
+	"github.com/shardkit/shardkit/router"
+)
+
+// CatalogDSN is the DSN of the shardkit catalog database.
+type CatalogDSN string
+
+// FenceWait bounds how long a write waits on a shard fenced for a move.
+type FenceWait time.Duration
+
+// ProviderSet provides the catalog, the router (watching the map), the ID
+// generator, the GORM handle with the shardkit plugin, the row counter and
+// the Store.
+var ProviderSet = wire.NewSet(OpenCatalog, NewRouter, NewIDs, OpenDB, NewStats, New)
+
+// OpenCatalog connects to the catalog.
+func OpenCatalog(ctx context.Context, dsn CatalogDSN) (*router.Catalog, func(), error) {
+	cat, err := router.OpenCatalog(ctx, string(dsn))
+	if err != nil {
+		return nil, nil, err
+	}
+	return cat, cat.Close, nil
+}
+
+// NewRouter loads the shard map and keeps it current (LISTEN) until cleanup.
+func NewRouter(ctx context.Context, cat *router.Catalog, log *slog.Logger) (*router.Router, func(), error) {
+	rt, err := router.New(ctx, cat)
+	if err != nil {
+		return nil, nil, err
+	}
+	wctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = rt.Watch(wctx)
+	}()
+	log.Info("shard map loaded", "version", rt.Snapshot().Version, "shards", rt.Snapshot().Shards,
+		"servers", len(rt.Snapshot().Servers()))
+	return rt, func() { cancel(); <-done }, nil
+}
+
+// NewIDs leases an ID slot from the catalog and returns the generator that
+// issues keys in it; the cleanup releases the slot.
+func NewIDs(ctx context.Context, rt *router.Router) (*idgen.Generator, func(), error) {
+	host, _ := os.Hostname()
+	return router.StartGenerator(ctx, rt.Catalog(),
+		router.LeaserConfig{Holder: fmt.Sprintf("photos@%s:%d", host, os.Getpid())}, idgen.Config{})
+}
+
+// OpenDB opens GORM with the shardkit plugin. The default connection is the
+// catalog: no sharded table lives there, so a statement the plugin did not
+// route fails instead of landing on the wrong server.
+func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence FenceWait, m *metrics.Metrics) (*gorm.DB, func(), error) {
+	db, err := gorm.Open(postgres.Open(string(dsn)), &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("photos: open GORM: %w", err)
+	}
+	closeDB := func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	}
+	p := plugin.Register(plugin.Config{
+		Router:    rt,
+		IDs:       ids,
+		FenceWait: time.Duration(fence),
+	}, Models()...)
+	if err := db.Use(p); err != nil {
+		closeDB()
+		return nil, nil, fmt.Errorf("photos: register the shardkit plugin: %w", err)
+	}
+	if err := m.InstrumentGORM(db, rt); err != nil {
+		closeDB()
+		return nil, nil, err
+	}
+	return db, func() { _ = p.Close(); closeDB() }, nil
+}

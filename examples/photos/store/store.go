@@ -1,0 +1,235 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+
+	"gorm.io/gorm"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/plugin"
+	"github.com/shardkit/shardkit/router"
+)
+
+// Page bounds for list calls.
+const (
+	DefaultLimit = 20
+	MaxLimit     = 100
+	// feedFanout bounds the shard queries of one feed read in flight.
+	feedFanout = 8
+)
+
+// UserIDs issues the IDs of new users. *idgen.Generator satisfies it.
+type UserIDs interface {
+	Next(ctx context.Context, shard int) (int64, error)
+}
+
+// Store is the photo service's data access, through GORM and the shardkit
+// plugin: every statement names a shard key or an ID, so the plugin sends
+// it to the right server and schema.
+type Store struct {
+	db  *gorm.DB
+	rt  *router.Router
+	ids UserIDs
+}
+
+// New returns a store over a GORM handle on which the shardkit plugin is registered.
+func New(db *gorm.DB, rt *router.Router, ids *idgen.Generator) *Store {
+	return &Store{db: db, rt: rt, ids: ids}
+}
+
+// DB returns the store's GORM handle.
+func (s *Store) DB() *gorm.DB { return s.db }
+
+// Router returns the store's router.
+func (s *Store) Router() *router.Router { return s.rt }
+
+func clampLimit(n int) int {
+	if n <= 0 {
+		return DefaultLimit
+	}
+	return min(n, MaxLimit)
+}
+
+// CreateUser creates a user. A user's ID is its own shard key, so it is
+// chosen here, before the insert: a fresh ID from the generator for a
+// random shard. The ID is unique by construction; the row then lives on
+// shard id mod shards, with the user's photos and follows.
+func (s *Store) CreateUser(ctx context.Context, name string) (User, error) {
+	name = strings.TrimSpace(name)
+	if name == "" || len(name) > 100 {
+		return User{}, fmt.Errorf("%w: a user needs a name of 1 to 100 characters", ErrInvalid)
+	}
+	id, err := s.ids.Next(ctx, rand.IntN(s.rt.Snapshot().Shards))
+	if err != nil {
+		return User{}, err
+	}
+	u := User{ID: id, Name: name}
+	if err := s.db.WithContext(ctx).Create(&u).Error; err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
+// GetUser returns a user by ID.
+func (s *Store) GetUser(ctx context.Context, id int64) (User, error) {
+	var u User
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&u).Error
+	if isNotFound(err) {
+		return User{}, fmt.Errorf("%w: user %d", ErrNotFound, id)
+	}
+	return u, err
+}
+
+// CreatePhoto stores a photo's metadata on its owner's shard, in one
+// shard-pinned transaction that also checks the owner exists.
+func (s *Store) CreatePhoto(ctx context.Context, p Photo) (Photo, error) {
+	if p.URL == "" {
+		return Photo{}, fmt.Errorf("%w: a photo needs a url", ErrInvalid)
+	}
+	p.ID = 0
+	err := s.db.WithContext(ctx).Clauses(plugin.Shard(p.UserID)).Transaction(func(tx *gorm.DB) error {
+		var n int64
+		if err := tx.Model(&User{}).Where("id = ?", p.UserID).Count(&n).Error; err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: user %d", ErrNotFound, p.UserID)
+		}
+		return tx.Create(&p).Error
+	})
+	return p, err
+}
+
+// GetPhoto returns a photo by ID: the shard comes from the ID's bits.
+func (s *Store) GetPhoto(ctx context.Context, id int64) (Photo, error) {
+	var p Photo
+	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&p).Error
+	if isNotFound(err) {
+		return Photo{}, fmt.Errorf("%w: photo %d", ErrNotFound, id)
+	}
+	return p, err
+}
+
+// ListPhotos returns a user's photos newest first (IDs grow with time),
+// those with an ID below before when it is not zero, at most limit.
+func (s *Store) ListPhotos(ctx context.Context, userID, before int64, limit int) ([]Photo, error) {
+	q := s.db.WithContext(ctx).Where("user_id = ?", userID)
+	if before > 0 {
+		q = q.Where("id < ?", before)
+	}
+	out := []Photo{}
+	err := q.Order("id DESC").Limit(clampLimit(limit)).Find(&out).Error
+	return out, err
+}
+
+// Like records that userID likes a photo, on the photo's shard.
+func (s *Store) Like(ctx context.Context, photoID, userID int64) (Like, error) {
+	if _, err := s.GetPhoto(ctx, photoID); err != nil {
+		return Like{}, err
+	}
+	if _, err := s.GetUser(ctx, userID); err != nil {
+		return Like{}, err
+	}
+	l := Like{PhotoID: photoID, UserID: userID}
+	err := s.db.WithContext(ctx).Create(&l).Error
+	if isUniqueViolation(err) {
+		return Like{}, fmt.Errorf("%w: user %d already likes photo %d", ErrConflict, userID, photoID)
+	}
+	return l, err
+}
+
+// Likes returns a photo's likes, newest first.
+func (s *Store) Likes(ctx context.Context, photoID, before int64, limit int) ([]Like, error) {
+	q := s.db.WithContext(ctx).Where("photo_id = ?", photoID)
+	if before > 0 {
+		q = q.Where("id < ?", before)
+	}
+	out := []Like{}
+	err := q.Order("id DESC").Limit(clampLimit(limit)).Find(&out).Error
+	return out, err
+}
+
+// Follow records that follower follows followee, on the follower's shard.
+func (s *Store) Follow(ctx context.Context, follower, followee int64) (Follow, error) {
+	if follower == followee {
+		return Follow{}, fmt.Errorf("%w: a user cannot follow themselves", ErrInvalid)
+	}
+	for _, id := range []int64{follower, followee} {
+		if _, err := s.GetUser(ctx, id); err != nil {
+			return Follow{}, err
+		}
+	}
+	f := Follow{FollowerID: follower, FolloweeID: followee}
+	err := s.db.WithContext(ctx).Create(&f).Error
+	if isUniqueViolation(err) {
+		return Follow{}, fmt.Errorf("%w: user %d already follows %d", ErrConflict, follower, followee)
+	}
+	return f, err
+}
+
+// Following returns the IDs of the users userID follows.
+func (s *Store) Following(ctx context.Context, userID int64) ([]int64, error) {
+	ids := []int64{}
+	err := s.db.WithContext(ctx).Model(&Follow{}).Where("follower_id = ?", userID).
+		Order("id").Pluck("followee_id", &ids).Error
+	return ids, err
+}
+
+// Feed returns the newest photos of the users userID follows, newest first,
+// below before when it is not zero. Followees are grouped by logical shard;
+// each group is one query on its shard (in parallel), and the pages are
+// merged by ID, which orders by time across shards.
+func (s *Store) Feed(ctx context.Context, userID, before int64, limit int) ([]Photo, error) {
+	limit = clampLimit(limit)
+	followees, err := s.Following(ctx, userID)
+	if err != nil || len(followees) == 0 {
+		return []Photo{}, err
+	}
+	shards := s.rt.Snapshot().Shards
+	groups := map[int64][]int64{}
+	for _, id := range followees {
+		k := id % int64(shards)
+		groups[k] = append(groups[k], id)
+	}
+	var (
+		mu    sync.Mutex
+		all   []Photo
+		first error
+		wg    sync.WaitGroup
+	)
+	sem := make(chan struct{}, feedFanout)
+	for _, ids := range groups {
+		wg.Add(1)
+		go func(ids []int64) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			q := s.db.WithContext(ctx).Where("user_id IN ?", ids)
+			if before > 0 {
+				q = q.Where("id < ?", before)
+			}
+			var page []Photo
+			err := q.Order("id DESC").Limit(limit).Find(&page).Error
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && first == nil {
+				first = err
+			}
+			all = append(all, page...)
+		}(ids)
+	}
+	wg.Wait()
+	if first != nil {
+		return nil, first
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].ID > all[j].ID })
+	if len(all) > limit {
+		all = all[:limit]
+	}
+	return all, nil
+}
