@@ -46,7 +46,15 @@ func recordVersions(ctx context.Context, tx pgx.Tx, versions []Version) error {
 	if err != nil {
 		return err
 	}
+	newest := 0
+	for k := range have {
+		newest = max(newest, k.version)
+	}
 	for _, v := range versions {
+		if _, ok := have[stepKey{v.Number, PartTables}]; !ok && v.Number < newest {
+			return fmt.Errorf("shardkit: %w: %s is new but version %d is already applied; renumber it above %d",
+				ErrMigrationOrder, v.Name, newest, newest)
+		}
 		for _, p := range []Part{PartTables, PartIndexes} {
 			if v.sql(p) == "" {
 				continue
@@ -54,7 +62,7 @@ func recordVersions(ctx context.Context, tx pgx.Tx, versions []Version) error {
 			k := stepKey{v.Number, p}
 			if r, ok := have[k]; ok {
 				if r.sum != v.Checksum(p) || r.name != v.fileName(p) {
-					return fmt.Errorf("shardkit: %w: %s differs from the %s applied as version %d; "+
+					return fmt.Errorf("shardkit: %w: %s differs from the %s recorded as version %d; "+
 						"never edit an applied migration: undo the edit and add a new NNNN_name.sql",
 						ErrMigrationChanged, v.fileName(p), r.name, v.Number)
 				}
