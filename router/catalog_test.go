@@ -1,0 +1,180 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgtest"
+)
+
+func TestMigrateTwiceIsNoOp(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := pgtest.NewDatabase(t, 0)
+	cat, err := OpenCatalog(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if _, err := cat.Load(ctx); !errors.Is(err, ErrNoCatalog) {
+		t.Fatalf("Load before Migrate = %v, want ErrNoCatalog", err)
+	}
+	if err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var n1 int
+	var at1 time.Time
+	if err := cat.Pool().QueryRow(ctx, `SELECT count(*), max(applied_at) FROM shardkit.catalog_version`).Scan(&n1, &at1); err != nil {
+		t.Fatal(err)
+	}
+	if n1 != CatalogVersion() || CatalogVersion() < 2 {
+		t.Fatalf("%d versions applied, CatalogVersion() = %d", n1, CatalogVersion())
+	}
+	if err := cat.Migrate(ctx); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	var n2 int
+	var at2 time.Time
+	if err := cat.Pool().QueryRow(ctx, `SELECT count(*), max(applied_at) FROM shardkit.catalog_version`).Scan(&n2, &at2); err != nil {
+		t.Fatal(err)
+	}
+	if n2 != n1 || !at2.Equal(at1) {
+		t.Fatalf("second Migrate changed catalog_version: %d→%d rows, %v→%v", n1, n2, at1, at2)
+	}
+	// Migrated but not configured: still no catalog.
+	if _, err := cat.Load(ctx); !errors.Is(err, ErrNoCatalog) {
+		t.Fatalf("Load without a config row = %v, want ErrNoCatalog", err)
+	}
+	if _, err := cat.Config(ctx); !errors.Is(err, ErrNoCatalog) {
+		t.Fatalf("Config without a config row = %v, want ErrNoCatalog", err)
+	}
+	// Instagram's layout (41+13+10 = 64 bits) is accepted by the table;
+	// a layout of 63 bits is not.
+	pgtest.Exec(t, dsn, `INSERT INTO shardkit.config (shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits) VALUES (2000, 1314220021721, 41, 13, 10, 6)`)
+	if _, err := cat.Pool().Exec(ctx, `UPDATE shardkit.config SET time_bits = 40`); err == nil {
+		t.Fatal("a 63-bit layout was accepted by the catalog")
+	}
+}
+
+func TestLoad(t *testing.T) {
+	cat, _ := seedCatalog(t, 16, idgen.DefaultLayout())
+	snap, err := cat.Load(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Version != 1 || snap.Shards != 16 || snap.Layout != idgen.DefaultLayout() {
+		t.Fatalf("snapshot version %d shards %d layout %+v", snap.Version, snap.Shards, snap.Layout)
+	}
+	for shard := range 16 {
+		p, err := snap.Placement(shard)
+		if err != nil || p.Server != testServers[shard%2] || p.Schema != SchemaName(shard) || p.State != StateActive {
+			t.Fatalf("Placement(%d) = %+v, %v", shard, p, err)
+		}
+	}
+	srv, ok := snap.Server("beta")
+	if !ok || srv.DSN != "postgres://beta/db" || srv.State != "active" || len(srv.Replicas) != 0 {
+		t.Fatalf("Server(beta) = %+v, %v", srv, ok)
+	}
+	cfg, err := cat.Config(testCtx(t))
+	if err != nil || cfg.Shards != 16 || cfg.Layout != idgen.DefaultLayout() {
+		t.Fatalf("Config = %+v, %v", cfg, err)
+	}
+}
+
+// dropChecks removes the config table's CHECK constraints, as a hand-edited
+// or corrupted catalog might have.
+const dropChecks = `DO $$ DECLARE c text; BEGIN
+	FOR c IN SELECT conname FROM pg_constraint WHERE conrelid = 'shardkit.config'::regclass AND contype = 'c' LOOP
+		EXECUTE format('ALTER TABLE shardkit.config DROP CONSTRAINT %I', c);
+	END LOOP; END $$; `
+
+// TestLoadMalformed corrupts rows the table constraints cannot catch and
+// checks that Load refuses the catalog, naming the problem.
+func TestLoadMalformed(t *testing.T) {
+	tests := []struct {
+		name string
+		sql  string
+	}{
+		{"shard without a row", `DELETE FROM shardkit.shard_map WHERE shard = 5`},
+		{"shard beyond the count", `INSERT INTO shardkit.shard_map (shard, server, version) VALUES (8, 'alpha', 1)`},
+		{"epoch in the future", `UPDATE shardkit.config SET epoch_ms = (extract(epoch FROM now()) * 1000)::bigint + 86400000`},
+		{"fewer shards than placed", `UPDATE shardkit.config SET shards = 4`},
+		{"slot bits leave no counter", dropChecks + `UPDATE shardkit.config SET slot_bits = 10`},
+		{"63-bit layout", dropChecks + `UPDATE shardkit.config SET time_bits = 40`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cat, dsn := seedCatalog(t, 8, idgen.DefaultLayout())
+			pgtest.Exec(t, dsn, tt.sql)
+			_, err := cat.Load(testCtx(t))
+			if !errors.Is(err, ErrBadCatalog) {
+				t.Fatalf("Load after %q = %v, want ErrBadCatalog", tt.sql, err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestWatchReloadsOnNotify moves a shard with Catalog.ChangeMap and checks
+// that a watching Router installs the new map from the NOTIFY.
+func TestWatchReloadsOnNotify(t *testing.T) {
+	cat, _ := seedCatalog(t, 8, idgen.DefaultLayout())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := New(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Snapshot().Version != 1 {
+		t.Fatalf("initial version %d", r.Snapshot().Version)
+	}
+	updates, unsubscribe := r.Subscribe()
+	defer unsubscribe()
+	wctx, stopWatch := context.WithCancel(ctx)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- r.Watch(wctx) }()
+	// Let the listener start before the change, so the NOTIFY (not the
+	// listener's initial reload) is what brings the new map.
+	time.Sleep(200 * time.Millisecond)
+
+	v, err := cat.ChangeMap(ctx, func(ctx context.Context, tx pgx.Tx, version int64) error {
+		_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET server = 'beta', version = $1 WHERE shard = 2`, version)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v != 2 {
+		t.Fatalf("ChangeMap returned version %d, want 2", v)
+	}
+	select {
+	case s := <-updates:
+		if s.Version != 2 {
+			t.Fatalf("notified snapshot version %d", s.Version)
+		}
+		if p, _ := s.Placement(2); p.Server != "beta" {
+			t.Fatalf("shard 2 on %q after the move", p.Server)
+		}
+	case <-ctx.Done():
+		t.Fatal("no reload after NOTIFY")
+	}
+	if r.Snapshot().Version != 2 {
+		t.Fatalf("router holds version %d", r.Snapshot().Version)
+	}
+	// A failing change rolls back: no new version, no notification.
+	_, err = cat.ChangeMap(ctx, func(context.Context, pgx.Tx, int64) error { return errors.New("boom") })
+	if err == nil {
+		t.Fatal("ChangeMap ignored fn's error")
+	}
+	if s, err := cat.Load(ctx); err != nil || s.Version != 2 {
+		t.Fatalf("after a failed change: version %v, %v", s, err)
+	}
+	stopWatch()
+	if err := <-watchErr; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Watch returned %v", err)
+	}
+}
