@@ -1,0 +1,278 @@
+package plugin
+
+import (
+	"errors"
+	"sort"
+	"testing"
+
+	"gorm.io/gorm"
+)
+
+// seed creates n photos for each user, returns them by user.
+func seed(t *testing.T, e *env, users []int64, n int) map[int64][]Photo {
+	t.Helper()
+	out := map[int64][]Photo{}
+	for _, u := range users {
+		for i := 0; i < n; i++ {
+			p := Photo{UserID: u, Caption: "seed"}
+			if err := e.db.Create(&p).Error; err != nil {
+				t.Fatal(err)
+			}
+			out[u] = append(out[u], p)
+		}
+	}
+	return out
+}
+
+func ids(ps []Photo) []int64 {
+	out := make([]int64, len(ps))
+	for i, p := range ps {
+		out[i] = p.ID
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func sameIDs(t *testing.T, got []Photo, want ...[]Photo) {
+	t.Helper()
+	var all []Photo
+	for _, w := range want {
+		all = append(all, w...)
+	}
+	g, w := ids(got), ids(all)
+	if len(g) != len(w) {
+		t.Fatalf("got %d rows %v, want %d %v", len(g), g, len(w), w)
+	}
+	for i := range g {
+		if g[i] != w[i] {
+			t.Fatalf("got %v, want %v", g, w)
+		}
+	}
+}
+
+func TestQueryRouting(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	users := []int64{1, 2, 3, 17, 18}
+	by := seed(t, e, users, 3)
+	db := e.db
+	p0 := by[1][0]
+
+	t.Run("first by pk", func(t *testing.T) {
+		var p Photo
+		if err := db.First(&p, p0.ID).Error; err != nil || p.ID != p0.ID {
+			t.Fatalf("err %v, got %d", err, p.ID)
+		}
+	})
+	t.Run("take by pk string cond", func(t *testing.T) {
+		var p Photo
+		if err := db.Take(&p, "id = ?", p0.ID).Error; err != nil || p.ID != p0.ID {
+			t.Fatalf("err %v, got %d", err, p.ID)
+		}
+	})
+	t.Run("last by key", func(t *testing.T) {
+		var p Photo
+		if err := db.Where("user_id = ?", int64(2)).Last(&p).Error; err != nil || p.ID != ids(by[2])[2] {
+			t.Fatalf("err %v, got %d want %d", err, p.ID, ids(by[2])[2])
+		}
+	})
+	t.Run("first by model pk", func(t *testing.T) {
+		p := Photo{ID: p0.ID}
+		if err := db.First(&p).Error; err != nil || p.UserID != 1 {
+			t.Fatalf("err %v, got %+v", err, p)
+		}
+	})
+	t.Run("find by pks of several shards", func(t *testing.T) {
+		var got []Photo
+		want := []int64{by[1][0].ID, by[2][1].ID, by[17][2].ID, by[18][0].ID}
+		if err := db.Find(&got, want).Error; err != nil {
+			t.Fatal(err)
+		}
+		sameIDs(t, got, []Photo{by[1][0], by[2][1], by[17][2], by[18][0]})
+	})
+	t.Run("find by struct key", func(t *testing.T) {
+		var got []Photo
+		if err := db.Where(&Photo{UserID: 3}).Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		sameIDs(t, got, by[3])
+	})
+	t.Run("find by map key", func(t *testing.T) {
+		var got []Photo
+		if err := db.Where(map[string]any{"user_id": 17}).Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		sameIDs(t, got, by[17])
+	})
+	t.Run("where key in", func(t *testing.T) {
+		var got []Photo
+		if err := db.Where("user_id IN ?", []int64{1, 2, 18}).Order("id desc").Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		sameIDs(t, got, by[1], by[2], by[18])
+		for i := 1; i < len(got); i++ {
+			if got[i-1].ID < got[i].ID {
+				t.Fatalf("not ordered by id desc: %v", ids(got))
+			}
+		}
+	})
+	t.Run("where key in with limit", func(t *testing.T) {
+		var got []Photo
+		if err := db.Where("user_id IN ?", []int64{1, 2, 18}).Order("id").Limit(2).Offset(1).Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		all := ids(append(append(append([]Photo{}, by[1]...), by[2]...), by[18]...))
+		if len(got) != 2 || got[0].ID != all[1] || got[1].ID != all[2] {
+			t.Fatalf("got %v, want %v", ids(got), all[1:3])
+		}
+	})
+	t.Run("first across shards", func(t *testing.T) {
+		var p Photo
+		if err := db.Where("user_id IN ?", []int64{2, 17}).First(&p).Error; err != nil {
+			t.Fatal(err)
+		}
+		all := ids(append(append([]Photo{}, by[2]...), by[17]...))
+		if p.ID != all[0] {
+			t.Fatalf("got %d want %d", p.ID, all[0])
+		}
+	})
+	t.Run("not found", func(t *testing.T) {
+		var p Photo
+		err := db.Where("user_id IN ?", []int64{5, 6}).First(&p).Error
+		if !errors.Is(err, gorm.ErrRecordNotFound) {
+			t.Fatalf("err = %v", err)
+		}
+		err = db.Where("user_id = ?", 5).First(&p).Error
+		if !errors.Is(err, gorm.ErrRecordNotFound) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+	t.Run("count", func(t *testing.T) {
+		var n int64
+		if err := db.Model(&Photo{}).Where("user_id = ?", 1).Count(&n).Error; err != nil || n != 3 {
+			t.Fatalf("err %v n %d", err, n)
+		}
+		if err := db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 2, 3}).Count(&n).Error; err != nil || n != 9 {
+			t.Fatalf("err %v n %d", err, n)
+		}
+		if err := db.Model(&Photo{}).Clauses(AllShards()).Count(&n).Error; err != nil || n != 15 {
+			t.Fatalf("all shards: err %v n %d", err, n)
+		}
+	})
+	t.Run("pluck", func(t *testing.T) {
+		var got []int64
+		if err := db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 18}).Pluck("id", &got).Error; err != nil {
+			t.Fatal(err)
+		}
+		sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
+		want := ids(append(append([]Photo{}, by[1]...), by[18]...))
+		if len(got) != len(want) || got[0] != want[0] {
+			t.Fatalf("got %v want %v", got, want)
+		}
+	})
+	t.Run("scan", func(t *testing.T) {
+		var out []struct {
+			ID     int64
+			UserID int64
+		}
+		if err := db.Model(&Photo{}).Where("user_id = ?", 3).Scan(&out).Error; err != nil || len(out) != 3 {
+			t.Fatalf("err %v rows %d", err, len(out))
+		}
+		var one struct{ UserID int64 }
+		if err := db.Model(&Photo{}).Where("id = ?", p0.ID).Scan(&one).Error; err != nil || one.UserID != 1 {
+			t.Fatalf("err %v got %+v", err, one)
+		}
+	})
+	t.Run("rows", func(t *testing.T) {
+		rows, err := db.Model(&Photo{}).Where("user_id = ?", 2).Rows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for rows.Next() {
+			var p Photo
+			if err := db.ScanRows(rows, &p); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		_ = rows.Close()
+		if n != 3 {
+			t.Fatalf("rows %d", n)
+		}
+		_, err = db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 2}).Rows()
+		if !errors.Is(err, ErrUnroutableSQL) {
+			t.Fatalf("multi-shard Rows: err = %v", err)
+		}
+	})
+	t.Run("all shards ordered", func(t *testing.T) {
+		var got []Photo
+		if err := db.Clauses(AllShards()).Order("id").Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 15 {
+			t.Fatalf("rows %d", len(got))
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i-1].ID > got[i].ID {
+				t.Fatalf("not ordered: %v", ids(got))
+			}
+		}
+	})
+	t.Run("scopes", func(t *testing.T) {
+		var got []Photo
+		if err := db.Clauses(Shard(int64(2))).Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		// shard of user 2 holds users 2 and 18 with 16 shards
+		sameIDs(t, got, by[2], by[18])
+		if err := db.Clauses(ShardOfID(p0.ID)).Where("caption = ?", "seed").Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		sameIDs(t, got, by[1], by[17])
+	})
+	e.defaultUntouched(t)
+}
+
+func TestPreloadAndJoins(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	by := seed(t, e, []int64{4, 9}, 2)
+	var likes []Like
+	for _, u := range []int64{4, 9} {
+		for _, p := range by[u] {
+			for k := 0; k < 3; k++ {
+				likes = append(likes, Like{UserID: 50 + int64(k), PhotoID: p.ID})
+			}
+		}
+	}
+	if err := e.db.Create(&likes).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range likes[:3] {
+		e.assertAt(t, "likes", l.ID, e.shardOf(4))
+	}
+	var ps []Photo
+	if err := e.db.Preload("LikeRows").Where("user_id IN ?", []int64{4, 9}).Find(&ps).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 4 {
+		t.Fatalf("photos %d", len(ps))
+	}
+	for _, p := range ps {
+		if len(p.LikeRows) != 3 {
+			t.Fatalf("photo %d has %d likes preloaded", p.ID, len(p.LikeRows))
+		}
+	}
+	var ls []Like
+	pid := by[9][1].ID
+	if err := e.db.Joins("Photo").Where("photo_id = ?", pid).Find(&ls).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 3 || ls[0].Photo == nil || ls[0].Photo.UserID != 9 {
+		t.Fatalf("joined likes: %+v", ls)
+	}
+	var l Like
+	if err := e.db.Preload("Photo").First(&l, likes[0].ID).Error; err != nil || l.Photo == nil || l.Photo.ID != likes[0].PhotoID {
+		t.Fatalf("err %v like %+v", err, l)
+	}
+	e.defaultUntouched(t)
+}
