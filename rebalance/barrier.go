@@ -3,6 +3,7 @@ package rebalance
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,10 +25,18 @@ const (
 		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'id' AND NOT a.attisdropped
 		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND a.atttypid = 'int8'::regtype ORDER BY c.relname`
 	sqlSequences = `SELECT sequencename, coalesce(last_value, 0) FROM pg_sequences WHERE schemaname = $1 ORDER BY sequencename`
-	sqlSetval    = `SELECT setval($1::regclass, $2, true)`
-	sqlClockMs   = `SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
-	sqlSchemaOK  = `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`
-	sqlLockWait  = `SET LOCAL lock_timeout = '5s'`
+	// sqlCarry sets each named sequence of schema $1 to value + $4, or
+	// leaves it where it is if that is higher already.
+	sqlCarry = `SELECT max(setval(q.seq, greatest(u.val + $4, coalesce(pg_sequence_last_value(q.seq), 0)), true))
+		FROM unnest($2::text[], $3::bigint[]) AS u(name, val),
+		LATERAL (SELECT format('%I.%I', $1::text, u.name)::regclass AS seq) q`
+	sqlClockMsExpr = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
+	sqlSchemaOK    = `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`
+	// The barrier commits synchronously: a logical walsender sends WAL only
+	// once it is flushed, and with asynchronous commit the writes before the
+	// barrier would reach the target only at the WAL writer's next round
+	// (wal_writer_delay, 200 ms by default), all inside the fenced window.
+	sqlLockWait  = `SET LOCAL lock_timeout = '5s'; SET LOCAL synchronous_commit = on`
 	sqlBarrierOn = `SELECT pg_current_wal_lsn()::text`
 	// The fence function's body names the SQLSTATE shared with the plugin.
 	sqlFenceFunc = `CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
@@ -68,21 +77,18 @@ func schemaExists(ctx context.Context, q querier, schema string) (bool, error) {
 func installBarrier(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
 	var lsn string
 	err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlLockWait); err != nil {
-			return err
-		}
 		tables, err := listTables(ctx, tx, schema)
 		if err != nil {
 			return err
 		}
+		// One simple-protocol round trip for all the DDL.
 		fn := ident(schema, barrierName)
-		if _, err := tx.Exec(ctx, fmt.Sprintf(sqlFenceFunc, fn)); err != nil {
-			return err
-		}
+		stmts := []string{sqlLockWait, fmt.Sprintf(sqlFenceFunc, fn)}
 		for _, t := range tables {
-			if _, err := tx.Exec(ctx, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), ident(schema, t), fn)); err != nil {
-				return err
-			}
+			stmts = append(stmts, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), ident(schema, t), fn))
+		}
+		if _, err := tx.Exec(ctx, strings.Join(stmts, ";\n")); err != nil {
+			return err
 		}
 		return tx.QueryRow(ctx, sqlBarrierOn).Scan(&lsn)
 	})
@@ -120,42 +126,30 @@ func removeBarrier(ctx context.Context, p *pgxpool.Pool, schema string) error {
 // carrySequences sets every sequence of schema on to past its value on
 // from: last_value plus margin (never lowering it). IDs hold only part of
 // the sequence, so max(id) would not do. It returns the largest value set.
+// One round trip to each side: it runs inside the fenced window.
 func carrySequences(ctx context.Context, from, to *pgxpool.Pool, schema string, margin int64) (int64, error) {
-	src, err := sequenceValues(ctx, from, schema)
+	rows, err := from.Query(ctx, sqlSequences, schema)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("read sequences of %s: %w", schema, err)
 	}
-	dst, err := sequenceValues(ctx, to, schema)
-	if err != nil {
-		return 0, err
-	}
-	var top int64
-	for name, v := range src {
-		want := v + margin
-		if cur, ok := dst[name]; ok && cur > want {
-			want = cur
-		}
-		if _, err := to.Exec(ctx, sqlSetval, ident(schema, name), want); err != nil {
-			return 0, fmt.Errorf("carry sequence %s.%s: %w", schema, name, err)
-		}
-		top = max(top, want)
-	}
-	return top, nil
-}
-
-func sequenceValues(ctx context.Context, p *pgxpool.Pool, schema string) (map[string]int64, error) {
-	rows, err := p.Query(ctx, sqlSequences, schema)
-	if err != nil {
-		return nil, fmt.Errorf("read sequences of %s: %w", schema, err)
-	}
-	out := map[string]int64{}
+	var names []string
+	var vals []int64
 	var name string
 	var v int64
-	_, err = pgx.ForEachRow(rows, []any{&name, &v}, func() error { out[name] = v; return nil })
-	if err != nil {
-		return nil, fmt.Errorf("read sequences of %s: %w", schema, err)
+	if _, err := pgx.ForEachRow(rows, []any{&name, &v}, func() error {
+		names, vals = append(names, name), append(vals, v)
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("read sequences of %s: %w", schema, err)
 	}
-	return out, nil
+	if len(names) == 0 {
+		return 0, nil
+	}
+	var top int64
+	if err := to.QueryRow(ctx, sqlCarry, schema, names, vals, margin).Scan(&top); err != nil {
+		return 0, fmt.Errorf("carry sequences of %s: %w", schema, err)
+	}
+	return top, nil
 }
 
 // waitClockPastNewestID waits until the server's clock is past the
@@ -170,20 +164,19 @@ func waitClockPastNewestID(ctx context.Context, p *pgxpool.Pool, schema string, 
 	if err != nil {
 		return fmt.Errorf("list id tables of %s: %w", schema, err)
 	}
-	var newest int64
+	parts := []string{"SELECT 0::bigint"}
 	for _, t := range tables {
-		var id *int64
-		if err := p.QueryRow(ctx, "SELECT max(id) FROM "+ident(schema, t)).Scan(&id); err != nil {
-			return fmt.Errorf("newest id of %s.%s: %w", schema, t, err)
-		}
-		if id != nil && *id > 0 {
-			newest = max(newest, layout.UnixMsOf(*id))
-		}
+		parts = append(parts, "SELECT max(id) FROM "+ident(schema, t))
 	}
+	q := "SELECT coalesce(max(x), 0), " + sqlClockMsExpr + " FROM (" + strings.Join(parts, " UNION ALL ") + ") AS m(x)"
 	for {
-		var now int64
-		if err := p.QueryRow(ctx, sqlClockMs).Scan(&now); err != nil {
-			return fmt.Errorf("read clock: %w", err)
+		var id, now int64
+		if err := p.QueryRow(ctx, q).Scan(&id, &now); err != nil {
+			return fmt.Errorf("newest id of %s: %w", schema, err)
+		}
+		newest := int64(0)
+		if id > 0 {
+			newest = layout.UnixMsOf(id)
 		}
 		if now > newest {
 			return nil

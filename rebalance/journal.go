@@ -18,22 +18,22 @@ type Step string
 // Steps of an online move, in order. The journal's step column holds the
 // last one finished; a mover resumes with the one after it.
 const (
-	StepCreated      Step = "created"       // journal row written
-	StepMapMoving    Step = "map_moving"    // shard map state moving
-	StepTargetSchema Step = "target_schema" // schema and tables on the target
-	StepPublication  Step = "publication"   // publication on the source
-	StepSubscription Step = "subscription"  // subscription (and slot) on the target
-	StepCopied       Step = "copied"        // every table synchronised
-	StepIndexes      Step = "indexes"       // deferred secondary indexes built on the target
-	StepCaughtUp     Step = "caught_up"     // target close behind the source
-	StepFenced       Step = "fenced"        // shard map state fenced
-	StepBarrier      Step = "barrier"       // source refuses writes; final LSN captured
-	StepApplied      Step = "applied"       // target applied the final LSN
-	StepReverseSlot  Step = "reverse_slot"  // publication and slot on the target for rollback
-	StepSequences    Step = "sequences"     // sequences carried, target clock past the newest ID
-	StepFlipped      Step = "flipped"       // shard map points at the target, active
-	StepReverse      Step = "reverse"       // forward replication gone, reverse replication running
-	StepCleaned      Step = "cleaned"       // replication and the old copy removed
+	StepCreated      Step = "created"        // journal row written
+	StepMapMoving    Step = "map_moving"     // shard map state moving
+	StepTargetSchema Step = "target_schema"  // schema and tables on the target
+	StepPublication  Step = "publication"    // publication on the source
+	StepSubscription Step = "subscription"   // subscription (and slot) on the target
+	StepCopied       Step = "copied"         // every table synchronised
+	StepIndexes      Step = "indexes"        // deferred secondary indexes built on the target
+	StepCaughtUp     Step = "caught_up"      // target close behind the source
+	StepFenced       Step = "fenced"         // shard map state fenced
+	StepBarrier      Step = "barrier"        // source refuses writes; final LSN captured
+	StepApplied      Step = "applied"        // target applied the final LSN
+	StepReverseSlot  Step = "reverse_slot"   // publication and slot on the target for rollback
+	StepSequences    Step = "sequences"      // sequences carried, target clock past the newest ID
+	StepFlipped      Step = "flipped"        // shard map points at the target, active
+	StepReverse      Step = "reverse"        // forward replication gone, reverse replication running
+	StepCleaned      Step = "cleaned"        // replication and the old copy removed
 	StepCopiedOff    Step = "copied_offline" // offline mode: rows copied with COPY
 	StepVerified     Step = "verified"       // offline mode: both sides verified equal
 )
@@ -42,8 +42,8 @@ const (
 // reversible.
 var onlineSteps = []Step{
 	StepCreated, StepMapMoving, StepTargetSchema, StepPublication, StepSubscription,
-	StepCopied, StepIndexes, StepCaughtUp, StepFenced, StepBarrier, StepApplied,
-	StepReverseSlot, StepSequences, StepFlipped, StepReverse,
+	StepCopied, StepIndexes, StepCaughtUp, StepReverseSlot, StepFenced, StepBarrier, StepApplied,
+	StepSequences, StepFlipped, StepReverse,
 }
 
 // offlineSteps is the order of an offline move.
@@ -94,7 +94,8 @@ type Move struct {
 	Step      Step   // last step finished
 	Doing     Step   // step under way, "" when none
 	Error     string // last error, "" when the last step succeeded
-	FinalLSN  string // source WAL position captured with the barrier, "" until then
+	FinalLSN  string // serving side's WAL position captured with the barrier, "" until then
+	TargetLSN string // target's WAL position after it applied FinalLSN, "" until then
 	SeqValue  int64
 	FencedFor time.Duration // fenced window at cutover (0 until cut over)
 	Started   time.Time
@@ -108,14 +109,14 @@ func (m Move) Open() bool {
 }
 
 const moveColumns = `id, shard, source, target, mode, state, step, coalesce(doing, ''), coalesce(error, ''),
-	coalesce(final_lsn::text, ''), coalesce(seq_value, 0), coalesce(fenced_ms, 0), started_at, updated_at, finished_at`
+	coalesce(final_lsn::text, ''), coalesce(target_lsn::text, ''), coalesce(seq_value, 0), coalesce(fenced_ms, 0), started_at, updated_at, finished_at`
 
 func scanMove(r pgx.Row) (Move, error) {
 	var m Move
 	var mode, state, step, doing string
 	var fencedMs float64
 	err := r.Scan(&m.ID, &m.Shard, &m.Source, &m.Target, &mode, &state, &step, &doing, &m.Error,
-		&m.FinalLSN, &m.SeqValue, &fencedMs, &m.Started, &m.Updated, &m.Finished)
+		&m.FinalLSN, &m.TargetLSN, &m.SeqValue, &fencedMs, &m.Started, &m.Updated, &m.Finished)
 	m.Mode, m.State, m.Step, m.Doing = Mode(mode), State(state), Step(step), Step(doing)
 	m.FencedFor = time.Duration(fencedMs * float64(time.Millisecond))
 	return m, err
@@ -134,9 +135,10 @@ const (
 	sqlFailStep    = `UPDATE shardkit.moves SET error = $2, updated_at = now() WHERE id = $1`
 	sqlSetState    = `UPDATE shardkit.moves SET state = $2, updated_at = now(),
 		finished_at = CASE WHEN $2 IN ('completed', 'rolled_back') THEN now() END WHERE id = $1`
-	sqlSetFinalLSN = `UPDATE shardkit.moves SET final_lsn = $2::pg_lsn, updated_at = now() WHERE id = $1`
-	sqlSetSeq      = `UPDATE shardkit.moves SET seq_value = $2, updated_at = now() WHERE id = $1`
-	sqlSetFenced   = `UPDATE shardkit.moves SET fenced_ms = $2, updated_at = now() WHERE id = $1`
+	sqlSetFinalLSN  = `UPDATE shardkit.moves SET final_lsn = $2::pg_lsn, updated_at = now() WHERE id = $1`
+	sqlSetTargetLSN = `UPDATE shardkit.moves SET target_lsn = $2::pg_lsn, updated_at = now() WHERE id = $1`
+	sqlSetSeq       = `UPDATE shardkit.moves SET seq_value = $2, updated_at = now() WHERE id = $1`
+	sqlSetFenced    = `UPDATE shardkit.moves SET fenced_ms = $2, updated_at = now() WHERE id = $1`
 )
 
 // journal reads and writes the move journal in the catalog.

@@ -30,6 +30,17 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 			return migrations.ApplyIndexes(ctx, mc.tgt, mc.layout, m.Shard, mv.cfg.ShardSQL)
 		}},
 		{StepCaughtUp, func(ctx context.Context) error { return mv.waitCaughtUp(ctx, mc) }},
+		// Reverse replication's slot is made now, outside the fenced window
+		// (making a slot waits for running transactions). It will see the
+		// forward changes the target still applies; reverse replication
+		// skips them by starting at the target LSN captured once the target
+		// applied the source's final LSN (StepApplied).
+		{StepReverseSlot, func(ctx context.Context) error {
+			if err := createPublication(ctx, mc.tgt, mc.n.rev, mc.schema); err != nil {
+				return err
+			}
+			return createSlot(ctx, mc.tgt, mc.n.rev)
+		}},
 	}
 	for _, st := range steps {
 		if err := mv.step(ctx, mc, st.s, st.fn); err != nil {
@@ -45,6 +56,9 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 			return err
 		}
 		if err := dropPublication(ctx, mc.src, mc.n.fwd); err != nil {
+			return err
+		}
+		if err := advanceSlot(ctx, mc.tgt, mc.n.rev, m.TargetLSN); err != nil {
 			return err
 		}
 		return createReverseSubscription(ctx, mc.src, mc.n.rev, mc.tgtDSN, mc.n.rev)
@@ -109,18 +123,17 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 	}
 	if err == nil {
 		err = mv.step(ctx, mc, StepApplied, func(ctx context.Context) error {
-			return waitSlotReached(ctx, mc.src, mc.n.fwd, m.FinalLSN, mv.cfg.CutoverTimeout)
-		})
-	}
-	if err == nil {
-		// Created only now that the target has applied everything and the
-		// source takes no writes: the slot must not see forward changes,
-		// or reverse replication would send them back.
-		err = mv.step(ctx, mc, StepReverseSlot, func(ctx context.Context) error {
-			if err := createPublication(ctx, mc.tgt, mc.n.rev, mc.schema); err != nil {
+			if err := waitSlotReached(ctx, mc.src, mc.n.fwd, m.FinalLSN, mv.cfg.CutoverTimeout); err != nil {
 				return err
 			}
-			return createSlot(ctx, mc.tgt, mc.n.rev)
+			// Every forward change is committed on the target before this
+			// position, and no write of the application comes before the flip.
+			lsn, err := currentLSN(ctx, mc.tgt)
+			if err != nil {
+				return err
+			}
+			m.TargetLSN = lsn
+			return mv.j.exec(ctx, sqlSetTargetLSN, m.ID, lsn)
 		})
 	}
 	if err == nil {
@@ -160,12 +173,7 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, cause error) err
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	mv.log.Warn("shardkit: aborting cutover", "move", m.ID, "shard", m.Shard, "cause", cause)
-	if err := dropSlot(ctx, mc.tgt, mc.n.rev); err != nil {
-		return err
-	}
-	if err := dropPublication(ctx, mc.tgt, mc.n.rev); err != nil {
-		return err
-	}
+	// The reverse slot stays: the next cutover captures a new target LSN.
 	if err := removeBarrier(ctx, mc.src, mc.schema); err != nil {
 		return err
 	}

@@ -32,6 +32,8 @@ const (
 	sqlSlotActivePID = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
 	sqlTerminate     = `SELECT pg_terminate_backend($1)`
 	sqlCurrentLSN    = `SELECT pg_current_wal_lsn()::text`
+	sqlAdvanceSlot   = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
+		FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
 )
 
 // walLevel returns the server's wal_level.
@@ -179,6 +181,18 @@ func createSlot(ctx context.Context, p *pgxpool.Pool, name string) error {
 	}
 	if _, err := p.Exec(ctx, sqlCreateSlot, name); err != nil {
 		return fmt.Errorf("create slot %s: %w", name, err)
+	}
+	return nil
+}
+
+// advanceSlot moves a logical slot's start to lsn, so its consumer never
+// receives the changes committed before (no-op if it is there already).
+func advanceSlot(ctx context.Context, p *pgxpool.Pool, slot, lsn string) error {
+	if lsn == "" {
+		return fmt.Errorf("advance slot %s: no target LSN recorded", slot)
+	}
+	if _, err := p.Exec(ctx, sqlAdvanceSlot, slot, lsn); err != nil {
+		return fmt.Errorf("advance slot %s to %s: %w", slot, lsn, err)
 	}
 	return nil
 }

@@ -16,7 +16,8 @@ CREATE TABLE shardkit.moves (
     step        text NOT NULL DEFAULT 'created', -- last step finished
     doing       text,                            -- step under way (NULL: none)
     error       text,                            -- last error, cleared by the next successful step
-    final_lsn   pg_lsn,                          -- source WAL position captured with the write barrier
+    final_lsn   pg_lsn,                          -- serving side's WAL position captured with the write barrier
+    target_lsn  pg_lsn,                          -- target's WAL position once it applied final_lsn: reverse replication starts there
     seq_value   bigint,                          -- largest sequence value carried to the other side
     fenced_ms   double precision,                -- length of the fenced window at cutover
     started_at  timestamptz NOT NULL DEFAULT now(),
