@@ -178,6 +178,9 @@ func clamp(limit int) int {
 func (a *API) reply(w http.ResponseWriter, r *http.Request, status int, v any, err error) {
 	if err != nil {
 		code := statusOf(err)
+		if r.Context().Err() != nil {
+			return // the client went away: nobody to answer, nothing to report
+		}
 		if code >= 500 {
 			a.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}

@@ -4,17 +4,18 @@
 -- shard's own ID function (slot 0), so a raw INSERT without an id still gets
 -- an ID with this shard's bits.
 --
--- Every table lives on its owner's shard:
---   users    shard key id          (user_id mod shards)
---   photos   shard key user_id
---   likes    shard of photo_id     (decoded from the photo's ID bits)
---   follows  shard key follower_id
+-- Every table lives on its owner's shard. A user's home shard is in the
+-- shard bits of the user's ID, and so is a photo's:
+--   users    shard of id           (the user's ID)
+--   photos   shard of user_id      (the owner's ID; the photo's ID gets the same bits)
+--   likes    shard of photo_id     (the photo's ID)
+--   follows  shard of follower_id  (the follower's ID)
 --
 -- Secondary indexes are in 0001_photos.indexes.sql: a shard move builds
 -- them after its copy.
 
 CREATE TABLE users (
-    id         bigint PRIMARY KEY,  -- chosen by the app: it is also the shard key
+    id         bigint PRIMARY KEY DEFAULT next_id(),
     name       text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now()
 );

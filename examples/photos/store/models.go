@@ -2,18 +2,21 @@ package store
 
 import "time"
 
-// User is a member. Its ID is also its shard key: the row lives on logical
-// shard id mod shards, next to the user's photos and follows.
+// User is a member. A user's home shard is chosen at sign-up and carried in
+// the shard bits of the user's ID; the user row, the user's photos and
+// follows all live there (shard:"id" on each user-ID column), so one user's
+// data is one schema on one server.
 type User struct {
-	ID        int64     `gorm:"primaryKey;autoIncrement:false" shard:"key" json:"id,string"`
+	ID        int64     `gorm:"primaryKey;autoIncrement:false" shard:"id" json:"id,string"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
 }
 
-// Photo is the metadata of an uploaded photo, on its owner's shard.
+// Photo is the metadata of an uploaded photo, on its owner's shard: its
+// ID has the same shard bits as its owner's.
 type Photo struct {
 	ID        int64     `gorm:"primaryKey;autoIncrement:false" json:"id,string"`
-	UserID    int64     `shard:"key" json:"user_id,string"`
+	UserID    int64     `shard:"id" json:"user_id,string"`
 	Caption   string    `json:"caption"`
 	URL       string    `json:"url"`
 	Width     int       `json:"width"`
@@ -34,7 +37,7 @@ type Like struct {
 // shard: a feed starts by reading the follower's follows.
 type Follow struct {
 	ID         int64     `gorm:"primaryKey;autoIncrement:false" json:"id,string"`
-	FollowerID int64     `shard:"key" json:"follower_id,string"`
+	FollowerID int64     `shard:"id" json:"follower_id,string"`
 	FolloweeID int64     `json:"followee_id,string"`
 	CreatedAt  time.Time `json:"created_at"`
 }

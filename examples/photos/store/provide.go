@@ -68,8 +68,7 @@ func NewIDs(ctx context.Context, rt *router.Router) (*idgen.Generator, func(), e
 // route fails instead of landing on the wrong server.
 func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence FenceWait, m *metrics.Metrics) (*gorm.DB, func(), error) {
 	db, err := gorm.Open(postgres.Open(string(dsn)), &gorm.Config{
-		Logger:                 logger.Discard,
-		SkipDefaultTransaction: true,
+		Logger: logger.Discard,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("photos: open GORM: %w", err)

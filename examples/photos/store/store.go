@@ -55,10 +55,9 @@ func clampLimit(n int) int {
 	return min(n, MaxLimit)
 }
 
-// CreateUser creates a user. A user's ID is its own shard key, so it is
-// chosen here, before the insert: a fresh ID from the generator for a
-// random shard. The ID is unique by construction; the row then lives on
-// shard id mod shards, with the user's photos and follows.
+// CreateUser creates a user on a random logical shard: the user's ID comes
+// from the generator for that shard, so its shard bits name the user's home
+// shard, where the user's photos and follows will live too.
 func (s *Store) CreateUser(ctx context.Context, name string) (User, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || len(name) > 100 {
@@ -92,7 +91,7 @@ func (s *Store) CreatePhoto(ctx context.Context, p Photo) (Photo, error) {
 		return Photo{}, fmt.Errorf("%w: a photo needs a url", ErrInvalid)
 	}
 	p.ID = 0
-	err := s.db.WithContext(ctx).Clauses(plugin.Shard(p.UserID)).Transaction(func(tx *gorm.DB) error {
+	err := s.db.WithContext(ctx).Clauses(plugin.ShardOfID(p.UserID)).Transaction(func(tx *gorm.DB) error {
 		var n int64
 		if err := tx.Model(&User{}).Where("id = ?", p.UserID).Count(&n).Error; err != nil {
 			return err
@@ -181,7 +180,7 @@ func (s *Store) Following(ctx context.Context, userID int64) ([]int64, error) {
 }
 
 // Feed returns the newest photos of the users userID follows, newest first,
-// below before when it is not zero. Followees are grouped by logical shard;
+// below before when it is not zero. Followees are grouped by home shard;
 // each group is one query on its shard (in parallel), and the pages are
 // merged by ID, which orders by time across shards.
 func (s *Store) Feed(ctx context.Context, userID, before int64, limit int) ([]Photo, error) {
@@ -190,10 +189,13 @@ func (s *Store) Feed(ctx context.Context, userID, before int64, limit int) ([]Ph
 	if err != nil || len(followees) == 0 {
 		return []Photo{}, err
 	}
-	shards := s.rt.Snapshot().Shards
-	groups := map[int64][]int64{}
+	layout := s.rt.Snapshot().Layout
+	groups := map[int][]int64{}
 	for _, id := range followees {
-		k := id % int64(shards)
+		k, err := layout.ShardOf(id)
+		if err != nil {
+			return nil, err
+		}
 		groups[k] = append(groups[k], id)
 	}
 	var (

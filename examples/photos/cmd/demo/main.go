@@ -42,7 +42,7 @@ func main() {
 	var o options
 	flag.IntVar(&o.users, "users", 200, "users the load generator creates")
 	flag.IntVar(&o.workers, "workers", 8, "concurrent load clients")
-	flag.IntVar(&o.moves, "moves", 12, "logical shards to move onto the new server while the load runs")
+	flag.IntVar(&o.moves, "moves", 8, "logical shards to move onto the new server while the load runs")
 	flag.IntVar(&o.parallel, "parallel", 2, "moves at a time")
 	flag.IntVar(&o.shards, "shards", 2000, "logical shards")
 	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "load before the moves start")

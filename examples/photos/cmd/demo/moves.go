@@ -29,15 +29,19 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 	say func(string, ...any), log *slog.Logger) (*moveRun, error) {
 	target := ""
 	if c.addServer != nil {
+		t := time.Now()
 		added, err := c.addServer(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("add a server: %w", err)
 		}
+		say("started server %s in %s; registering it in the catalog", added.Name, time.Since(t).Round(time.Millisecond))
+		t = time.Now()
 		if err := provisionAdded(ctx, cfg, added, log); err != nil {
 			return nil, err
 		}
 		target = added.Name
-		say("added server %s (empty); moving %d shards onto it while the load runs", target, o.moves)
+		say("added server %s (empty) in %s; moving %d shards onto it, %d at a time, while the load runs",
+			target, time.Since(t).Round(time.Millisecond), o.moves, max(1, o.parallel))
 	} else {
 		target = c.servers[len(c.servers)-1].Name
 		say("no new server ($%s unset): moving %d shards onto %s while the load runs", envNewServer, o.moves, target)
@@ -134,7 +138,7 @@ func pickShards(snap *router.Snapshot, users []string, target string, n int) []i
 		if err != nil {
 			continue
 		}
-		sh, err := router.ShardOfKey(id, snap.Shards)
+		sh, err := snap.Layout.ShardOf(id)
 		if err != nil || seen[sh] {
 			continue
 		}
