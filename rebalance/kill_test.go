@@ -1,0 +1,136 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// TestMoverChild is the mover process of TestKillMoverAtEveryStep: run by
+// a re-executed test binary, it moves (or rolls back) a shard and SIGKILLs
+// itself at the step it is told.
+func TestMoverChild(t *testing.T) {
+	if os.Getenv(childEnv) == "" {
+		t.Skip("runs only as the child of TestKillMoverAtEveryStep")
+	}
+	ctx := context.Background()
+	cat, err := router.OpenCatalog(ctx, os.Getenv("CHILD_CATALOG"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kill, phase := Step(os.Getenv("CHILD_KILL")), os.Getenv("CHILD_PHASE") == "end"
+	mv, err := New(Config{Catalog: cat, Hook: func(_ Move, s Step, done bool) {
+		if s == kill && done == phase {
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard, _ := strconv.Atoi(os.Getenv("CHILD_SHARD"))
+	switch os.Getenv("CHILD_OP") {
+	case "move":
+		_, err = mv.Move(ctx, shard, os.Getenv("CHILD_TARGET"), MoveOptions{})
+	case "rollback":
+		_, err = mv.Rollback(ctx, shard)
+	}
+	t.Fatalf("child was not killed at %s (err %v)", kill, err)
+}
+
+// runChild runs the mover in a child process that kills itself at step.
+func runChild(t *testing.T, e *env, op string, shard int, target string, step Step, atEnd bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMoverChild$", "-test.count=1")
+	phase := "begin"
+	if atEnd {
+		phase = "end"
+	}
+	cmd.Env = append(os.Environ(), childEnv+"=1", "CHILD_CATALOG="+e.catalogDSN, "CHILD_OP="+op,
+		"CHILD_SHARD="+strconv.Itoa(shard), "CHILD_TARGET="+target, "CHILD_KILL="+string(step), "CHILD_PHASE="+phase)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child %s killed at %s/%s: want SIGKILL, got %v\n%s", op, step, phase, err, out)
+	}
+}
+
+func TestKillMoverAtEveryStep(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 2) // shard 0 on s0, shard 1 on s1
+	seedPhotos(t, e, 0, 3000)
+	mv := e.mover(t, Config{})
+	w := newRawWriter(t, e, []int{0, 1})
+	w.bound = time.Minute // a killed mover may leave the shard fenced until it is resumed
+	stop := w.run(ctx)
+	defer stop()
+
+	type kill struct {
+		op    string
+		step  Step
+		atEnd bool
+	}
+	var kills []kill
+	for _, s := range onlineSteps[1:] {
+		kills = append(kills, kill{"move", s, true})
+	}
+	kills = append(kills,
+		kill{"move", StepBarrier, false}, kill{"move", StepCopied, false},
+		kill{"rollback", StepRbBarrier, true}, kill{"rollback", StepRbApplied, true},
+		kill{"rollback", StepRbFlipped, false}, kill{"rollback", StepRbCleaned, false})
+	for i, k := range kills {
+		name := fmt.Sprintf("%s_%s_%v", k.op, k.step, k.atEnd)
+		from := e.placement(t, 0).Server
+		to := map[string]string{"s0": "s1", "s1": "s0"}[from]
+		if k.op == "rollback" {
+			// A reversible move to roll back.
+			if _, err := mv.Move(ctx, 0, to, MoveOptions{}); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		runChild(t, e, k.op, 0, to, k.step, k.atEnd)
+		open, err := mv.j.open(ctx, 0)
+		if err != nil {
+			t.Fatalf("%s: after the kill: %v", name, err)
+		}
+		var m Move
+		switch {
+		case k.op == "rollback":
+			m, err = mv.Rollback(ctx, 0)
+		case i%2 == 0:
+			if m, err = mv.Resume(ctx, 0); err == nil {
+				m, err = mv.Complete(ctx, 0)
+			}
+		default:
+			m, err = mv.Rollback(ctx, 0)
+		}
+		if err != nil {
+			t.Fatalf("%s: finishing move %d (%s at %s): %v", name, open.ID, open.State, open.Step, err)
+		}
+		if m.Open() {
+			t.Fatalf("%s: move %d still %s", name, m.ID, m.State)
+		}
+		p := e.placement(t, 0)
+		if p.State != router.StateActive {
+			t.Errorf("%s: shard 0 is %s", name, p.State)
+		}
+		other := map[string]string{"s0": "s1", "s1": "s0"}[p.Server]
+		if e.schemaOn(t, other, 0) {
+			t.Errorf("%s: shard 0 served by %s but its schema is still on %s", name, p.Server, other)
+		}
+		if left := e.leftovers(t); len(left) > 0 {
+			t.Errorf("%s: left behind: %v", name, left)
+		}
+		t.Logf("%s: move %d %s, shard 0 on %s", name, m.ID, m.State, p.Server)
+	}
+	stop()
+	w.check(t)
+	t.Logf("writer: %d ops, %d failed, longest write %v", w.ops, len(w.failures), w.maxWait)
+}
