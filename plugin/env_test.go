@@ -2,9 +2,11 @@ package plugin
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -59,6 +61,7 @@ type env struct {
 	p       *Plugin
 	dsn     map[string]string // server name → DSN
 	def     string            // the default connection's DSN
+	defPool *countingPool     // the default connection, counting its use
 	shards  int
 	servers []string
 }
@@ -111,7 +114,13 @@ func newEnv(t testing.TB, o envOpts) *env {
 		o.cfg(&cfg)
 	}
 	e.def = pgtest.NewDatabase(t, 1) // no tables: nothing may run here
-	e.db, err = gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	sqlDB, err := sql.Open("pgx", e.def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	e.defPool = &countingPool{DB: sqlDB}
+	e.db, err = gorm.Open(postgres.New(postgres.Config{Conn: e.defPool}), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +128,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err := e.db.Use(e.p); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = e.p.Close()
-		if sqlDB, err := e.db.DB(); err == nil {
-			_ = sqlDB.Close()
-		}
-	})
+	t.Cleanup(func() { _ = e.p.Close() })
+	e.defPool.calls.Store(0)
 	return e
 }
 
@@ -213,6 +218,41 @@ func (e *env) defaultUntouched(t testing.TB) {
 	if n != 0 {
 		t.Fatalf("default database has %d tables", n)
 	}
+	if c := e.defPool.calls.Load(); c != 0 {
+		t.Fatalf("the default connection was used %d times", c)
+	}
+}
+
+// countingPool is the default connection: a real *sql.DB whose every use
+// is counted, so tests can prove sharded statements never reach it.
+type countingPool struct {
+	*sql.DB
+	calls atomic.Int64
+}
+
+func (c *countingPool) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
+	c.calls.Add(1)
+	return c.DB.PrepareContext(ctx, q)
+}
+
+func (c *countingPool) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	c.calls.Add(1)
+	return c.DB.ExecContext(ctx, q, args...)
+}
+
+func (c *countingPool) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	c.calls.Add(1)
+	return c.DB.QueryContext(ctx, q, args...)
+}
+
+func (c *countingPool) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	c.calls.Add(1)
+	return c.DB.QueryRowContext(ctx, q, args...)
+}
+
+func (c *countingPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error) {
+	c.calls.Add(1)
+	return c.DB.BeginTx(ctx, opts)
 }
 
 // rawExec runs SQL on a server directly.

@@ -127,7 +127,7 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 		}
 		m, hint, err := p.lookup(stmt)
 		if err != nil {
-			db.AddError(err)
+			failRow(db, o, nil, -1, err)
 			return
 		}
 		if m == nil {
@@ -149,7 +149,7 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 			set, err = p.scoped(stmt, set, snap)
 		}
 		if err != nil {
-			fail(db, m, -1, err)
+			failRow(db, o, m, -1, err)
 			return
 		}
 		t := txOf(stmt.ConnPool)
@@ -160,7 +160,7 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 				}
 			}
 			if !set.known {
-				fail(db, m, -1, ErrMissingShardKey)
+				failRow(db, o, m, -1, ErrMissingShardKey)
 				return
 			}
 		}
@@ -172,18 +172,18 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 		}
 		switch len(set.list) {
 		case 0:
-			fail(db, m, -1, fmt.Errorf("%w: the statement's conditions name different shards, so no row can match", ErrIDShardMismatch))
+			failRow(db, o, m, -1, fmt.Errorf("%w: the statement's conditions name different shards, so no row can match", ErrIDShardMismatch))
 		case 1:
 			if err := p.apply(db, m, o, set.list[0], snap, t); err != nil {
-				fail(db, m, set.list[0], err)
+				failRow(db, o, m, set.list[0], err)
 			}
 		default:
 			if t != nil && !t.statement {
-				fail(db, m, set.list[0], fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(set.list)))
+				failRow(db, o, m, set.list[0], fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(set.list)))
 				return
 			}
 			if o == opRow {
-				fail(db, m, -1, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL))
+				failRow(db, o, m, -1, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL))
 				return
 			}
 			stmt.Clauses[fanoutName] = clause.Clause{Expression: &fanout{m: m, snap: snap, shards: set.list, rows: rows, tx: t, read: o.read()}}
@@ -204,7 +204,11 @@ func (p *Plugin) scoped(stmt *gorm.Statement, set shardSet, snap *router.Snapsho
 	if err != nil {
 		return set, err
 	}
-	return set.and(one(s)), nil
+	out := set.and(one(s))
+	if set.known && len(set.list) > 0 && len(out.list) == 0 {
+		return out, fmt.Errorf("%w: the statement is scoped to shard %d, its rows or conditions are in shard %d", ErrCrossShard, s, set.list[0])
+	}
+	return out, nil
 }
 
 // txOf returns the shardTx behind a statement's connection, if any.
