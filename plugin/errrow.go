@@ -13,7 +13,7 @@ import (
 type errConnector struct{ err error }
 
 func (c errConnector) Connect(context.Context) (driver.Conn, error) { return nil, c.err }
-func (c errConnector) Driver() driver.Driver                       { return errDriver(c) }
+func (c errConnector) Driver() driver.Driver                        { return errDriver(c) }
 
 type errDriver errConnector
 
