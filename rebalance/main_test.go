@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -38,9 +39,21 @@ type env struct {
 	shards     int
 }
 
+// tuneOnce shortens wal_retrieve_retry_interval on the test clusters: the
+// logical replication launcher waits that long (default 5s) between starts
+// of apply workers, which would dominate a test of many consecutive moves.
+var tuneOnce sync.Once
+
 func newEnv(t *testing.T, n, used, shards int) *env {
 	t.Helper()
 	ctx := context.Background()
+	tuneOnce.Do(func() {
+		for i := range pgtest.Set().Clusters {
+			dsn := pgtest.Cluster(t, i).DSN("postgres")
+			pgtest.Exec(t, dsn, `ALTER SYSTEM SET wal_retrieve_retry_interval = '100ms'`)
+			pgtest.Exec(t, dsn, `SELECT pg_reload_conf()`)
+		}
+	})
 	e := &env{catalogDSN: pgtest.NewDatabase(t, 0), shards: shards, pools: map[string]*pgxpool.Pool{}}
 	cat, err := router.OpenCatalog(ctx, e.catalogDSN)
 	if err != nil {

@@ -21,6 +21,7 @@ type rawWriter struct {
 	e      *env
 	r      *router.Router
 	bound  time.Duration
+	pause  time.Duration // between a goroutine's writes
 	shards []int
 
 	mu       sync.Mutex
@@ -37,7 +38,7 @@ func newRawWriter(t *testing.T, e *env, shards []int) *rawWriter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rawWriter{e: e, r: r, bound: 5 * time.Second, shards: shards, rows: map[int64]int{}, shardOf: map[int64]int{}}
+	return &rawWriter{e: e, r: r, bound: 5 * time.Second, pause: time.Millisecond, shards: shards, rows: map[int64]int{}, shardOf: map[int64]int{}}
 }
 
 // run writes until ctx ends: one goroutine per shard, alternating inserts
@@ -56,6 +57,7 @@ func (w *rawWriter) run(ctx context.Context) func() {
 			defer wg.Done()
 			var mine []int64
 			for i := 0; wctx.Err() == nil; i++ {
+				time.Sleep(w.pause)
 				if i%3 == 2 && len(mine) > 0 {
 					id := mine[(i*7919)%len(mine)]
 					var v int
