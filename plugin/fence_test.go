@@ -1,0 +1,191 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
+
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+// setShard changes one shard's row of the map in the catalog.
+func (e *env) setShard(t *testing.T, shard int, server string, state router.ShardState) {
+	t.Helper()
+	_, err := e.cat.ChangeMap(context.Background(), func(ctx context.Context, tx pgx.Tx, v int64) error {
+		_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET server = $2, state = $3, version = $4 WHERE shard = $1`, shard, server, string(state), v)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFencedShardWaitsThenFails(t *testing.T) {
+	e := newEnv(t, envOpts{cfg: func(c *Config) { c.FenceWait = 300 * time.Millisecond }})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = e.r.Watch(ctx) }()
+	user := int64(5)
+	shard := e.shardOf(user)
+	home := e.serverOf(t, shard)
+	p := Photo{UserID: user}
+	if err := e.db.Create(&p).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.setShard(t, shard, home, router.StateFenced)
+	waitFor(t, func() bool { pl, _ := e.r.Snapshot().Placement(shard); return pl.State == router.StateFenced })
+
+	start := time.Now()
+	err := e.db.Create(&Photo{UserID: user}).Error
+	if !errors.Is(err, ErrShardFenced) || time.Since(start) < 250*time.Millisecond {
+		t.Fatalf("err = %v after %v, want ErrShardFenced after ~300ms", err, time.Since(start))
+	}
+	if err := e.db.Model(&p).Update("caption", "x").Error; !errors.Is(err, ErrShardFenced) {
+		t.Fatalf("update: err = %v", err)
+	}
+	// Reads go on.
+	var got Photo
+	if err := e.db.First(&got, p.ID).Error; err != nil {
+		t.Fatal(err)
+	}
+	// Other shards take writes.
+	if err := e.db.Create(&Photo{UserID: user + 1}).Error; err != nil {
+		t.Fatal(err)
+	}
+	// A write that starts fenced goes through once the fence lifts.
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		e.setShard(t, shard, home, router.StateActive)
+	}()
+	q := Photo{UserID: user}
+	if err := e.db.Create(&q).Error; err != nil {
+		t.Fatalf("write after unfence: %v", err)
+	}
+	e.assertAt(t, "photos", q.ID, shard)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not met in 5s")
+}
+
+// moveByHand moves a shard to the other server the way the mover's cutover
+// leaves it: schema and rows on the target, the source's write barrier
+// (SQLSTATE router.FenceSQLState) installed, the map flipped. The router is
+// not told, so it holds a stale map.
+func (e *env) moveByHand(t *testing.T, shard int) (from, to string) {
+	t.Helper()
+	ctx := context.Background()
+	from = e.serverOf(t, shard)
+	to = "a"
+	if from == "a" {
+		to = "b"
+	}
+	schema := router.SchemaName(shard)
+	dst, err := pgx.Connect(ctx, e.dsn[to])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close(ctx)
+	if err := migrations.ApplyShard(ctx, dst, e.r.Snapshot().Layout, shard, os.DirFS("testdata/shardsql"), migrations.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	src := pgtest.Connect(t, e.dsn[from])
+	rows, err := src.Query(ctx, "SELECT id, user_id, caption, likes, created_at FROM "+pgx.Identifier{schema, "photos"}.Sanitize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range vals {
+		if _, err := dst.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "photos"}.Sanitize()+" VALUES ($1, $2, $3, $4, $5)", v...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fn := pgx.Identifier{schema, "shardkit_fence"}.Sanitize()
+	e.rawExec(t, from, fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = '%s'; END $fn$`, fn, router.FenceSQLState))
+	for _, table := range []string{"photos", "likes"} {
+		e.rawExec(t, from, fmt.Sprintf(`CREATE TRIGGER shardkit_fence BEFORE INSERT OR UPDATE OR DELETE ON %s
+FOR EACH STATEMENT EXECUTE FUNCTION %s()`, pgx.Identifier{schema, table}.Sanitize(), fn))
+	}
+	e.setShard(t, shard, to, router.StateActive)
+	return from, to
+}
+
+func TestMovedShardRetriesOnNewHome(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	user := int64(3)
+	shard := e.shardOf(user)
+	p := Photo{UserID: user, Caption: "before"}
+	if err := e.db.Create(&p).Error; err != nil {
+		t.Fatal(err)
+	}
+	from, to := e.moveByHand(t, shard)
+	if pl, _ := e.r.Snapshot().Placement(shard); pl.Server != from {
+		t.Fatal("router already knows the new map")
+	}
+	// Inside a transaction: a typed, retriable error.
+	err := e.db.Clauses(Shard(user)).Transaction(func(tx *gorm.DB) error {
+		return tx.Create(&Photo{UserID: user}).Error
+	})
+	if !errors.Is(err, ErrShardMoved) {
+		t.Fatalf("in a transaction: err = %v, want ErrShardMoved", err)
+	}
+	var se *ShardError
+	if !errors.As(err, &se) || se.Server != from {
+		t.Fatalf("err %v does not name the old server %s", err, from)
+	}
+	// The refusal made the router reload.
+	if pl, _ := e.r.Snapshot().Placement(shard); pl.Server != to {
+		t.Fatalf("router did not reload: shard on %s", pl.Server)
+	}
+}
+
+func TestMovedShardRetriesOnceOutsideTransaction(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	user := int64(3)
+	shard := e.shardOf(user)
+	p := Photo{UserID: user, Caption: "before"}
+	if err := e.db.Create(&p).Error; err != nil {
+		t.Fatal(err)
+	}
+	from, to := e.moveByHand(t, shard)
+	if e.serverOf(t, shard) != from {
+		t.Fatal("router already knows the new map; the retry would not be exercised")
+	}
+	q := Photo{UserID: user, Caption: "after"}
+	if err := e.db.Create(&q).Error; err != nil {
+		t.Fatalf("create with a stale map: %v", err)
+	}
+	e.assertAt(t, "photos", q.ID, shard)
+	if e.serverOf(t, shard) != to {
+		t.Fatal("map not reloaded")
+	}
+	if got := e.locate(t, "photos", q.ID); len(got) != 1 || got[0] != to+"/"+router.SchemaName(shard) {
+		t.Fatalf("new row at %v", got)
+	}
+	// Update of the row copied over works on the new home too.
+	if err := e.db.Model(&p).Update("caption", "moved").Error; err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := e.caption(t, p); c != "moved" {
+		t.Fatalf("caption %q", c)
+	}
+}
