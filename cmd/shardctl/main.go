@@ -9,8 +9,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -68,10 +70,18 @@ func main() {
 // 2 for a malformed command line, 1 for any other error. Errors are one
 // line on stderr.
 func run(ctx context.Context, args []string) int {
+	return runIO(ctx, args, os.Stdout, os.Stderr)
+}
+
+// runIO is run with the command's output and errors going to the given
+// writers (tests capture them).
+func runIO(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRoot()
 	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(os.Stderr, "shardctl: %v\n", err)
+		fmt.Fprintf(stderr, "shardctl: %v\n", err)
 		if errors.Is(err, errUsage) || isCobraUsage(err) {
 			return 2
 		}
@@ -84,7 +94,7 @@ func run(ctx context.Context, args []string) int {
 // wrong number of arguments), which it does not type.
 func isCobraUsage(err error) bool {
 	var a argError
-	return errors.As(err, &a)
+	return errors.As(err, &a) || strings.HasPrefix(err.Error(), "unknown command ")
 }
 
 // argError is returned by the Args validators of our commands.
