@@ -1,0 +1,165 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/rebalance"
+	"github.com/shardkit/shardkit/router"
+)
+
+func init() { commands = append(commands, newMoveCmd) }
+
+func newMoveCmd() *cobra.Command {
+	var spec, to string
+	var resume, complete, offline, quiet bool
+	var soak time.Duration
+	cmd := &cobra.Command{
+		Use:   "move --shard N|A-B|A,B,C (--to SERVER [--offline] [--soak D] | --resume | --complete)",
+		Short: "Move logical shards to another server online; resume or complete a move",
+		Long: `Move logical shards to another server while the application keeps writing.
+
+An online move copies the shard with logical replication, cuts over in a short
+fenced window, and keeps reverse replication so that 'shardctl rollback' can
+return the shard. 'shardctl move --complete' (or --soak D) then drops the
+replication and the old copy. --offline copies with COPY while the shard is
+fenced, for servers whose wal_level is not logical. A move that stopped (killed,
+failed) is continued with --resume or undone with 'shardctl rollback'.`,
+		Args: exactArgs(0, "no positional arguments"),
+	}
+	getCatalog := catalogFlag(cmd)
+	cmd.Flags().StringVar(&spec, "shard", "", "shards: N, A-B or A,B,C")
+	cmd.Flags().StringVar(&to, "to", "", "target server name")
+	cmd.Flags().BoolVar(&resume, "resume", false, "continue the unfinished moves of the shards")
+	cmd.Flags().BoolVar(&complete, "complete", false, "finish cut-over moves: drop reverse replication and the old copy")
+	cmd.Flags().BoolVar(&offline, "offline", false, "copy with COPY while fenced (when wal_level is not logical)")
+	cmd.Flags().DurationVar(&soak, "soak", 0, "after the cutover, keep reverse replication this long, then complete (0: keep until --complete)")
+	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bars")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		shards, err := parseShardSpec(spec)
+		if err != nil {
+			return err
+		}
+		modes := 0
+		for _, b := range []bool{to != "", resume, complete} {
+			if b {
+				modes++
+			}
+		}
+		if modes != 1 {
+			return fmt.Errorf("%w: give exactly one of --to SERVER, --resume, --complete", errUsage)
+		}
+		mv, cat, err := openMover(cmd, getCatalog, !quiet)
+		if err != nil {
+			return err
+		}
+		defer cat.Close()
+		defer mv.Close()
+		ctx := cmd.Context()
+		out := cmd.OutOrStdout()
+		for _, shard := range shards {
+			var m rebalance.Move
+			switch {
+			case complete:
+				m, err = mv.Complete(ctx, shard)
+			case resume:
+				m, err = mv.Resume(ctx, shard)
+			default:
+				m, err = mv.Move(ctx, shard, to, rebalance.MoveOptions{Offline: offline})
+				if err == nil && soak > 0 && m.State == rebalance.StateReversible {
+					fmt.Fprintf(out, "shard %d: cut over; soaking %v before completing\n", shard, soak)
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(soak):
+					}
+					m, err = mv.Complete(ctx, shard)
+				}
+			}
+			if err != nil {
+				return err
+			}
+			printMove(out, m)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// openMover opens the catalog and a Mover whose progress goes to the
+// command's stderr as progress bars.
+func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool) (*rebalance.Mover, *router.Catalog, error) {
+	dsn, err := getCatalog()
+	if err != nil {
+		return nil, nil, err
+	}
+	cat, err := router.OpenCatalog(cmd.Context(), dsn)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := rebalance.Config{
+		Catalog: cat,
+		Logger:  slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	if bars {
+		cfg.Progress = newMoveBars(cmd.ErrOrStderr()).report
+	}
+	mv, err := rebalance.New(cfg)
+	if err != nil {
+		cat.Close()
+		return nil, nil, err
+	}
+	return mv, cat, nil
+}
+
+func printMove(w io.Writer, m rebalance.Move) {
+	switch m.State {
+	case rebalance.StateReversible:
+		fmt.Fprintf(w, "shard %d: moved %s → %s (move %d), fenced %v; reverse replication kept: "+
+			"`shardctl rollback --shard %d` returns it, `shardctl move --complete --shard %d` finishes\n",
+			m.Shard, m.Source, m.Target, m.ID, m.FencedFor.Round(time.Microsecond), m.Shard, m.Shard)
+	case rebalance.StateCompleted:
+		fmt.Fprintf(w, "shard %d: on %s, move %d completed (fenced %v); nothing left on %s\n",
+			m.Shard, m.Target, m.ID, m.FencedFor.Round(time.Microsecond), m.Source)
+	case rebalance.StateRolledBack:
+		fmt.Fprintf(w, "shard %d: back on %s, move %d rolled back\n", m.Shard, m.Source, m.ID)
+	default:
+		fmt.Fprintf(w, "shard %d: move %d is %s at step %s\n", m.Shard, m.ID, m.State, m.Step)
+	}
+}
+
+// parseShardSpec reads N, A-B or A,B,C (and mixtures: 1,4-6).
+func parseShardSpec(spec string) ([]int, error) {
+	if spec == "" {
+		return nil, fmt.Errorf("%w: --shard is required (N, A-B or A,B,C)", errUsage)
+	}
+	var out []int
+	seen := map[int]bool{}
+	for _, part := range strings.Split(spec, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err := strconv.Atoi(lo)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.Atoi(hi)
+		}
+		if err != nil || a < 0 || b < a {
+			return nil, fmt.Errorf("%w: --shard %q: want N, A-B (A ≤ B) or A,B,C of non-negative shard numbers", errUsage, spec)
+		}
+		if b-a > 100000 {
+			return nil, fmt.Errorf("%w: --shard %q: range too large", errUsage, spec)
+		}
+		for s := a; s <= b; s++ {
+			if !seen[s] {
+				seen[s] = true
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
+}
