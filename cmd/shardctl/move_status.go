@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/shardkit/shardkit/rebalance"
+	"github.com/shardkit/shardkit/router"
+)
+
+func init() {
+	statusSections = append(statusSections, statusSection{Key: "moves", Collect: collectMoves, Text: printMoves})
+}
+
+// moveStatus is one unfinished move as `shardctl status` shows it.
+type moveStatus struct {
+	ID       int64   `json:"id"`
+	Shard    int     `json:"shard"`
+	Source   string  `json:"source"`
+	Target   string  `json:"target"`
+	Mode     string  `json:"mode"`
+	State    string  `json:"state"`
+	Step     string  `json:"step"`
+	Doing    string  `json:"doing,omitempty"`
+	Error    string  `json:"error,omitempty"`
+	FencedMs float64 `json:"fenced_ms,omitempty"`
+	Updated  string  `json:"updated"`
+}
+
+func collectMoves(ctx context.Context, cat *router.Catalog) (any, error) {
+	ms, err := rebalance.ActiveMoves(ctx, cat)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]moveStatus, 0, len(ms))
+	for _, m := range ms {
+		out = append(out, moveStatus{ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, Mode: string(m.Mode),
+			State: string(m.State), Step: string(m.Step), Doing: string(m.Doing), Error: m.Error,
+			FencedMs: float64(m.FencedFor) / float64(time.Millisecond), Updated: m.Updated.UTC().Format(time.RFC3339)})
+	}
+	return out, nil
+}
+
+func printMoves(w io.Writer, v any) {
+	ms, _ := v.([]moveStatus)
+	if len(ms) == 0 {
+		fmt.Fprintln(w, "moves: none unfinished")
+		return
+	}
+	fmt.Fprintln(w, "moves (unfinished: resume with `shardctl move --resume`, finish with --complete, undo with `shardctl rollback`):")
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MOVE\tSHARD\tFROM\tTO\tSTATE\tSTEP\tERROR")
+	for _, m := range ms {
+		step := m.Step
+		if m.Doing != "" {
+			step += " → " + m.Doing
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Shard, m.Source, m.Target, m.State, step, m.Error)
+	}
+	_ = tw.Flush()
+}
