@@ -181,7 +181,11 @@ func (g *Generator) Next(ctx context.Context, shard int) (int64, error) {
 	}
 	ms := raw
 	if seen := g.maxSeen.Load(); ms > seen {
-		g.maxSeen.CompareAndSwap(seen, ms) // losing the race leaves a lower bound: harmless
+		// Once per ms: losing the race leaves a lower bound (harmless); the
+		// winner re-reads the wall clock so steps show up within a ms.
+		if g.maxSeen.CompareAndSwap(seen, ms) && g.clock == nil {
+			g.now()
+		}
 	} else if ms < seen {
 		ms = seen // never go back in time; the borrow limit below still uses raw
 	}
