@@ -97,7 +97,7 @@ func runChild() {
 	for i, dsn := range parts[1:] {
 		servers = append(servers, ServerSpec{Name: fmt.Sprintf("pg%d", i), DSN: dsn})
 	}
-	err = Provision(ctx, cat, ProvisionOptions{Servers: servers, Shards: 2000, ShardSQL: os.DirFS("testdata/shardsql"),
+	err = Provision(ctx, cat, ProvisionOptions{Servers: servers, Shards: 800, ShardSQL: os.DirFS("testdata/shardsql"),
 		Apply: ApplyOptions{BatchSize: 5}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -144,15 +144,15 @@ func TestProvisionSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("the child finished before the kill: %v", cmd.ProcessState)
 	}
 	half := countShardTables(t, e.servers)
-	t.Logf("killed with %d of 6000 shard tables created", half)
-	if half >= 6000 {
+	t.Logf("killed with %d of 2400 shard tables created", half)
+	if half >= 2400 {
 		t.Fatal("the child finished before the kill")
 	}
-	if err := Provision(context.Background(), e.cat, ProvisionOptions{Servers: e.servers, ShardSQL: testSQL}); err != nil {
+	if err := Provision(context.Background(), e.cat, ProvisionOptions{Servers: e.servers, Shards: 800, ShardSQL: testSQL}); err != nil {
 		t.Fatal(err)
 	}
-	if n := countShardTables(t, e.servers); n != 6000 {
-		t.Fatalf("after the rerun: %d shard tables, want 6000", n)
+	if n := countShardTables(t, e.servers); n != 2400 {
+		t.Fatalf("after the rerun: %d shard tables, want 2400", n)
 	}
-	checkRecords(t, e.servers, 2000, 3)
+	checkRecords(t, e.servers, 800, 3)
 }

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+func init() { commands = append(commands, newInitCmd) }
+
+func newInitCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "init --catalog DSN --server NAME=DSN ... [--shards 2000] [--sql DIR]",
+		Short: "Create the catalog, register servers, spread the logical shards over them and create every shard schema",
+		Long: `init creates (or completes) a shardkit deployment: it migrates the catalog,
+records the shard count and ID layout, registers the servers, gives each a
+contiguous range of logical shards, and creates every shard schema with its
+sequence, next_id() and the application's tables (the NNNN_name.sql files in
+--sql DIR). Running it again does nothing; after an interruption it completes.
+A server not yet in an existing catalog is registered with no shards.`,
+		Args: exactArgs(0, "no arguments; servers go in --server NAME=DSN"),
+	}
+	catalog := catalogFlag(cmd)
+	layout := layoutFlags(cmd)
+	var servers, replicas []string
+	var shards int
+	var sqlDir string
+	var quiet bool
+	cmd.Flags().StringArrayVar(&servers, "server", nil, "shard server NAME=DSN (repeat for each server)")
+	cmd.Flags().StringArrayVar(&replicas, "replica", nil, "read replica NAME=DSN of server NAME (repeatable)")
+	cmd.Flags().IntVar(&shards, "shards", idgen.DefaultShards, "logical shard count (fixed for the catalog's lifetime)")
+	cmd.Flags().StringVar(&sqlDir, "sql", "", "directory of the application's per-shard SQL files (NNNN_name.sql)")
+	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		dsn, err := catalog()
+		if err != nil {
+			return err
+		}
+		l, err := layout()
+		if err != nil {
+			return err
+		}
+		specs, err := parseServers(servers, replicas)
+		if err != nil {
+			return err
+		}
+		shardSQL, err := sqlFS(sqlDir)
+		if err != nil {
+			return err
+		}
+		ctx := cmd.Context()
+		cat, err := router.OpenCatalog(ctx, dsn)
+		if err != nil {
+			return err
+		}
+		defer cat.Close()
+		bar := newSchemaBar(cmd.ErrOrStderr(), quiet, "creating shard schemas")
+		err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{
+			Servers: specs, Shards: shards, Layout: l, ShardSQL: shardSQL, Progress: bar.update,
+		})
+		bar.finish()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "shardkit initialised: %d shards on %d servers (%d schemas created now)\n",
+			shards, len(specs), bar.done)
+		return nil
+	}
+	return cmd
+}
+
+// parseServers turns --server NAME=DSN and --replica NAME=DSN into specs,
+// in the order given.
+func parseServers(servers, replicas []string) ([]migrations.ServerSpec, error) {
+	var specs []migrations.ServerSpec
+	index := map[string]int{}
+	for _, s := range servers {
+		name, dsn, ok := strings.Cut(s, "=")
+		if !ok || name == "" || dsn == "" {
+			return nil, fmt.Errorf("%w: --server %q: want NAME=DSN", errUsage, s)
+		}
+		index[name] = len(specs)
+		specs = append(specs, migrations.ServerSpec{Name: name, DSN: dsn})
+	}
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("%w: no servers: pass --server NAME=DSN for each shard server", errUsage)
+	}
+	for _, r := range replicas {
+		name, dsn, ok := strings.Cut(r, "=")
+		i, known := index[name]
+		if !ok || dsn == "" || !known {
+			return nil, fmt.Errorf("%w: --replica %q: want NAME=DSN with NAME one of the --server names", errUsage, r)
+		}
+		specs[i].Replicas = append(specs[i].Replicas, dsn)
+	}
+	return specs, nil
+}
+
+// sqlFS opens --sql DIR; an empty dir means none.
+func sqlFS(dir string) (fs.FS, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%w: --sql %s: not a directory", errUsage, dir)
+	}
+	return os.DirFS(dir), nil
+}
+
+// schemaBar draws one bar over all servers from migrations.Progress reports.
+// The bar is created at the first report, when the total is known.
+type schemaBar struct {
+	w     io.Writer
+	quiet bool
+	what  string
+	bar   *progressbar.ProgressBar
+	done  int
+}
+
+func newSchemaBar(w io.Writer, quiet bool, what string) *schemaBar {
+	return &schemaBar{w: w, quiet: quiet, what: what}
+}
+
+func (p *schemaBar) update(r migrations.Progress) {
+	p.done = r.Done
+	if p.quiet {
+		return
+	}
+	if p.bar == nil {
+		p.bar = progressbar.NewOptions(r.Total,
+			progressbar.OptionSetWriter(p.w),
+			progressbar.OptionSetDescription(p.what),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetItsString("schemas"),
+			progressbar.OptionShowIts(),
+			progressbar.OptionThrottle(100_000_000), // 100 ms
+			progressbar.OptionClearOnFinish())
+	}
+	_ = p.bar.Set(r.Done)
+}
+
+func (p *schemaBar) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		fmt.Fprintln(p.w)
+	}
+}

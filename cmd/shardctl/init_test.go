@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/shardkit/shardkit/internal/pgtest"
+)
+
+// TestMain gives this package's tests two Postgres clusters. It is the
+// package's only TestMain: other command tests that need a database use
+// these clusters (pgtest.NewDatabase(t, 0 or 1)).
+func TestMain(m *testing.M) { pgtest.Main(m, 2) }
+
+const (
+	testSQLDir   = "../../migrations/testdata/shardsql"
+	testSQLDirV2 = "../../migrations/testdata/shardsql_v2"
+)
+
+func TestInitMigrateStatus(t *testing.T) {
+	catalog := pgtest.NewDatabase(t, 0)
+	a, b := pgtest.NewDatabase(t, 0), pgtest.NewDatabase(t, 1)
+	args := []string{"init", "--catalog", catalog, "--server", "a=" + a, "--server", "b=" + b,
+		"--shards", "20", "--sql", testSQLDir}
+	code, out, errOut := shardctl(args...)
+	if code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "20 shards on 2 servers (20 schemas created now)") {
+		t.Fatalf("init output %q", out)
+	}
+	code, out, errOut = shardctl(args...)
+	if code != 0 || !strings.Contains(out, "(0 schemas created now)") {
+		t.Fatalf("init again: exit %d, %q %q; want a no-op", code, out, errOut)
+	}
+
+	// The catalog from the environment from here on.
+	t.Setenv(CatalogEnv, catalog)
+	code, out, errOut = shardctl("migrate", "--sql", testSQLDirV2, "--quiet")
+	if code != 0 || !strings.Contains(out, "migrated 20 shard schemas") {
+		t.Fatalf("migrate: exit %d, %q %q", code, out, errOut)
+	}
+	code, out, _ = shardctl("migrate", "--sql", testSQLDirV2)
+	if code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("migrate again: exit %d, %q", code, out)
+	}
+	pgtest.Exec(t, b, `INSERT INTO shard_0015.photos (user_id) SELECT 15 FROM generate_series(1, 300); ANALYZE shard_0015.photos`)
+
+	code, out, errOut = shardctl("status")
+	if code != 0 {
+		t.Fatalf("status: exit %d: %s", code, errOut)
+	}
+	t.Logf("status:\n%s", out)
+	for _, want := range []string{"shard map version 1: 20 logical shards", "0-9", "10-19", "every shard is active", "300"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q", want)
+		}
+	}
+	code, out, errOut = shardctl("status", "--json")
+	if code != 0 {
+		t.Fatalf("status --json: exit %d: %s", code, errOut)
+	}
+	var r struct {
+		MapVersion int64 `json:"map_version"`
+		Shards     int   `json:"shards"`
+		Servers    []struct {
+			Name   string `json:"name"`
+			Shards int    `json:"shards"`
+			Rows   int64  `json:"rows"`
+			Bytes  int64  `json:"bytes"`
+		} `json:"servers"`
+		NotActive []any `json:"not_active"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("status --json output %q: %v", out, err)
+	}
+	if r.Shards != 20 || len(r.Servers) != 2 || r.Servers[1].Rows != 300 || r.Servers[0].Bytes == 0 || r.NotActive == nil {
+		t.Fatalf("status --json: %+v", r)
+	}
+}
+
+func TestInitErrors(t *testing.T) {
+	catalog := pgtest.NewDatabase(t, 0)
+	a := pgtest.NewDatabase(t, 1)
+	if code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+a, "--shards", "8", "--quiet"); code != 0 {
+		t.Fatalf("init: %s", errOut)
+	}
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no servers", []string{"init", "--catalog", catalog}, 2, "--server NAME=DSN"},
+		{"no catalog", []string{"init", "--server", "a=" + a}, 2, "SHARDKIT_CATALOG"},
+		{"bad server flag", []string{"init", "--catalog", catalog, "--server", "a"}, 2, "want NAME=DSN"},
+		{"shard count", []string{"init", "--catalog", catalog, "--server", "a=" + a, "--shards", "16"}, 1, "rekey"},
+		{"unreachable", []string{"init", "--catalog", catalog, "--server", "a=" + a, "--server", "z=postgres://postgres@127.0.0.1:1/x"}, 1, `server "z": server unreachable`},
+		{"duplicate", []string{"init", "--catalog", catalog, "--server", "a=" + pgtest.NewDatabase(t, 0), "--shards", "8"}, 1, "duplicate server name"},
+		{"missing sql dir", []string{"migrate", "--catalog", catalog, "--sql", "/nonexistent"}, 2, "not a directory"},
+		{"unknown server", []string{"migrate", "--catalog", catalog, "--server", "nope"}, 1, "server not in the catalog"},
+	}
+	t.Setenv(CatalogEnv, "")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, errOut := shardctl(tt.args...)
+			if code != tt.code || !strings.Contains(errOut, tt.want) || !strings.HasPrefix(errOut, "shardctl: ") {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errOut, tt.code, tt.want)
+			}
+		})
+	}
+}
