@@ -151,6 +151,7 @@ func TestBadArguments(t *testing.T) {
 		{"shard-of no key", []string{"shard-of"}, "want 1 argument"},
 		{"unknown flag", []string{"shard-of", "--bogus", "5"}, "unknown flag"},
 		{"unknown command", []string{"frobnicate"}, "unknown command"},
+		{"unknown id subcommand", []string{"id", "frobnicate"}, "unknown id subcommand"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

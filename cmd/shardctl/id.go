@@ -18,7 +18,13 @@ func newIDCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "id",
 		Short: "Decode and compose shardkit IDs",
-		Args:  exactArgs(0, "a subcommand: decode or compose"),
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return argError{fmt.Sprintf("unknown id subcommand %q (want decode or compose)", args[0])}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newIDDecodeCmd(), newIDComposeCmd())
 	return cmd
