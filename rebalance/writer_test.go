@@ -24,6 +24,10 @@ type rawWriter struct {
 	pause  time.Duration // between a goroutine's writes
 	shards []int
 
+	// via, when set, writes through something else than raw SQL (the
+	// plugin); nil means raw SQL that honours the fence itself.
+	via writeOps
+
 	mu       sync.Mutex
 	rows     map[int64]int // photo id → last version written
 	shardOf  map[int64]int
@@ -41,6 +45,44 @@ func newRawWriter(t *testing.T, e *env, shards []int) *rawWriter {
 	return &rawWriter{e: e, r: r, bound: 5 * time.Second, pause: time.Millisecond, shards: shards, rows: map[int64]int{}, shardOf: map[int64]int{}}
 }
 
+// writeOps are the writer's two operations on a shard.
+type writeOps interface {
+	insert(ctx context.Context, shard int, user int64, caption string) (int64, error)
+	update(ctx context.Context, shard int, user, id int64, version int) error
+}
+
+// timed records the longest write.
+func (w *rawWriter) timed(start time.Time) {
+	d := time.Since(start)
+	w.mu.Lock()
+	w.maxWait = max(w.maxWait, d)
+	w.mu.Unlock()
+}
+
+func (w *rawWriter) insert(ctx context.Context, shard int, user int64, caption string) (int64, error) {
+	defer w.timed(time.Now())
+	if w.via != nil {
+		return w.via.insert(ctx, shard, user, caption)
+	}
+	var id int64
+	err := w.write(ctx, shard, func(p *pgxpool.Pool, schema string) error {
+		return p.QueryRow(ctx, `INSERT INTO `+ident(schema, "photos")+` (user_id, caption) VALUES ($1, $2) RETURNING id`,
+			user, caption).Scan(&id)
+	})
+	return id, err
+}
+
+func (w *rawWriter) update(ctx context.Context, shard int, user, id int64, version int) error {
+	defer w.timed(time.Now())
+	if w.via != nil {
+		return w.via.update(ctx, shard, user, id, version)
+	}
+	return w.write(ctx, shard, func(p *pgxpool.Pool, schema string) error {
+		_, err := p.Exec(ctx, `UPDATE `+ident(schema, "photos")+` SET version = $2 WHERE id = $1`, id, version)
+		return err
+	})
+}
+
 // run writes until ctx ends: one goroutine per shard, alternating inserts
 // and updates of earlier rows.
 func (w *rawWriter) run(ctx context.Context) func() {
@@ -56,24 +98,21 @@ func (w *rawWriter) run(ctx context.Context) func() {
 		go func() {
 			defer wg.Done()
 			var mine []int64
+			users := map[int64]int64{}
 			for i := 0; wctx.Err() == nil; i++ {
 				time.Sleep(w.pause)
 				if i%3 == 2 && len(mine) > 0 {
 					id := mine[(i*7919)%len(mine)]
-					var v int
-					err := w.write(qctx, shard, func(p *pgxpool.Pool, schema string) error {
-						return p.QueryRow(qctx, `UPDATE `+ident(schema, "photos")+` SET version = version + 1 WHERE id = $1 RETURNING version`, id).Scan(&v)
-					})
+					w.mu.Lock()
+					v := w.rows[id] + 1
+					w.mu.Unlock()
+					err := w.update(qctx, shard, users[id], id, v)
 					w.done(err, func() { w.rows[id] = v })
 					continue
 				}
-				var id int64
-				user := int64(shard + w.e.shards*(i%50))
-				err := w.write(qctx, shard, func(p *pgxpool.Pool, schema string) error {
-					return p.QueryRow(qctx, `INSERT INTO `+ident(schema, "photos")+` (user_id, caption) VALUES ($1, $2) RETURNING id`,
-						user, fmt.Sprintf("photo %d", i)).Scan(&id)
-				})
-				w.done(err, func() { w.rows[id] = 0; w.shardOf[id] = shard; mine = append(mine, id) })
+				user := int64(shard + w.e.shards*(1+i%50)) // never 0: a zero key is "no key" to GORM
+				id, err := w.insert(qctx, shard, user, fmt.Sprintf("photo %d", i))
+				w.done(err, func() { w.rows[id] = 0; w.shardOf[id] = shard; users[id] = user; mine = append(mine, id) })
 			}
 		}()
 	}
@@ -97,12 +136,6 @@ func (w *rawWriter) done(err error, ok func()) {
 func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Pool, schema string) error) error {
 	start := time.Now()
 	retried := false
-	defer func() {
-		d := time.Since(start)
-		w.mu.Lock()
-		w.maxWait = max(w.maxWait, d)
-		w.mu.Unlock()
-	}()
 	for {
 		p, err := w.r.Snapshot().Placement(shard)
 		if err != nil {
