@@ -79,11 +79,14 @@ func recordVersions(ctx context.Context, tx pgx.Tx, versions []Version) error {
 // CatalogSQL returns the application's per-shard SQL files as recorded in
 // the catalog by Provision and Migrate, as a file system for ApplyShard:
 // the shard mover creates a target schema from it without needing the
-// application's files.
+// application's files. It returns nil (no files) when none are recorded.
 func CatalogSQL(ctx context.Context, cat *router.Catalog) (fs.FS, error) {
 	have, err := readRecorded(ctx, cat.Pool())
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: read per-shard SQL from the catalog: %w", err)
+	}
+	if len(have) == 0 {
+		return nil, nil
 	}
 	out := fstest.MapFS{}
 	for _, r := range have {

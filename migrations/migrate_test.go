@@ -120,6 +120,7 @@ func TestReadVersions(t *testing.T) {
 		{"indexes without tables", fstest.MapFS{"0001_a.indexes.sql": {Data: ok}}, -1, false},
 		{"indexes of another name", fstest.MapFS{"0001_a.sql": {Data: ok}, "0001_b.indexes.sql": {Data: ok}}, -1, false},
 		{"empty file", fstest.MapFS{"0001_a.sql": {Data: []byte(" \n")}}, -1, false},
+		{"no files at the root", fstest.MapFS{"sql/0001_a.sql": {Data: ok}}, -1, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

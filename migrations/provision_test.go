@@ -79,3 +79,27 @@ func TestProvision2000ShardsOn4Servers(t *testing.T) {
 		t.Fatalf("second run did %d batches of work, want none", calls)
 	}
 }
+
+// The catalog may share its database with a shard server (a small setup):
+// both use schema shardkit, with distinct tables.
+func TestProvisionCatalogOnAShardServer(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 1)
+	servers := []ServerSpec{{Name: "main", DSN: e.catalogDSN}, e.servers[0]}
+	for range 2 {
+		if err := Provision(ctx, e.cat, ProvisionOptions{Servers: servers, Shards: 6, ShardSQL: testSQL}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var id int64
+	if err := pgtest.Connect(t, e.catalogDSN).QueryRow(ctx, `INSERT INTO shard_0002.follows (user_id, followee_id) VALUES (2, 3) RETURNING id`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := e.cat.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := snap.Layout.ShardOf(id); s != 2 || len(snap.ShardsOn("main")) != 3 {
+		t.Fatalf("id %d has shard %d; main has shards %v", id, s, snap.ShardsOn("main"))
+	}
+}

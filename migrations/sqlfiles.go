@@ -59,8 +59,9 @@ var fileRE = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+?)(\.indexes)?\.sql$`)
 // fsys: NNNN_name.sql and optional NNNN_name.indexes.sql, written with
 // unqualified table names. Files not ending in .sql are ignored; a .sql
 // file with another name, two files of one version, an index file without
-// its tables file, or version 0000 is refused with ErrBadMigrationFile.
-// A nil fsys has no versions.
+// its tables file, or version 0000 is refused with ErrBadMigrationFile, and
+// so is a file system without any .sql file at its root (an embed.FS of a
+// subdirectory needs fs.Sub). A nil fsys has no versions.
 func ReadVersions(fsys fs.FS) ([]Version, error) {
 	if fsys == nil {
 		return nil, nil
@@ -111,6 +112,10 @@ func ReadVersions(fsys fs.FS) ([]Version, error) {
 			return nil, fmt.Errorf("shardkit: %w: %q has no matching tables file", ErrBadMigrationFile, name)
 		}
 		v.Indexes = body
+	}
+	if len(byNum) == 0 {
+		return nil, fmt.Errorf("shardkit: %w: no NNNN_name.sql file at the root of the per-shard SQL "+
+			"(for files in a subdirectory of an embed.FS, pass fs.Sub(files, \"dir\"); for none, pass nil)", ErrBadMigrationFile)
 	}
 	out := make([]Version, 0, len(byNum))
 	for _, v := range byNum {
