@@ -1,0 +1,47 @@
+// Package rebalance moves logical shards between servers while the
+// application keeps writing, verifies both copies, rolls moves back, and
+// plans moves that even out the servers.
+//
+//	mv, err := rebalance.New(rebalance.Config{Catalog: cat})
+//	if err != nil { ... }
+//	defer mv.Close()
+//	m, err := mv.Move(ctx, 1341, "pg3", rebalance.MoveOptions{})
+//	// m.State == rebalance.StateReversible: pg3 serves shard 1341, and the
+//	// old copy is kept current by reverse replication.
+//	if _, err := mv.Verify(ctx, 1341); err != nil { ... }
+//	_, err = mv.Complete(ctx, 1341) // or mv.Rollback(ctx, 1341)
+//
+// An online move (PostgreSQL 15+, wal_level=logical on both servers):
+//
+//  1. journal row in the catalog (shardkit.moves); every step is recorded
+//     before and after it runs, and every step is idempotent, so a killed
+//     mover is resumed (Resume) or rolled back (Rollback) from the journal;
+//  2. the shard map marks the shard moving;
+//  3. the target gets the schema and tables (secondary indexes deferred);
+//  4. a publication FOR TABLES IN SCHEMA on the source and a subscription
+//     with copy_data on the target; wait until every table is ready; build
+//     the deferred indexes; wait until the replication lag is small;
+//  5. a publication and slot on the target for reverse replication;
+//  6. cutover: the map fences the shard (the plugin holds writes, bounded);
+//     one transaction on the source installs a statement trigger on every
+//     table that raises router.FenceSQLState and captures the WAL position
+//     (the apply worker of logical replication runs as a replica and does
+//     not fire it); wait until the target confirmed that position (abort on
+//     timeout: barrier removed, shard unfenced); capture the target's WAL
+//     position; carry the sequences by last_value plus a margin; wait until
+//     the target's clock is past the newest ID's millisecond; flip the map
+//     (routers are notified). The fenced window is measured (Move.FencedFor);
+//  7. the forward subscription is dropped; the reverse slot is advanced to
+//     the captured target position and a subscription on the source
+//     follows the target, so Rollback can cut the shard back;
+//  8. Complete drops the reverse subscription, slots, publications and the
+//     old schema.
+//
+// Without logical WAL, MoveOptions.Offline fences the shard, copies each
+// table with COPY, verifies, carries sequences and flips: the shard takes
+// no writes for the whole copy.
+//
+// Plan proposes moves that even out servers by bytes or rows (Sizes), onto
+// new empty servers too; Rebalance runs a plan K moves at a time.
+// ActiveMoves lists unfinished moves for `shardctl status`.
+package rebalance
