@@ -75,6 +75,10 @@ func TestProvisionRefusals(t *testing.T) {
 	if err := Provision(ctx, e.cat, base); err != nil {
 		t.Fatalf("the original options after the refusals: %v", err)
 	}
+	// Without a shard count or layout, an existing catalog's are used.
+	if err := Provision(ctx, e.cat, ProvisionOptions{Servers: e.servers}); err != nil {
+		t.Fatalf("no shard count given: %v", err)
+	}
 }
 
 func TestInsufficientPrivilege(t *testing.T) {

@@ -36,9 +36,11 @@ type ProvisionOptions struct {
 	// Servers to register, in order. The initial shard map gives each a
 	// contiguous range of shards, in this order. At least one is needed.
 	Servers []ServerSpec
-	// Shards is the logical shard count; 0 means idgen.DefaultShards (2000).
+	// Shards is the logical shard count. 0 means the existing catalog's,
+	// or idgen.DefaultShards (2000) for a new one.
 	Shards int
-	// Layout is the ID layout; the zero Layout means idgen.DefaultLayout().
+	// Layout is the ID layout. The zero Layout means the existing
+	// catalog's, or idgen.DefaultLayout() for a new one.
 	Layout idgen.Layout
 	// ShardSQL holds the application's per-shard SQL files (see
 	// ReadVersions); nil creates only shardkit's own objects.
@@ -74,6 +76,7 @@ SELECT s, srv, $3 FROM unnest($1::int[], $2::text[]) AS u(s, srv)`
 // kill, running it again completes. Servers not yet in an existing catalog
 // are registered with no shards (rebalancing moves shards onto them).
 func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) error {
+	explicit := opts // zero fields: take the catalog's
 	if opts.Shards == 0 {
 		opts.Shards = idgen.DefaultShards
 	}
@@ -100,7 +103,8 @@ func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) 
 		if _, err := tx.Exec(ctx, sqlProvisionLock); err != nil {
 			return err
 		}
-		if err := writeConfig(ctx, tx, opts.Shards, opts.Layout); err != nil {
+		shards, err := writeConfig(ctx, tx, explicit.Shards, explicit.Layout, opts.Shards, opts.Layout)
+		if err != nil {
 			return err
 		}
 		if err := registerServers(ctx, tx, opts.Servers); err != nil {
@@ -109,7 +113,7 @@ func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) 
 		if err := recordVersions(ctx, tx, versions); err != nil {
 			return err
 		}
-		return initMap(ctx, tx, opts.Shards, opts.Servers)
+		return initMap(ctx, tx, shards, opts.Servers)
 	})
 	if err != nil {
 		if errors.Is(err, ErrShardCountMismatch) || errors.Is(err, ErrLayoutMismatch) ||
@@ -145,7 +149,10 @@ func validateProvision(opts ProvisionOptions) error {
 	return nil
 }
 
-func writeConfig(ctx context.Context, tx pgx.Tx, shards int, layout idgen.Layout) error {
+// writeConfig writes the configuration of a new catalog (shards, layout
+// with defaults filled in) or checks an existing one against the values the
+// caller gave (asked*, zero when not given). It returns the shard count in force.
+func writeConfig(ctx context.Context, tx pgx.Tx, askedShards int, askedLayout idgen.Layout, shards int, layout idgen.Layout) (int, error) {
 	var have router.Config
 	var tb, sb, qb, lb int16
 	err := tx.QueryRow(ctx, `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits FROM shardkit.config`).
@@ -153,23 +160,23 @@ func writeConfig(ctx context.Context, tx pgx.Tx, shards int, layout idgen.Layout
 	if errors.Is(err, pgx.ErrNoRows) {
 		_, err := tx.Exec(ctx, sqlConfigInsert, shards, layout.EpochMs, int16(layout.TimeBits),
 			int16(layout.ShardBits), int16(layout.SeqBits), int16(layout.SlotBits))
-		return err
+		return shards, err
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	have.Layout.TimeBits, have.Layout.ShardBits, have.Layout.SeqBits, have.Layout.SlotBits = uint8(tb), uint8(sb), uint8(qb), uint8(lb)
-	if have.Shards != shards {
-		return fmt.Errorf("shardkit: %w: the catalog has %d logical shards, asked for %d; the shard of a key is "+
+	if askedShards != 0 && have.Shards != askedShards {
+		return 0, fmt.Errorf("shardkit: %w: the catalog has %d logical shards, asked for %d; the shard of a key is "+
 			"key mod shard count, so changing it would rekey every row: provision with %d shards, or use a new catalog",
-			ErrShardCountMismatch, have.Shards, shards, have.Shards)
+			ErrShardCountMismatch, have.Shards, askedShards, have.Shards)
 	}
-	if have.Layout != layout {
-		return fmt.Errorf("shardkit: %w: the catalog has %+v, asked for %+v; IDs already issued encode the "+
+	if askedLayout != (idgen.Layout{}) && have.Layout != askedLayout {
+		return 0, fmt.Errorf("shardkit: %w: the catalog has %+v, asked for %+v; IDs already issued encode the "+
 			"catalog's layout, so changing it would rekey every row: keep the catalog's layout, or use a new catalog",
-			ErrLayoutMismatch, have.Layout, layout)
+			ErrLayoutMismatch, have.Layout, askedLayout)
 	}
-	return nil
+	return have.Shards, nil
 }
 
 func registerServers(ctx context.Context, tx pgx.Tx, servers []ServerSpec) error {

@@ -37,7 +37,7 @@ A server not yet in an existing catalog is registered with no shards.`,
 	var quiet bool
 	cmd.Flags().StringArrayVar(&servers, "server", nil, "shard server NAME=DSN (repeat for each server)")
 	cmd.Flags().StringArrayVar(&replicas, "replica", nil, "read replica NAME=DSN of server NAME (repeatable)")
-	cmd.Flags().IntVar(&shards, "shards", idgen.DefaultShards, "logical shard count (fixed for the catalog's lifetime)")
+	cmd.Flags().IntVar(&shards, "shards", idgen.DefaultShards, "logical shard count, fixed for the catalog's lifetime (default: an existing catalog's, else 2000)")
 	cmd.Flags().StringVar(&sqlDir, "sql", "", "directory of the application's per-shard SQL files (NNNN_name.sql)")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -57,6 +57,13 @@ A server not yet in an existing catalog is registered with no shards.`,
 		if err != nil {
 			return err
 		}
+		// Values not given on the command line: an existing catalog's.
+		if !cmd.Flags().Changed("shards") {
+			shards = 0
+		}
+		if !cmd.Flags().Changed("epoch-ms") && !cmd.Flags().Changed("slot-bits") {
+			l = idgen.Layout{}
+		}
 		ctx := cmd.Context()
 		cat, err := router.OpenCatalog(ctx, dsn)
 		if err != nil {
@@ -71,8 +78,8 @@ A server not yet in an existing catalog is registered with no shards.`,
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "shardkit initialised: %d shards on %d servers (%d schemas created now)\n",
-			shards, len(specs), bar.done)
+		fmt.Fprintf(cmd.OutOrStdout(), "shardkit initialised: %d servers given (%d shard schemas created or updated now)\n",
+			len(specs), bar.done)
 		return nil
 	}
 	return cmd

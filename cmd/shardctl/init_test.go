@@ -27,11 +27,11 @@ func TestInitMigrateStatus(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "20 shards on 2 servers (20 schemas created now)") {
+	if !strings.Contains(out, "2 servers given (20 shard schemas created or updated now)") {
 		t.Fatalf("init output %q", out)
 	}
 	code, out, errOut = shardctl(args...)
-	if code != 0 || !strings.Contains(out, "(0 schemas created now)") {
+	if code != 0 || !strings.Contains(out, "(0 shard schemas created or updated now)") {
 		t.Fatalf("init again: exit %d, %q %q; want a no-op", code, out, errOut)
 	}
 
