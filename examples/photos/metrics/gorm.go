@@ -64,6 +64,11 @@ func (m *Metrics) InstrumentGORM(db *gorm.DB, rt *router.Router) error {
 			return fmt.Errorf("photos: register the %s metrics callback: %w", r.name, r.err)
 		}
 	}
+	// Export the fence-wait histograms at zero from the start, so that
+	// dashboards see them before the first move.
+	for _, s := range rt.Snapshot().Servers() {
+		m.fenceWait.WithLabelValues(s.Name)
+	}
 	return nil
 }
 

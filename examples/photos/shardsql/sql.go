@@ -1,9 +1,8 @@
 // Package shardsql holds the photo example's per-shard SQL migrations,
 // versioned NNNN_name.sql files (secondary indexes in NNNN_name.indexes.sql)
-// with unqualified table names, for
-// migrations.Provision:
+// with unqualified table names, for migrations.Provision:
 //
-//	err := migrations.Provision(ctx, cat, migrations.Options{Tables: shardsql.FS, ...})
+//	err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: servers, ShardSQL: shardsql.FS})
 package shardsql
 
 import (

@@ -1,0 +1,223 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/examples/photos/app"
+	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+// Cluster 0 holds the catalog; clusters 1 and 2 are the shard servers.
+func TestMain(m *testing.M) { pgtest.Main(m, 3) }
+
+// fixture is the photo service on a catalog and two servers with all 2000
+// logical shards, behind an httptest server, plus direct connections to
+// every database for checking where rows landed.
+type fixture struct {
+	t       *testing.T
+	url     string
+	app     *app.App
+	layout  idgen.Layout
+	catalog *pgx.Conn
+	servers map[string]*pgx.Conn // by server name, not through shardkit
+}
+
+var serverNames = []string{"alpha", "beta"}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	catDSN := pgtest.NewDatabase(t, 0)
+	cfg := app.Config{Catalog: store.CatalogDSN(catDSN), Shards: 2000, FenceWait: store.FenceWait(2 * time.Second), Provision: true}
+	for i, name := range serverNames {
+		cfg.Servers = append(cfg.Servers, migrations.ServerSpec{Name: name, DSN: pgtest.NewDatabase(t, i+1)})
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	start := time.Now()
+	if err := app.Provision(ctx, cfg, log); err != nil {
+		t.Fatalf("provision: %v", err)
+	}
+	t.Logf("provisioned 2000 shards on 2 servers in %s", time.Since(start).Round(time.Millisecond))
+	a, cleanup, err := app.Initialize(ctx, cfg, log)
+	if err != nil {
+		t.Fatalf("initialize: %v", err)
+	}
+	t.Cleanup(cleanup)
+	srv := httptest.NewServer(a.Server.Handler)
+	t.Cleanup(srv.Close)
+	f := &fixture{t: t, url: srv.URL, app: a, layout: a.Router.Snapshot().Layout,
+		catalog: pgtest.Connect(t, catDSN), servers: map[string]*pgx.Conn{}}
+	for _, s := range cfg.Servers {
+		f.servers[s.Name] = pgtest.Connect(t, s.DSN)
+	}
+	return f
+}
+
+// call sends a request and decodes the JSON answer into out (when not nil);
+// it returns the status.
+func (f *fixture) call(t *testing.T, method, path string, in, out any) int {
+	t.Helper()
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, f.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != nil && resp.StatusCode/100 == 2 {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, data, err)
+		}
+	}
+	return resp.StatusCode
+}
+
+// mustCall is call that fails the test unless the status is want.
+func (f *fixture) mustCall(t *testing.T, want int, method, path string, in, out any) {
+	t.Helper()
+	if got := f.call(t, method, path, in, out); got != want {
+		t.Fatalf("%s %s: status %d, want %d", method, path, got, want)
+	}
+}
+
+// home returns the shard and server of an ID, from the catalog's map read
+// directly.
+func (f *fixture) home(t *testing.T, id int64) (int, string) {
+	t.Helper()
+	shard, err := f.layout.ShardOf(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var server string
+	if err := f.catalog.QueryRow(context.Background(), `SELECT server FROM shardkit.shard_map WHERE shard = $1`, shard).Scan(&server); err != nil {
+		t.Fatalf("catalog: shard %d: %v", shard, err)
+	}
+	return shard, server
+}
+
+// rowsAt counts rows of table in a shard's schema on one server, directly;
+// -1 when the schema does not exist there.
+func (f *fixture) rowsAt(t *testing.T, server string, shard int, table, where string, args ...any) int {
+	t.Helper()
+	ctx := context.Background()
+	conn := f.servers[server]
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT to_regnamespace($1) IS NOT NULL`, router.SchemaName(shard)).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if !exists {
+		return -1
+	}
+	var n int
+	q := "SELECT count(*) FROM " + pgx.Identifier{router.SchemaName(shard), table}.Sanitize() + " WHERE " + where
+	if err := conn.QueryRow(ctx, q, args...).Scan(&n); err != nil {
+		t.Fatalf("%s: %s: %v", server, q, err)
+	}
+	return n
+}
+
+// assertPlaced checks that exactly one row matching where is in
+// shard_NNNN.table on the server the map names, and that the shard's
+// schema does not exist on the other server.
+func (f *fixture) assertPlaced(t *testing.T, shard int, server, table, where string, args ...any) {
+	t.Helper()
+	for name := range f.servers {
+		n := f.rowsAt(t, name, shard, table, where, args...)
+		switch {
+		case name == server && n != 1:
+			t.Errorf("%s: %d rows in %s.%s where %s %v, want 1", name, n, router.SchemaName(shard), table, where, args)
+		case name != server && n != -1:
+			t.Errorf("%s: schema %s exists on %s too (%d matching rows); it must live only on %s", table, router.SchemaName(shard), name, n, server)
+		}
+	}
+}
+
+func id(t *testing.T, s string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		t.Fatalf("ID %q: %v", s, err)
+	}
+	return v
+}
+
+type userJSON struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+type photoJSON struct {
+	ID      string `json:"id"`
+	UserID  string `json:"user_id"`
+	Caption string `json:"caption"`
+	URL     string `json:"url"`
+}
+
+type pageJSON[T any] struct {
+	Items      []T    `json:"items"`
+	NextBefore string `json:"next_before"`
+}
+
+// createUsers makes users until there is one on each server, and returns
+// one user per server in serverNames order.
+func (f *fixture) createUsers(t *testing.T) []userJSON {
+	t.Helper()
+	found := map[string]userJSON{}
+	for i := 0; len(found) < len(serverNames); i++ {
+		if i == 64 {
+			t.Fatalf("64 users and still not one on each server: %v", found)
+		}
+		var u userJSON
+		f.mustCall(t, http.StatusCreated, "POST", "/users", map[string]string{"name": fmt.Sprintf("user %d", i)}, &u)
+		if u.Name != fmt.Sprintf("user %d", i) {
+			t.Fatalf("created user %+v", u)
+		}
+		uid := id(t, u.ID)
+		shard, server := f.home(t, uid)
+		f.assertPlaced(t, shard, server, "users", "id = $1 AND name = $2", uid, u.Name)
+		var got userJSON
+		f.mustCall(t, http.StatusOK, "GET", "/users/"+u.ID, nil, &got)
+		if got != u {
+			t.Fatalf("GET user: %+v, created %+v", got, u)
+		}
+		if _, ok := found[server]; !ok {
+			found[server] = u
+		}
+	}
+	out := make([]userJSON, len(serverNames))
+	for i, name := range serverNames {
+		out[i] = found[name]
+	}
+	return out
+}

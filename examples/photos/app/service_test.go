@@ -1,0 +1,388 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// TestService runs every API route of the photo service against a catalog
+// and two servers with 2000 logical shards, and checks with direct SQL that
+// each row lands in the right shard schema on the right server. The
+// subtests share one fixture (provisioning 2000 shards is the slow part)
+// and run in order.
+func TestService(t *testing.T) {
+	f := newFixture(t)
+	var users []userJSON // one per server
+	var photos []photoJSON
+
+	t.Run("create and get users", func(t *testing.T) {
+		users = f.createUsers(t)
+	})
+	if len(users) != 2 {
+		t.FailNow()
+	}
+	owner, liker := users[0], users[1]
+
+	t.Run("upload, get and list photos", func(t *testing.T) {
+		uid := id(t, owner.ID)
+		shard, server := f.home(t, uid)
+		for i := 0; i < 7; i++ {
+			var p photoJSON
+			in := map[string]any{"caption": fmt.Sprintf("sunset %d", i), "url": fmt.Sprintf("https://img.example/%d.jpg", i), "width": 640, "height": 480}
+			f.mustCall(t, http.StatusCreated, "POST", "/users/"+owner.ID+"/photos", in, &p)
+			pid := id(t, p.ID)
+			if s, _ := f.layout.ShardOf(pid); s != shard {
+				t.Fatalf("photo %d has shard bits %d, its owner's home shard is %d", pid, s, shard)
+			}
+			f.assertPlaced(t, shard, server, "photos", "id = $1 AND user_id = $2 AND caption = $3", pid, uid, p.Caption)
+			var got photoJSON
+			f.mustCall(t, http.StatusOK, "GET", "/photos/"+p.ID, nil, &got)
+			if got != p {
+				t.Fatalf("GET photo: %+v, uploaded %+v", got, p)
+			}
+			photos = append(photos, p)
+		}
+		// Newest first, by ID, three at a time with the cursor.
+		want := f.idsSQL(t, server, shard, "photos", "user_id = $1", uid)
+		var got []string
+		path := "/users/" + owner.ID + "/photos?limit=3"
+		for pages := 0; ; pages++ {
+			var pg pageJSON[photoJSON]
+			f.mustCall(t, http.StatusOK, "GET", path, nil, &pg)
+			for _, p := range pg.Items {
+				got = append(got, p.ID)
+			}
+			if pg.NextBefore == "" || pages > 5 {
+				break
+			}
+			path = "/users/" + owner.ID + "/photos?limit=3&before=" + pg.NextBefore
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("paged list %v, want (direct SQL, id DESC) %v", got, want)
+		}
+		if len(want) != 7 {
+			t.Fatalf("%d photos in the shard, want 7", len(want))
+		}
+	})
+	if len(photos) != 7 {
+		t.FailNow()
+	}
+
+	t.Run("like a photo and list its likes", func(t *testing.T) {
+		p := photos[3]
+		pid := id(t, p.ID)
+		shard, server := f.home(t, pid)
+		var like struct {
+			ID      string `json:"id"`
+			PhotoID string `json:"photo_id"`
+			UserID  string `json:"user_id"`
+		}
+		for _, u := range users {
+			f.mustCall(t, http.StatusCreated, "POST", "/photos/"+p.ID+"/likes", map[string]string{"user_id": u.ID}, &like)
+			if like.PhotoID != p.ID || like.UserID != u.ID {
+				t.Fatalf("like %+v", like)
+			}
+			// The like lives with the photo, whoever liked it.
+			f.assertPlaced(t, shard, server, "likes", "id = $1 AND photo_id = $2 AND user_id = $3", id(t, like.ID), pid, id(t, u.ID))
+		}
+		f.mustCall(t, http.StatusConflict, "POST", "/photos/"+p.ID+"/likes", map[string]string{"user_id": liker.ID}, nil)
+		var pg pageJSON[struct {
+			UserID string `json:"user_id"`
+		}]
+		f.mustCall(t, http.StatusOK, "GET", "/photos/"+p.ID+"/likes", nil, &pg)
+		if len(pg.Items) != 2 || pg.Items[0].UserID != liker.ID || pg.Items[1].UserID != owner.ID {
+			t.Fatalf("likes %+v, want %s then %s (newest first)", pg.Items, liker.ID, owner.ID)
+		}
+	})
+
+	t.Run("follow and feed", func(t *testing.T) {
+		// The liker (on the other server) posts too; a third user follows both.
+		var extra photoJSON
+		f.mustCall(t, http.StatusCreated, "POST", "/users/"+liker.ID+"/photos", map[string]any{"url": "https://img.example/x.jpg", "caption": "other server"}, &extra)
+		var reader userJSON
+		f.mustCall(t, http.StatusCreated, "POST", "/users", map[string]string{"name": "reader"}, &reader)
+		rid := id(t, reader.ID)
+		rshard, rserver := f.home(t, rid)
+		for _, u := range users {
+			var fl struct {
+				ID         string `json:"id"`
+				FollowerID string `json:"follower_id"`
+				FolloweeID string `json:"followee_id"`
+			}
+			f.mustCall(t, http.StatusCreated, "POST", "/users/"+reader.ID+"/follows", map[string]string{"followee_id": u.ID}, &fl)
+			f.assertPlaced(t, rshard, rserver, "follows", "id = $1 AND follower_id = $2 AND followee_id = $3", id(t, fl.ID), rid, id(t, u.ID))
+		}
+		f.mustCall(t, http.StatusConflict, "POST", "/users/"+reader.ID+"/follows", map[string]string{"followee_id": owner.ID}, nil)
+		f.mustCall(t, http.StatusBadRequest, "POST", "/users/"+reader.ID+"/follows", map[string]string{"followee_id": reader.ID}, nil)
+		var following struct {
+			Items []string `json:"items"`
+		}
+		f.mustCall(t, http.StatusOK, "GET", "/users/"+reader.ID+"/following", nil, &following)
+		if !slices.Equal(following.Items, []string{owner.ID, liker.ID}) {
+			t.Fatalf("following %v, want %v", following.Items, []string{owner.ID, liker.ID})
+		}
+
+		// The feed merges both servers' photos newest first: compare with
+		// the photos read directly from each server.
+		var want []string
+		for _, u := range users {
+			uid := id(t, u.ID)
+			shard, server := f.home(t, uid)
+			want = append(want, f.idsSQL(t, server, shard, "photos", "user_id = $1", uid)...)
+		}
+		slices.SortFunc(want, func(a, b string) int { return cmpID(t, b, a) })
+		var got []string
+		path := "/users/" + reader.ID + "/feed?limit=5"
+		for pages := 0; ; pages++ {
+			var pg pageJSON[photoJSON]
+			f.mustCall(t, http.StatusOK, "GET", path, nil, &pg)
+			for _, p := range pg.Items {
+				got = append(got, p.ID)
+			}
+			if pg.NextBefore == "" || pages > 5 {
+				break
+			}
+			path = "/users/" + reader.ID + "/feed?limit=5&before=" + pg.NextBefore
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("feed %v, want %v", got, want)
+		}
+		if !slices.Contains(got, extra.ID) || len(got) != 8 {
+			t.Fatalf("feed has %d photos (%v), want 8 including %s from the other server", len(got), got, extra.ID)
+		}
+		var empty pageJSON[photoJSON]
+		f.mustCall(t, http.StatusOK, "GET", "/users/"+owner.ID+"/feed", nil, &empty)
+		if len(empty.Items) != 0 {
+			t.Fatalf("feed of a user who follows no one: %v", empty.Items)
+		}
+	})
+
+	t.Run("errors", func(t *testing.T) {
+		missingPhoto, err := f.layout.Compose(f.layout.EpochMs+1000, 7, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			name, method, path string
+			body               any
+			want               int
+		}{
+			{"unknown photo", "GET", fmt.Sprintf("/photos/%d", missingPhoto), nil, http.StatusNotFound},
+			{"unknown user", "GET", fmt.Sprintf("/users/%d", missingPhoto), nil, http.StatusNotFound},
+			{"bad id", "GET", "/photos/abc", nil, http.StatusBadRequest},
+			{"negative id", "GET", "/users/-5", nil, http.StatusBadRequest},
+			{"photo of unknown user", "POST", fmt.Sprintf("/users/%d/photos", missingPhoto), map[string]string{"url": "u"}, http.StatusNotFound},
+			{"photo without url", "POST", "/users/" + owner.ID + "/photos", map[string]string{"caption": "c"}, http.StatusBadRequest},
+			{"user without name", "POST", "/users", map[string]string{"name": " "}, http.StatusBadRequest},
+			{"unknown field", "POST", "/users", map[string]string{"nom": "x"}, http.StatusBadRequest},
+			{"like of unknown photo", "POST", fmt.Sprintf("/photos/%d/likes", missingPhoto), map[string]string{"user_id": owner.ID}, http.StatusNotFound},
+			{"like by unknown user", "POST", "/photos/" + photos[0].ID + "/likes", map[string]string{"user_id": fmt.Sprint(missingPhoto)}, http.StatusNotFound},
+			{"bad limit", "GET", "/users/" + owner.ID + "/photos?limit=1000", nil, http.StatusBadRequest},
+			{"bad cursor", "GET", "/users/" + owner.ID + "/photos?before=x", nil, http.StatusBadRequest},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				if got := f.call(t, c.method, c.path, c.body, nil); got != c.want {
+					t.Fatalf("%s %s: %d, want %d", c.method, c.path, got, c.want)
+				}
+			})
+		}
+	})
+
+	t.Run("healthz and metrics", func(t *testing.T) {
+		var h struct {
+			Status  string `json:"status"`
+			Shards  int    `json:"shards"`
+			Servers int    `json:"servers"`
+		}
+		f.mustCall(t, http.StatusOK, "GET", "/healthz", nil, &h)
+		if h.Status != "ok" || h.Shards != 2000 || h.Servers != 2 {
+			t.Fatalf("healthz %+v", h)
+		}
+		body := f.get(t, "/metrics")
+		for _, want := range []string{
+			`photos_db_statements_total{kind="create",server="alpha"}`,
+			`photos_db_statements_total{kind="create",server="beta"}`,
+			`photos_db_statement_seconds_bucket{kind="query",server="alpha"`,
+			`photos_http_requests_total{code="201",route="POST /users"}`,
+			`photos_fenced_write_wait_seconds`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	})
+
+	t.Run("a write to a fenced shard waits, and the wait is measured", func(t *testing.T) {
+		ctx := context.Background()
+		shard, server := f.home(t, id(t, owner.ID))
+		setState := func(state string) {
+			_, err := f.app.Router.Catalog().ChangeMap(ctx, func(ctx context.Context, tx pgx.Tx, v int64) error {
+				_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET state = $2, version = $3 WHERE shard = $1`, shard, state, v)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		setState("fenced")
+		waitFor(t, func() bool { p, _ := f.app.Router.Snapshot().Placement(shard); return p.State == "fenced" })
+		time.AfterFunc(400*time.Millisecond, func() { setState("active") })
+		start := time.Now()
+		var p photoJSON
+		f.mustCall(t, http.StatusCreated, "POST", "/users/"+owner.ID+"/photos", map[string]any{"url": "https://img.example/fenced.jpg"}, &p)
+		if d := time.Since(start); d < 300*time.Millisecond {
+			t.Fatalf("the write to fenced shard %d returned after %s; it should have waited for the unfence", shard, d)
+		}
+		f.assertPlaced(t, shard, server, "photos", "id = $1", id(t, p.ID))
+		photos = append(photos, p)
+		body := f.get(t, "/metrics")
+		m := regexp.MustCompile(`photos_fenced_write_wait_seconds_sum\{server="` + server + `"\} ([0-9.e+-]+)`).FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("no fence wait recorded for %s", server)
+		}
+		if v, _ := strconv.ParseFloat(m[1], 64); v < 0.3 {
+			t.Fatalf("fence wait sum %s s, want >= 0.3 s", m[1])
+		}
+	})
+
+	t.Run("admin API", func(t *testing.T) {
+		var m struct {
+			Shards  int      `json:"shards"`
+			Servers []string `json:"servers"`
+			Server  []int    `json:"server"`
+			State   []string `json:"state"`
+		}
+		f.mustCall(t, http.StatusOK, "GET", "/admin/api/map", nil, &m)
+		if m.Shards != 2000 || len(m.Server) != 2000 || len(m.State) != 2000 || !slices.Equal(m.Servers, serverNames) {
+			t.Fatalf("map: %d shards, %d placements, servers %v", m.Shards, len(m.Server), m.Servers)
+		}
+		var rows []struct {
+			Server string           `json:"server"`
+			Tables map[string]int64 `json:"tables"`
+			Total  int64            `json:"total"`
+		}
+		f.mustCall(t, http.StatusOK, "GET", "/admin/api/rows", nil, &rows)
+		var total int64
+		for _, r := range rows {
+			total += r.Total
+		}
+		if want := f.totalRowsSQL(t); total != want {
+			t.Fatalf("admin rows total %d, direct SQL %d (%+v)", total, want, rows)
+		}
+		var up struct {
+			Items []struct {
+				ID     string `json:"id"`
+				Server string `json:"server"`
+				Parts  struct {
+					Shard int `json:"shard"`
+					Slot  int `json:"slot"`
+				} `json:"parts"`
+			} `json:"items"`
+		}
+		f.mustCall(t, http.StatusOK, "GET", "/admin/api/users/"+owner.ID+"/photos", nil, &up)
+		shard, server := f.home(t, id(t, owner.ID))
+		if len(up.Items) != len(photos) {
+			t.Fatalf("admin: %d photos of the owner, want %d", len(up.Items), len(photos))
+		}
+		for _, p := range up.Items {
+			if p.Parts.Shard != shard || p.Server != server || p.Parts.Slot == 0 {
+				t.Fatalf("admin photo %+v: want shard %d on %s, an app slot (not 0)", p, shard, server)
+			}
+		}
+		var moves []any
+		f.mustCall(t, http.StatusOK, "GET", "/admin/api/moves", nil, &moves)
+	})
+
+	t.Run("admin page in headless Chromium", func(t *testing.T) {
+		checkAdminPage(t, f, owner.ID, len(photos))
+	})
+}
+
+func (f *fixture) get(t *testing.T, path string) string {
+	t.Helper()
+	resp, err := http.Get(f.url + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// idsSQL returns the IDs of matching rows, newest first, read directly.
+func (f *fixture) idsSQL(t *testing.T, server string, shard int, table, where string, args ...any) []string {
+	t.Helper()
+	q := "SELECT id::text FROM " + pgx.Identifier{router.SchemaName(shard), table}.Sanitize() + " WHERE " + where + " ORDER BY id DESC"
+	rows, err := f.servers[server].Query(context.Background(), q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// totalRowsSQL counts every row of the example's tables on all servers.
+func (f *fixture) totalRowsSQL(t *testing.T) int64 {
+	t.Helper()
+	var total int64
+	for name, conn := range f.servers {
+		var n int64
+		err := conn.QueryRow(context.Background(), `
+SELECT coalesce(sum((xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM %I.%I', table_schema, table_name), false, true, '')))[1]::text::bigint), 0)
+FROM information_schema.tables
+WHERE table_schema LIKE 'shard\_%' AND table_name IN ('users', 'photos', 'likes', 'follows')`).Scan(&n)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		total += n
+	}
+	return total
+}
+
+// waitFor polls cond for up to five seconds.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func cmpID(t *testing.T, a, b string) int {
+	x, y := id(t, a), id(t, b)
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
