@@ -53,8 +53,7 @@ type Config struct {
 	// Nil means dbresolver.RandomPolicy. Reads go to the primary when the
 	// statement carries dbresolver.Write or a locking clause.
 	ReplicaPolicy dbresolver.Policy
-	// OpenDB opens a server's pool from its DSN. Nil means database/sql
-	// with the pgx driver.
+	// OpenDB opens a server's pool from its DSN. Nil means OpenPgx.
 	OpenDB func(dsn string) (*sql.DB, error)
 }
 
@@ -78,7 +77,7 @@ func (c Config) withDefaults() Config {
 		c.NoSlot = defaultNoSlot
 	}
 	if c.OpenDB == nil {
-		c.OpenDB = func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }
+		c.OpenDB = OpenPgx
 	}
 	return c
 }

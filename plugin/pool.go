@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/router"
@@ -89,6 +91,31 @@ func (ps *pools) close() error {
 	}
 	ps.by = nil
 	return errors.Join(errs...)
+}
+
+// DefaultDescriptionCacheCapacity is the per-connection statement
+// description cache of the server pools OpenPgx opens.
+const DefaultDescriptionCacheCapacity = 16384
+
+// OpenPgx is the default Config.OpenDB: database/sql over pgx. Unless the
+// DSN chooses default_query_exec_mode, it uses cache_describe with a large
+// description cache: every logical shard has its own schema-qualified SQL
+// text, so server-side prepared statements (pgx's default, 512 per
+// connection) would be evicted and re-prepared constantly with 2000
+// shards, costing a round trip each; cached descriptions cost client
+// memory only and keep each query to one round trip.
+func OpenPgx(dsn string) (*sql.DB, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(dsn, "default_query_exec_mode") {
+		cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		if !strings.Contains(dsn, "description_cache_capacity") {
+			cfg.DescriptionCacheCapacity = DefaultDescriptionCacheCapacity
+		}
+	}
+	return stdlib.OpenDB(*cfg), nil
 }
 
 // rootPool wraps the gorm.DB's own connection pool (the default
