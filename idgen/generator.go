@@ -2,59 +2,10 @@ package idgen
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 )
-
-// Defaults of Config.
-const (
-	DefaultMaxBorrow          = 100 * time.Millisecond
-	DefaultMaxClockRegression = time.Second
-)
-
-// Generator errors. Test with errors.Is.
-var (
-	// ErrClockMovedBackwards reports a clock that is behind the time the
-	// generator already issued IDs for (or behind the slot's previous
-	// holder) by more than Config.MaxClockRegression. The *ClockError that
-	// wraps it says by how much.
-	ErrClockMovedBackwards = errors.New("clock moved backwards")
-	// ErrClosed reports a call to a Generator after Close.
-	ErrClosed = errors.New("ID generator closed")
-)
-
-// ClockError reports a clock too far behind to wait out. Fix the host's
-// time synchronisation, or raise Config.MaxClockRegression; meanwhile new
-// rows can take their keys from the database's next_id().
-type ClockError struct {
-	Behind time.Duration // how far the clock is behind
-	Of     string        // what it is behind: "IDs already issued", "the slot's previous holder"
-	Limit  time.Duration // Config.MaxClockRegression
-}
-
-func (e *ClockError) Error() string {
-	return fmt.Sprintf("shardkit: %v: the clock is %v behind %s (limit %v); fix the host's time sync or raise MaxClockRegression",
-		ErrClockMovedBackwards, e.Behind, e.Of, e.Limit)
-}
-
-// Unwrap returns ErrClockMovedBackwards.
-func (e *ClockError) Unwrap() error { return ErrClockMovedBackwards }
-
-// Config tunes a Generator. The zero value is ready to use.
-type Config struct {
-	// MaxBorrow is how far ahead of the clock a burst may issue IDs once a
-	// millisecond's counter is used up, instead of sleeping. Zero means
-	// DefaultMaxBorrow; negative means never borrow.
-	MaxBorrow time.Duration
-	// MaxClockRegression is the largest backward clock step the generator
-	// waits out; a larger one fails with ErrClockMovedBackwards. Zero means
-	// DefaultMaxClockRegression.
-	MaxClockRegression time.Duration
-	// Clock is the time source. Nil means the system clock.
-	Clock Clock
-}
 
 // maxGeneratorShardBits bounds the per-shard state (8 bytes a shard).
 const maxGeneratorShardBits = 20
@@ -344,54 +295,6 @@ func (g *Generator) compose(ms int64, shard int, cnt uint64, slot int) int64 {
 
 func (g *Generator) shardError(shard int) error {
 	return fmt.Errorf("shardkit: %w: shard %d is outside [0, %d)", ErrOutOfRange, shard, len(g.shards))
-}
-
-// NextN returns n new IDs for a logical shard, in increasing order.
-func (g *Generator) NextN(ctx context.Context, shard, n int) ([]int64, error) {
-	if n < 0 {
-		return nil, fmt.Errorf("shardkit: %w: NextN of %d IDs", ErrOutOfRange, n)
-	}
-	ids := make([]int64, n)
-	if err := g.Fill(ctx, shard, ids); err != nil {
-		return nil, err
-	}
-	return ids, nil
-}
-
-// Fill fills ids with new IDs for a logical shard, in increasing order,
-// reserving a whole run of counters of one millisecond at a time.
-func (g *Generator) Fill(ctx context.Context, shard int, ids []int64) error {
-	if uint(shard) >= uint(len(g.shards)) {
-		return g.shardError(shard)
-	}
-	st := &g.shards[shard]
-	for len(ids) > 0 {
-		ms, lim, l, err := g.window(ctx)
-		if err != nil {
-			return err
-		}
-		old := st.Load()
-		if old&sealed != 0 {
-			return fmt.Errorf("shardkit: %w", ErrClosed)
-		}
-		nms, first := g.successor(old, ms)
-		if nms > lim.limit {
-			if err := g.waitFor(ctx, nms, lim); err != nil {
-				return err
-			}
-			continue
-		}
-		k := min(uint64(len(ids)), g.cmask+1-first)
-		if !st.CompareAndSwap(old, uint64(nms)<<g.cbits|(first+k-1)) {
-			continue
-		}
-		base := g.compose(nms, shard, first, l.Slot)
-		for i := range k {
-			ids[i] = base + int64(i)<<g.layout.SlotBits
-		}
-		ids = ids[k:]
-	}
-	return nil
 }
 
 // HighWater returns the time (unix ms) of the newest ID issued so far, or

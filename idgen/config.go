@@ -1,0 +1,55 @@
+package idgen
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBorrow          = 100 * time.Millisecond
+	DefaultMaxClockRegression = time.Second
+)
+
+// Generator errors. Test with errors.Is.
+var (
+	// ErrClockMovedBackwards reports a clock that is behind the time the
+	// generator already issued IDs for (or behind the slot's previous
+	// holder) by more than Config.MaxClockRegression. The *ClockError that
+	// wraps it says by how much.
+	ErrClockMovedBackwards = errors.New("clock moved backwards")
+	// ErrClosed reports a call to a Generator after Close.
+	ErrClosed = errors.New("ID generator closed")
+)
+
+// ClockError reports a clock too far behind to wait out. Fix the host's
+// time synchronisation, or raise Config.MaxClockRegression; meanwhile new
+// rows can take their keys from the database's next_id().
+type ClockError struct {
+	Behind time.Duration // how far the clock is behind
+	Of     string        // what it is behind: "IDs already issued", "the slot's previous holder"
+	Limit  time.Duration // Config.MaxClockRegression
+}
+
+func (e *ClockError) Error() string {
+	return fmt.Sprintf("shardkit: %v: the clock is %v behind %s (limit %v); fix the host's time sync or raise MaxClockRegression",
+		ErrClockMovedBackwards, e.Behind, e.Of, e.Limit)
+}
+
+// Unwrap returns ErrClockMovedBackwards.
+func (e *ClockError) Unwrap() error { return ErrClockMovedBackwards }
+
+// Config tunes a Generator. The zero value is ready to use.
+type Config struct {
+	// MaxBorrow is how far ahead of the clock a burst may issue IDs once a
+	// millisecond's counter is used up, instead of sleeping. Zero means
+	// DefaultMaxBorrow; negative means never borrow.
+	MaxBorrow time.Duration
+	// MaxClockRegression is the largest backward clock step the generator
+	// waits out; a larger one fails with ErrClockMovedBackwards. Zero means
+	// DefaultMaxClockRegression.
+	MaxClockRegression time.Duration
+	// Clock is the time source. Nil means the system clock.
+	Clock Clock
+}
