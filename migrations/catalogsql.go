@@ -2,11 +2,13 @@ package migrations
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"testing/fstest"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/router"
 )
@@ -15,7 +17,43 @@ import (
 const (
 	sqlShardSQLAll = `SELECT version, part, name, body, sha256 FROM shardkit.shard_sql ORDER BY version, part`
 	sqlShardSQLAdd = `INSERT INTO shardkit.shard_sql (version, part, name, body, sha256) VALUES ($1, $2, $3, $4, $5)`
+	sqlShardSQLSet = `UPDATE shardkit.shard_sql SET name = $3, body = $4, sha256 = $5, recorded_at = now()
+WHERE version = $1 AND part = $2`
+	sqlStepApplied = `SELECT EXISTS (SELECT 1 FROM shardkit.shard_migrations WHERE version = $1 AND part = $2)`
 )
+
+// appliedAnywhere reports whether any shard schema on any server of the
+// catalog has applied step k. A server that cannot be asked is an error:
+// without its answer a changed file cannot be accepted.
+func appliedAnywhere(ctx context.Context, cat *router.Catalog, k stepKey) (bool, error) {
+	snap, err := cat.Load(ctx)
+	if errors.Is(err, router.ErrNoCatalog) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, srv := range snap.Servers() {
+		conn, err := connect(ctx, srv.Name, srv.DSN)
+		if err != nil {
+			return false, err
+		}
+		var used bool
+		err = conn.QueryRow(ctx, sqlStepApplied, k.version, string(k.part)).Scan(&used)
+		_ = conn.Close(ctx)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
+			continue // shardkit not installed there yet
+		}
+		if err != nil {
+			return false, &ServerError{Server: srv.Name, Err: err}
+		}
+		if used {
+			return true, nil
+		}
+	}
+	return false, nil
+}
 
 type recorded struct {
 	name, body, sum string
@@ -39,9 +77,11 @@ func readRecorded(ctx context.Context, q interface {
 	return out, err
 }
 
-// recordVersions records the application's files in the catalog, refusing
-// any whose content differs from what was recorded for its version.
-func recordVersions(ctx context.Context, tx pgx.Tx, versions []Version) error {
+// recordVersions records the application's files in the catalog. A file
+// whose content differs from what was recorded for its version replaces the
+// record if no shard schema has applied that version yet (a migration that
+// failed everywhere can be fixed in place), and is refused otherwise.
+func recordVersions(ctx context.Context, tx pgx.Tx, cat *router.Catalog, versions []Version) error {
 	have, err := readRecorded(ctx, tx)
 	if err != nil {
 		return err
@@ -61,12 +101,22 @@ func recordVersions(ctx context.Context, tx pgx.Tx, versions []Version) error {
 			}
 			k := stepKey{v.Number, p}
 			if r, ok := have[k]; ok {
-				if r.sum != v.Checksum(p) || r.name != v.fileName(p) {
-					return fmt.Errorf("shardkit: %w: %s differs from the %s recorded as version %d; "+
-						"never edit an applied migration: undo the edit and add a new NNNN_name.sql",
-						ErrMigrationChanged, v.fileName(p), r.name, v.Number)
+				if r.sum == v.Checksum(p) && r.name == v.fileName(p) {
+					continue
 				}
-				continue
+				used, err := appliedAnywhere(ctx, cat, k)
+				if err != nil {
+					return err
+				}
+				if !used {
+					if _, err := tx.Exec(ctx, sqlShardSQLSet, v.Number, string(p), v.fileName(p), v.sql(p), v.Checksum(p)); err != nil {
+						return err
+					}
+					continue
+				}
+				return fmt.Errorf("shardkit: %w: %s differs from the %s applied as version %d; "+
+					"never edit an applied migration: undo the edit and add a new NNNN_name.sql",
+					ErrMigrationChanged, v.fileName(p), r.name, v.Number)
 			}
 			if _, err := tx.Exec(ctx, sqlShardSQLAdd, v.Number, string(p), v.fileName(p), v.sql(p), v.Checksum(p)); err != nil {
 				return err

@@ -71,7 +71,7 @@ func Migrate(ctx context.Context, cat *router.Catalog, shardSQL fs.FS, opts Migr
 		}
 	}
 	if err := pgx.BeginFunc(ctx, cat.Pool(), func(tx pgx.Tx) error {
-		return recordVersions(ctx, tx, versions)
+		return recordVersions(ctx, tx, cat, versions)
 	}); err != nil {
 		return err
 	}

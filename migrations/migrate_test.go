@@ -94,6 +94,25 @@ func TestMigrateRefusals(t *testing.T) {
 	if err := Migrate(ctx, e.cat, late, MigrateOptions{}); !errors.Is(err, ErrMigrationOrder) {
 		t.Fatalf("version below an applied one: err = %v, want ErrMigrationOrder", err)
 	}
+	// A new version that fails everywhere can be fixed in place.
+	broken := fstest.MapFS{
+		"0001_a.sql": v1["0001_a.sql"],
+		"0003_c.sql": v1["0003_c.sql"],
+		"0004_d.sql": {Data: []byte("CREATE TABLE d (id bigint PRIMARY KEY DEFAULT next_id(), oops);")},
+	}
+	var se *ShardError
+	if err := Migrate(ctx, e.cat, broken, MigrateOptions{}); !errors.As(err, &se) || se.File != "0004_d.sql" || se.Server != "pg0" {
+		t.Fatalf("broken file: err = %v, want a *ShardError naming 0004_d.sql on pg0", err)
+	}
+	fixed := fstest.MapFS{
+		"0001_a.sql": v1["0001_a.sql"],
+		"0003_c.sql": v1["0003_c.sql"],
+		"0004_d.sql": {Data: []byte("CREATE TABLE d (id bigint PRIMARY KEY DEFAULT next_id());")},
+	}
+	if err := Migrate(ctx, e.cat, fixed, MigrateOptions{}); err != nil {
+		t.Fatalf("fixed file: %v", err)
+	}
+	v1 = fixed
 	pgtest.Exec(t, e.catalogDSN, `UPDATE shardkit.shard_map SET state = 'moving' WHERE shard = 2`)
 	if err := Migrate(ctx, e.cat, v1, MigrateOptions{}); !errors.Is(err, ErrMovesInProgress) {
 		t.Fatalf("moving shard: err = %v, want ErrMovesInProgress", err)

@@ -110,7 +110,7 @@ func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) 
 		if err := registerServers(ctx, tx, opts.Servers); err != nil {
 			return err
 		}
-		if err := recordVersions(ctx, tx, versions); err != nil {
+		if err := recordVersions(ctx, tx, cat, versions); err != nil {
 			return err
 		}
 		return initMap(ctx, tx, shards, opts.Servers)
