@@ -280,3 +280,41 @@ func TestHolderThatCannotRenewStopsFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSlotLeases(t *testing.T) {
+	cat, _ := seedCatalog(t, 8, layoutWithSlots(2))
+	ctx := testCtx(t)
+	if got, err := cat.SlotLeases(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("SlotLeases before any lease = %v, %v", got, err)
+	}
+	s := newLeaser(t, cat, LeaserConfig{Holder: "status"})
+	l, err := s.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cat.SlotLeases(ctx)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("SlotLeases = %v, %v", got, err)
+	}
+	for _, sl := range got {
+		held := sl.Slot == l.Slot
+		if sl.Live != held || (sl.Holder == s.Holder()) != held || (sl.ExpiresAt != nil) != held {
+			t.Fatalf("slot %d: %+v (held: %v)", sl.Slot, sl, held)
+		}
+	}
+	if err := s.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = cat.SlotLeases(ctx)
+	if got[l.Slot-1].Live || got[l.Slot-1].Holder != "" {
+		t.Fatalf("released slot still held: %+v", got[l.Slot-1])
+	}
+	empty, err := OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if _, err := empty.SlotLeases(ctx); !errors.Is(err, ErrNoCatalog) {
+		t.Fatalf("SlotLeases without a catalog = %v", err)
+	}
+}
