@@ -16,8 +16,9 @@
 // identifier is templated into application SQL, and records it on the
 // server in shardkit.shard_migrations (schema, version, part): every run is
 // idempotent and an interrupted one resumes. The files are also recorded in
-// the catalog (shardkit.shard_sql); an applied file that changed is refused
-// (ErrMigrationChanged), and CatalogSQL returns them to tools that create a
+// the catalog (shardkit.shard_sql); a file that changed after some schema
+// applied it is refused (ErrMigrationChanged; one that failed everywhere
+// may be fixed in place), and CatalogSQL returns them to tools that create a
 // shard schema elsewhere (the shard mover). Versions are applied in order; a
 // new version numbered below one already applied is refused
 // (ErrMigrationOrder). Functions in application SQL should use BEGIN ATOMIC
@@ -53,6 +54,17 @@
 // A burst of rows in one millisecond (INSERT … SELECT of 10,000 rows) runs
 // ahead of the clock rather than colliding, and the sequence never goes
 // backwards, so clock regressions are safe.
+//
+// Application roles that are not the owner need USAGE on schema shardkit
+// and on the shard schemas, and USAGE and UPDATE on each id_seq (next_id()
+// calls nextval and setval), besides their table privileges.
+//
+// Provisioning is batched (25 schemas per transaction) with one worker per
+// server: 2000 shards × 3 tables (+3 secondary indexes) on 4 local pglocal
+// clusters take about 8–12 s on a 2-core machine
+// (go test ./migrations -run TestProvision2000ShardsOn4Servers -v).
+// Status reads estimated rows (pg_class.reltuples / n_live_tup) and
+// pg_total_relation_size, never count(*).
 //
 // # For the shard mover
 //
