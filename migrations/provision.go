@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"sort"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 
@@ -90,13 +92,22 @@ func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) 
 	if err != nil {
 		return err
 	}
-	// Every server must answer before the catalog records anything.
+	// Every server must answer, and take shardkit's objects, before the
+	// catalog records anything: a server refused here (unreachable, missing
+	// privileges, another layout) is not registered.
 	conns, err := connectServers(ctx, opts.Servers)
 	if err != nil {
 		return err
 	}
 	defer closeAll(conns)
 	if err := cat.Migrate(ctx); err != nil {
+		return err
+	}
+	layout := opts.Layout
+	if cfg, err := cat.Config(ctx); err == nil && explicit.Layout == (idgen.Layout{}) {
+		layout = cfg.Layout
+	}
+	if err := ensureServers(ctx, conns, layout); err != nil {
 		return err
 	}
 	err = pgx.BeginFunc(ctx, cat.Pool(), func(tx pgx.Tx) error {
@@ -240,4 +251,31 @@ func initMap(ctx context.Context, tx pgx.Tx, shards int, servers []ServerSpec) e
 	}
 	_, err := tx.Exec(ctx, sqlMapInitRows, nums, names, version)
 	return err
+}
+
+// ensureServers runs EnsureServer on every connection, in parallel, and
+// returns the first error by server name.
+func ensureServers(ctx context.Context, conns map[string]*pgx.Conn, layout idgen.Layout) error {
+	errs := make(map[string]error, len(conns))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, conn := range conns {
+		wg.Go(func() {
+			if err := EnsureServer(ctx, conn, layout); err != nil {
+				mu.Lock()
+				errs[name] = &ServerError{Server: name, Err: err}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	names := make([]string, 0, len(errs))
+	for name := range errs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if len(names) > 0 {
+		return errs[names[0]]
+	}
+	return nil
 }
