@@ -33,6 +33,7 @@ type rawWriter struct {
 	shardOf  map[int64]int
 	failures []error
 	maxWait  time.Duration
+	slow     [][2]time.Time // start and end of writes over 5ms
 	ops      int
 }
 
@@ -53,10 +54,27 @@ type writeOps interface {
 
 // timed records the longest write.
 func (w *rawWriter) timed(start time.Time) {
-	d := time.Since(start)
+	end := time.Now()
+	d := end.Sub(start)
 	w.mu.Lock()
 	w.maxWait = max(w.maxWait, d)
+	if d > 5*time.Millisecond {
+		w.slow = append(w.slow, [2]time.Time{start, end})
+	}
 	w.mu.Unlock()
+}
+
+// longestDuring returns the longest write that overlapped [from, to].
+func (w *rawWriter) longestDuring(from, to time.Time) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var longest time.Duration
+	for _, s := range w.slow {
+		if s[1].After(from) && s[0].Before(to) {
+			longest = max(longest, s[1].Sub(s[0]))
+		}
+	}
+	return longest
 }
 
 func (w *rawWriter) insert(ctx context.Context, shard int, user int64, caption string) (int64, error) {

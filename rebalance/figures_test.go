@@ -1,0 +1,122 @@
+package rebalance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pglocal"
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/migrations"
+)
+
+// TestMoveFigures measures a move of a large shard with a writer running,
+// and compares the copy with pg_dump -n schema | psql. Not part of the
+// normal run:
+//
+//	SHARDKIT_MOVE_FIGURES=1000000 go test ./rebalance -run TestMoveFigures -v -timeout 30m
+func TestMoveFigures(t *testing.T) {
+	rows, _ := strconv.Atoi(os.Getenv("SHARDKIT_MOVE_FIGURES"))
+	if rows <= 0 {
+		t.Skip("set SHARDKIT_MOVE_FIGURES=<rows> to measure a move")
+	}
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 4) // shard 0 on s0 (cluster 0), target s1 (cluster 1)
+	layout := e.placementLayout(t)
+	start := time.Now()
+	// Rows with IDs in shard 0's layout, times in the past minutes; captions
+	// of about 60 bytes, like a photo row.
+	_, err := e.pools["s0"].Exec(ctx, `INSERT INTO shard_0000.photos (id, user_id, caption, version, created_at)
+		SELECT ((($1::bigint - $2::bigint - 600000) + g / 1024) << $3::int) | (g % 1024),
+		       (g % 5000) * 4, 'bulk ' || g || ' photo taken somewhere nice, with a caption of some length', 0, now()
+		FROM generate_series(1, $4::int) AS g`,
+		time.Now().UnixMilli(), layout.EpochMs, int(layout.ShardBits+layout.SeqBits), rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pools["s0"].Exec(ctx, `VACUUM ANALYZE shard_0000.photos`); err != nil {
+		t.Fatal(err)
+	}
+	var heap int64
+	if err := e.pools["s0"].QueryRow(ctx, `SELECT pg_total_relation_size('shard_0000.photos')`).Scan(&heap); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("loaded %d rows (%.1f MB with indexes) in %v", rows, float64(heap)/1e6, time.Since(start).Round(time.Millisecond))
+
+	// pg_dump -n shard_0000 | psql into a fresh database on the target's cluster.
+	dumpDB := pgtest.NewDatabase(t, 1)
+	if err := migrations.EnsureServer(ctx, mustConn(t, dumpDB), layout); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := pglocal.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("%s -n shard_0000 '%s' | %s -q -v ON_ERROR_STOP=0 '%s' >/dev/null 2>&1",
+		filepath.Join(bin, "pg_dump"), e.servers[0].DSN, filepath.Join(bin, "psql"), dumpDB))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_dump | psql: %v\n%s", err, out)
+	}
+	dumpTime := time.Since(start)
+	var dumped int64
+	if err := mustConn(t, dumpDB).QueryRow(ctx, `SELECT count(*) FROM shard_0000.photos`).Scan(&dumped); err != nil {
+		t.Fatal(err)
+	}
+
+	// The move, with plugin writers on the moving shard and another.
+	var mu sync.Mutex
+	stepAt := map[string]time.Time{}
+	mv := e.mover(t, Config{Hook: func(_ Move, s Step, done bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		stepAt[fmt.Sprintf("%s/%v", s, done)] = time.Now()
+	}})
+	w := newRawWriter(t, e, []int{0, 2})
+	w.via = newPluginOps(t, e, w.r)
+	stop := w.run(ctx)
+	time.Sleep(500 * time.Millisecond)
+	start = time.Now()
+	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
+	total := time.Since(start)
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.check(t)
+	if _, err := mv.Verify(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	copyTime := stepAt["copied/true"].Sub(stepAt["subscription/false"])
+	indexTime := stepAt["indexes/true"].Sub(stepAt["indexes/false"])
+	t.Logf("pg_dump -n shard_0000 | psql: %d rows in %v (%.0f rows/s)", dumped, dumpTime.Round(time.Millisecond), float64(dumped)/dumpTime.Seconds())
+	t.Logf("move: total %v; initial copy %v (%.0f rows/s), deferred indexes %v; fenced %v; writer %d ops, %d failed, longest write %v",
+		total.Round(time.Millisecond), copyTime.Round(time.Millisecond), float64(rows)/copyTime.Seconds(),
+		indexTime.Round(time.Millisecond), m.FencedFor.Round(time.Microsecond), w.ops, len(w.failures), w.maxWait.Round(time.Microsecond))
+	t.Logf("longest write overlapping the fenced window: %v", w.longestDuring(stepAt["fenced/false"], stepAt["flipped/true"]).Round(time.Microsecond))
+	t.Logf("copy+indexes vs pg_dump|psql: %.2fx the time", (copyTime+indexTime).Seconds()/dumpTime.Seconds())
+	if _, err := mv.Complete(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) placementLayout(t *testing.T) idgen.Layout {
+	t.Helper()
+	snap, err := e.cat.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Layout
+}
+
+func mustConn(t *testing.T, dsn string) *pgx.Conn { return pgtest.Connect(t, dsn) }
