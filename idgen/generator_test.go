@@ -334,3 +334,65 @@ func TestConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentWithRegressions runs many goroutines on a fake clock that
+// another goroutine steps forward and back (within MaxClockRegression):
+// IDs stay unique and increase per shard as each goroutine sees them.
+func TestConcurrentWithRegressions(t *testing.T) {
+	c := newFakeClock(t0)
+	g, err := New(DefaultLayout(), NewLease(9, 0, "t", 0, farFuture, math.MaxInt64), Config{Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var mover sync.WaitGroup
+	mover.Go(func() {
+		steps := []time.Duration{time.Millisecond, time.Millisecond, -30 * time.Millisecond, 2 * time.Millisecond, -300 * time.Millisecond, 5 * time.Millisecond}
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			c.Add(steps[i%len(steps)])
+			time.Sleep(50 * time.Microsecond)
+		}
+	})
+	const workers, each = 8, 3000
+	out := make([][]int64, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			last := map[int]int64{}
+			for i := range each {
+				shard := i % 2
+				id, err := g.Next(context.Background(), shard)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if id <= last[shard] {
+					t.Errorf("worker %d shard %d: %d after %d", w, shard, id, last[shard])
+					return
+				}
+				last[shard] = id
+				out[w] = append(out[w], id)
+			}
+		})
+	}
+	wg.Wait()
+	close(done)
+	mover.Wait()
+	seen := map[int64]bool{}
+	for _, ids := range out {
+		for _, id := range ids {
+			if seen[id] {
+				t.Fatalf("duplicate ID %d", id)
+			}
+			seen[id] = true
+		}
+	}
+	if len(seen) != workers*each {
+		t.Fatalf("%d IDs, want %d", len(seen), workers*each)
+	}
+}
