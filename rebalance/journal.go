@@ -124,7 +124,6 @@ func scanMove(r pgx.Row) (Move, error) {
 
 const (
 	sqlInsertMove = `INSERT INTO shardkit.moves (shard, source, target, mode) VALUES ($1, $2, $3, $4) RETURNING ` + moveColumns
-	sqlGetMove    = `SELECT ` + moveColumns + ` FROM shardkit.moves WHERE id = $1`
 	sqlOpenMove   = `SELECT ` + moveColumns + ` FROM shardkit.moves
 		WHERE shard = $1 AND state IN ('running', 'reversible', 'rolling_back')`
 	sqlOpenMoves = `SELECT ` + moveColumns + ` FROM shardkit.moves
@@ -151,17 +150,6 @@ func (j journal) create(ctx context.Context, shard int, source, target string, m
 		if errors.As(err, &pe) && pe.Code == "23505" {
 			return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrMoveInProgress)
 		}
-		return Move{}, fmt.Errorf("shardkit: journal: %w", err)
-	}
-	return m, nil
-}
-
-func (j journal) get(ctx context.Context, id int64) (Move, error) {
-	m, err := scanMove(j.cat.Pool().QueryRow(ctx, sqlGetMove, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Move{}, fmt.Errorf("shardkit: move %d: %w", id, ErrNoMove)
-	}
-	if err != nil {
 		return Move{}, fmt.Errorf("shardkit: journal: %w", err)
 	}
 	return m, nil

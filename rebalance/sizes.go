@@ -16,15 +16,17 @@ type Measure string
 // Measures.
 const (
 	ByBytes Measure = "bytes" // tables, indexes and TOAST of the shard's schema
-	ByRows  Measure = "rows"  // live rows (statistics estimate)
+	ByRows  Measure = "rows"  // rows: the larger of the planner's and the statistics' estimates
 )
 
 const (
 	sqlShardBytes = `SELECT n.nspname, coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
 		FROM pg_namespace n LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relkind IN ('r', 'p', 'm')
 		WHERE n.nspname = ANY($1) GROUP BY n.nspname`
-	sqlShardRows = `SELECT n.nspname, coalesce(sum(s.n_live_tup), 0)::bigint
-		FROM pg_namespace n LEFT JOIN pg_stat_user_tables s ON s.schemaname = n.nspname
+	sqlShardRows = `SELECT n.nspname, coalesce(sum(greatest(c.reltuples, s.n_live_tup, 0)), 0)::bigint
+		FROM pg_namespace n
+		LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relkind = 'r'
+		LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
 		WHERE n.nspname = ANY($1) GROUP BY n.nspname`
 )
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -72,6 +73,10 @@ failed) is continued with --resume or undone with 'shardctl rollback'.`,
 				m, err = mv.Resume(ctx, shard)
 			default:
 				m, err = mv.Move(ctx, shard, to, rebalance.MoveOptions{Offline: offline})
+				if errors.Is(err, rebalance.ErrSameServer) {
+					fmt.Fprintf(out, "shard %d: already on %s\n", shard, to)
+					continue
+				}
 				if err == nil && soak > 0 && m.State == rebalance.StateReversible {
 					fmt.Fprintf(out, "shard %d: cut over; soaking %v before completing\n", shard, soak)
 					select {
