@@ -80,6 +80,10 @@ func BenchmarkShardedVsPlain(b *testing.B) {
 	sharded := e.db
 
 	const users = 2000
+	sdQualified := make([]string, idgen.DefaultShards)
+	for i := range sdQualified {
+		sdQualified[i] = fmt.Sprintf(`"shard_%04d"."photos"`, i)
+	}
 	var sp, pp []Photo
 	for u := int64(1); u <= users; u++ {
 		sp = append(sp, Photo{UserID: u, Caption: "seed"})
@@ -158,6 +162,40 @@ func BenchmarkShardedVsPlain(b *testing.B) {
 				})
 			}
 		}
+	}
+	// The same lookup in SQL on the servers' own pools, without GORM: how
+	// much of the difference is the database's, not the plugin's.
+	plainSQL, _ := plain.DB()
+	snap := e.r.Snapshot()
+	for _, sd := range []string{"sharded", "plain"} {
+		rows := sp
+		if sd == "plain" {
+			rows = pp
+		}
+		q := func(i int) error {
+			var id, user int64
+			if sd == "plain" {
+				return plainSQL.QueryRow(`SELECT id, user_id FROM photos WHERE id = $1`, rows[i].ID).Scan(&id, &user)
+			}
+			shard := e.shardOf(rows[i].UserID)
+			pl, _ := snap.Placement(shard)
+			srv, err := e.p.pools.get(snap, pl.Server)
+			if err != nil {
+				return err
+			}
+			return srv.QueryRow(`SELECT id, user_id FROM `+sdQualified[shard]+` WHERE id = $1`, rows[i].ID).Scan(&id, &user)
+		}
+		ms.run(b, "sql/select_by_id/"+sd, func() {
+			for u := range rows {
+				if err := q(u); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}, func(i int) {
+			if err := q(pick[i&0xffff]); err != nil {
+				b.Fatal(err)
+			}
+		})
 	}
 	var lines []string
 	for name, v := range ms.m {

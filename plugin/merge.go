@@ -91,6 +91,14 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 		return
 	}
 	if len(keys) > 0 {
+		if k := sliceTyp.Elem().Kind(); k != reflect.Struct && k != reflect.Map && k != reflect.Ptr {
+			// Pluck: the rows are the values of the one selected column.
+			if len(keys) != 1 || selectedColumn(stmt) != keys[0].name {
+				fail(db, f.m, -1, fmt.Errorf("%w: plucked values from several shards can only be ordered by the plucked column", ErrUnroutableSQL))
+				return
+			}
+			keys[0].scalar = true
+		}
 		sortRows(acc, keys)
 	}
 	if offset > 0 {
@@ -123,9 +131,10 @@ func cloneWith(m map[string]clause.Clause, k string, v clause.Clause) map[string
 
 // orderKey is one ORDER BY column resolved to a model field or map key.
 type orderKey struct {
-	field *schema.Field // nil: map rows, use name
-	name  string
-	desc  bool
+	field  *schema.Field // nil: map rows, use name
+	name   string
+	desc   bool
+	scalar bool // the row is the value
 }
 
 func orderKeys(stmt *gorm.Statement, m *model) ([]orderKey, error) {
@@ -169,10 +178,44 @@ func orderKeys(stmt *gorm.Statement, m *model) ([]orderKey, error) {
 				return nil, fmt.Errorf("%w: ORDER BY %q cannot be merged across shards", ErrUnroutableSQL, pt[0]+" "+pt[1])
 			}
 			k.field = m.schema.LookUpField(name)
+			if k.field == nil && !mapRows(stmt) {
+				return nil, fmt.Errorf("%w: ORDER BY %q is not a field of %s, so rows from several shards cannot be merged in order", ErrUnroutableSQL, name, m.schema.Name)
+			}
 			keys = append(keys, k)
 		}
 	}
 	return keys, nil
+}
+
+// selectedColumn names the one column a statement selects, or "".
+func selectedColumn(stmt *gorm.Statement) string {
+	if len(stmt.Selects) == 1 {
+		_, c := splitColumn(stmt.Selects[0])
+		return c
+	}
+	if c, ok := stmt.Clauses["SELECT"]; ok {
+		if sel, ok := c.Expression.(clause.Select); ok && len(sel.Columns) == 1 {
+			_, name := splitColumn(sel.Columns[0].Name)
+			return name
+		}
+	}
+	return ""
+}
+
+// mapRows reports whether the statement scans into maps.
+func mapRows(stmt *gorm.Statement) bool {
+	rv := reflect.Indirect(stmt.ReflectValue)
+	if !rv.IsValid() {
+		return false
+	}
+	t := rv.Type()
+	if t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	for t.Kind() == reflect.Ptr {
+		t = t.Elem()
+	}
+	return t.Kind() == reflect.Map
 }
 
 // sortRows sorts merged rows (structs of the model, pointers to them, or
@@ -180,6 +223,9 @@ func orderKeys(stmt *gorm.Statement, m *model) ([]orderKey, error) {
 func sortRows(rows reflect.Value, keys []orderKey) {
 	get := func(i int, k orderKey) reflect.Value {
 		row := reflect.Indirect(rows.Index(i))
+		if k.scalar {
+			return row
+		}
 		switch row.Kind() {
 		case reflect.Struct:
 			if k.field != nil {

@@ -163,10 +163,22 @@ func TestQueryRouting(t *testing.T) {
 		if err := db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 18}).Pluck("id", &got).Error; err != nil {
 			t.Fatal(err)
 		}
-		sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
 		want := ids(append(append([]Photo{}, by[1]...), by[18]...))
-		if len(got) != len(want) || got[0] != want[0] {
+		if err := db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 18}).Order("id").Pluck("id", &got).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
 			t.Fatalf("got %v want %v", got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("got %v want %v (ordered)", got, want)
+			}
+		}
+		var caps []string
+		err := db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 18}).Order("id").Pluck("caption", &caps).Error
+		if !errors.Is(err, ErrUnroutableSQL) {
+			t.Fatalf("pluck ordered by another column: err = %v", err)
 		}
 	})
 	t.Run("scan", func(t *testing.T) {
@@ -216,6 +228,13 @@ func TestQueryRouting(t *testing.T) {
 			if got[i-1].ID > got[i].ID {
 				t.Fatalf("not ordered: %v", ids(got))
 			}
+		}
+	})
+	t.Run("order by a non-field across shards", func(t *testing.T) {
+		var got []Photo
+		err := db.Where("user_id IN ?", []int64{1, 2}).Order("random()").Find(&got).Error
+		if !errors.Is(err, ErrUnroutableSQL) {
+			t.Fatalf("err = %v", err)
 		}
 	})
 	t.Run("scopes", func(t *testing.T) {

@@ -18,7 +18,22 @@ type shardSet struct {
 	list  []int // sorted, unique; empty with known && !all: nothing matches
 }
 
-func one(s int) shardSet { return shardSet{known: true, list: []int{s}} }
+// singles backs the one-shard lists, so that routing to one shard does
+// not allocate. Lists are never written in place (add copies on growth).
+var singles = func() []int {
+	s := make([]int, 1<<14)
+	for i := range s {
+		s[i] = i
+	}
+	return s
+}()
+
+func one(s int) shardSet {
+	if s >= 0 && s < len(singles) {
+		return shardSet{known: true, list: singles[s : s+1 : s+1]}
+	}
+	return shardSet{known: true, list: []int{s}}
+}
 
 // and intersects two constraints.
 func (a shardSet) and(b shardSet) shardSet {
