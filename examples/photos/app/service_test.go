@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardkit/shardkit/examples/photos/app"
+	"github.com/shardkit/shardkit/examples/photos/loadgen"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -308,6 +311,49 @@ func TestService(t *testing.T) {
 
 	t.Run("admin page in headless Chromium", func(t *testing.T) {
 		checkAdminPage(t, f, owner.ID, len(photos))
+	})
+
+	t.Run("load generator runs with no errors", func(t *testing.T) {
+		res, err := loadgen.Run(context.Background(), loadgen.Config{URL: f.url, Users: 20, Follows: 5, Workers: 4, Duration: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Errors != 0 || res.Requests < 100 || res.Photos < 20 {
+			var b strings.Builder
+			res.Print(&b)
+			t.Fatalf("load: %s", b.String())
+		}
+		t.Logf("load: %d requests, %.0f req/s, 0 errors", res.Requests, res.Throughput())
+	})
+
+	t.Run("graceful shutdown", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.app.ServeListener(ctx, ln) }()
+		resp, err := http.Get("http://" + ln.Addr().String() + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("healthz %d", resp.StatusCode)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("ServeListener after cancel: %v", err)
+			}
+		case <-time.After(app.ShutdownTimeout + time.Second):
+			t.Fatal("ServeListener did not return after cancel")
+		}
+		if _, err := http.Get("http://" + ln.Addr().String() + "/healthz"); err == nil {
+			t.Fatal("the server still answers after shutdown")
+		}
 	})
 }
 

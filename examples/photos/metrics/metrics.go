@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/wire"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -64,7 +65,7 @@ func New(reg *prometheus.Registry) *Metrics {
 		}, []string{"route"}),
 	}
 	reg.MustRegister(m.statements, m.stmtTime, m.stmtErrors, m.fenceWait, m.requests, m.reqTime,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
