@@ -104,8 +104,8 @@ func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) 
 		return err
 	}
 	layout := opts.Layout
-	if cfg, err := cat.Config(ctx); err == nil && explicit.Layout == (idgen.Layout{}) {
-		layout = cfg.Layout
+	if cfg, err := cat.Config(ctx); err == nil {
+		layout = cfg.Layout // a different opts.Layout is refused below, with the catalog's reason
 	}
 	if err := ensureServers(ctx, conns, layout); err != nil {
 		return err
