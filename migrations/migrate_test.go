@@ -12,14 +12,14 @@ import (
 func TestMigrateAddsVersionAndResumes(t *testing.T) {
 	e := newEnv(t, 2)
 	ctx := context.Background()
-	if err := Provision(ctx, e.cat, ProvisionOptions{Servers: e.servers, Shards: 200, ShardSQL: testSQL}); err != nil {
+	if err := Provision(ctx, e.cat, ProvisionOptions{Servers: e.servers, Shards: 100, ShardSQL: testSQL}); err != nil {
 		t.Fatal(err)
 	}
 	// Interrupt the migration to version 2 part-way.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	err := Migrate(cctx, e.cat, testSQLv2, MigrateOptions{Apply: ApplyOptions{BatchSize: 5}, Progress: func(p Progress) {
-		if p.Done >= 50 {
+		if p.Done >= 30 {
 			cancel()
 		}
 	}})
@@ -30,20 +30,20 @@ func TestMigrateAddsVersionAndResumes(t *testing.T) {
 	if err := Migrate(ctx, e.cat, testSQLv2, MigrateOptions{Progress: func(p Progress) { last = p }}); err != nil {
 		t.Fatal(err)
 	}
-	if last.Total == 0 || last.Total >= 200 || last.Done != last.Total {
+	if last.Total == 0 || last.Total >= 100 || last.Done != last.Total {
 		t.Fatalf("resumed run: last progress %+v, want the remaining schemas only", last)
 	}
-	if n := countShardTables(t, e.servers); n != 800 {
-		t.Fatalf("%d shard tables, want 800 (photos, likes, follows, comments × 200)", n)
+	if n := countShardTables(t, e.servers); n != 400 {
+		t.Fatalf("%d shard tables, want 400 (photos, likes, follows, comments × 100)", n)
 	}
-	checkRecords(t, e.servers, 200, 4)
+	checkRecords(t, e.servers, 100, 4)
 	var cols int
 	if err := pgtest.Connect(t, e.servers[1].DSN).QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
 		WHERE table_name = 'photos' AND column_name = 'width' AND table_schema LIKE 'shard\_%'`).Scan(&cols); err != nil {
 		t.Fatal(err)
 	}
-	if cols != 100 {
-		t.Fatalf("photos.width on %d schemas of server pg1, want 100", cols)
+	if cols != 50 {
+		t.Fatalf("photos.width on %d schemas of server pg1, want 50", cols)
 	}
 	// Again: nothing to do. And nil applies what the catalog holds: nothing new.
 	for _, fsys := range []any{testSQLv2, nil} {

@@ -33,9 +33,9 @@ func TestProvisionResumesAfterCancel(t *testing.T) {
 	e := newEnv(t, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := ProvisionOptions{Servers: e.servers, Shards: 400, ShardSQL: testSQL, Apply: ApplyOptions{BatchSize: 10},
+	opts := ProvisionOptions{Servers: e.servers, Shards: 200, ShardSQL: testSQL, Apply: ApplyOptions{BatchSize: 10},
 		Progress: func(p Progress) {
-			if p.Done >= 100 {
+			if p.Done >= 50 {
 				cancel()
 			}
 		}}
@@ -44,21 +44,21 @@ func TestProvisionResumesAfterCancel(t *testing.T) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	half := countShardTables(t, e.servers)
-	if half == 0 || half >= 1200 {
-		t.Fatalf("after the cancel: %d shard tables, want some but not all of 1200", half)
+	if half == 0 || half >= 600 {
+		t.Fatalf("after the cancel: %d shard tables, want some but not all of 600", half)
 	}
 	calls := 0
 	opts.Progress = func(Progress) { calls++ }
 	if err := Provision(context.Background(), e.cat, opts); err != nil {
 		t.Fatal(err)
 	}
-	if n := countShardTables(t, e.servers); n != 1200 {
-		t.Fatalf("after the rerun: %d shard tables, want 1200", n)
+	if n := countShardTables(t, e.servers); n != 600 {
+		t.Fatalf("after the rerun: %d shard tables, want 600", n)
 	}
 	if calls == 0 {
 		t.Fatal("the rerun did no work")
 	}
-	checkRecords(t, e.servers, 400, 3)
+	checkRecords(t, e.servers, 200, 3)
 }
 
 // checkRecords checks that every shard schema has exactly want records.
