@@ -158,7 +158,10 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 			return mv.j.exec(ctx, sqlSetFenced, m.ID, float64(m.FencedFor)/float64(time.Millisecond))
 		})
 	}
-	if err == nil || mc.done(StepFlipped) || ctx.Err() != nil {
+	// Any failure before the flip aborts, a cancelled ctx included (Ctrl-C
+	// must not leave the shard fenced); only a killed process leaves the
+	// fence up, for Resume or Rollback to finish.
+	if err == nil || mc.done(StepFlipped) {
 		return err
 	}
 	if abortErr := mv.abortCutover(ctx, mc, err); abortErr != nil {

@@ -167,7 +167,7 @@ func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 			return mv.j.exec(ctx, sqlSetFenced, m.ID, float64(m.FencedFor)/float64(time.Millisecond))
 		})
 	}
-	if err != nil && !mc.done(StepRbFlipped) && ctx.Err() == nil {
+	if err != nil && !mc.done(StepRbFlipped) {
 		if abortErr := mv.abortRollbackCutover(ctx, mc, err); abortErr != nil {
 			return errors.Join(err, abortErr)
 		}

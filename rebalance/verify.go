@@ -119,7 +119,12 @@ func (mv *Mover) waitReplicated(ctx context.Context, mc *moveCtx) error {
 	if err != nil {
 		return err
 	}
-	return waitSlotReached(ctx, serving, slot, lsn, time.Minute)
+	if err := waitSlotReached(ctx, serving, slot, lsn, time.Minute); errors.Is(err, ErrCutoverTimeout) {
+		return fmt.Errorf("shardkit: verify: replication slot %s did not catch up within a minute; check the subscription's worker in the server log", slot)
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
 
 // VerifyServers compares a shard's schema on two servers directly, for
