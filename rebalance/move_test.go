@@ -146,3 +146,57 @@ func TestRollbackAfterCutover(t *testing.T) {
 		t.Errorf("next_id after rollback %d not above the newest id %d", newID, maxOld)
 	}
 }
+
+// TestCutoverTimeoutAborts stops the subscription just before the fence:
+// the target never confirms the final LSN, so the cutover aborts (barrier
+// removed, shard unfenced, writes go on at the source); a resume then
+// completes the move.
+func TestCutoverTimeoutAborts(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 2)
+	seedPhotos(t, e, 0, 500)
+	var sub string
+	mv := e.mover(t, Config{CutoverTimeout: 300 * time.Millisecond, Hook: func(m Move, s Step, done bool) {
+		if s == StepFenced && !done && sub == "" {
+			n, _ := moveNames(m)
+			sub = n.fwd
+			if _, err := e.pools["s1"].Exec(ctx, `ALTER SUBSCRIPTION `+ident(sub)+` DISABLE`); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	w := newRawWriter(t, e, []int{0})
+	stop := w.run(ctx)
+	defer stop()
+	_, err := mv.Move(ctx, 0, "s1", MoveOptions{})
+	if !errors.Is(err, ErrCutoverTimeout) {
+		t.Fatalf("err = %v, want ErrCutoverTimeout", err)
+	}
+	if p := e.placement(t, 0); p.Server != "s0" || p.State != router.StateMoving {
+		t.Errorf("after the abort shard 0 is %+v, want s0 moving", p)
+	}
+	time.Sleep(200 * time.Millisecond) // writes go on at the source
+	if _, err := e.pools["s0"].Exec(ctx, `INSERT INTO shard_0000.photos (user_id) VALUES (2)`); err != nil {
+		t.Errorf("source refuses writes after the abort: %v", err)
+	}
+	open, err := mv.j.open(ctx, 0)
+	if err != nil || open.Step != StepCaughtUp || open.Error == "" {
+		t.Errorf("journal after the abort: %+v, %v; want step caught_up with the error", open, err)
+	}
+	if _, err := e.pools["s1"].Exec(ctx, `ALTER SUBSCRIPTION `+ident(sub)+` ENABLE`); err != nil {
+		t.Fatal(err)
+	}
+	m, err := mv.Resume(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mv.Complete(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	w.check(t)
+	if left := e.leftovers(t); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	t.Logf("resumed move %d fenced %v", m.ID, m.FencedFor)
+}
