@@ -23,7 +23,9 @@ bench: postgres
 
 ## fuzz: a short fuzzing run of every fuzz target
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzComposeDecode -fuzztime 30s ./idgen
+	$(GO) test -run '^$$' -fuzz FuzzComposeDecode -fuzztime 20s ./idgen
+	$(GO) test -run '^$$' -fuzz FuzzParseSchemaName -fuzztime 20s ./router
+	$(GO) test -run '^$$' -fuzz FuzzParseID -fuzztime 20s ./cmd/shardctl
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres
