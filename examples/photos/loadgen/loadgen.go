@@ -242,7 +242,9 @@ func (r *Runner) step(ctx context.Context, rng *rand.Rand) {
 			_ = r.c.call(ctx, OpLikes, "GET", "/photos/"+id+"/likes?limit=20", nil, nil)
 		}
 	default:
-		_ = r.follow(ctx, user, r.users[rng.IntN(len(r.users))])
+		if other := r.users[rng.IntN(len(r.users))]; other != user {
+			_ = r.follow(ctx, user, other)
+		}
 	}
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sort"
@@ -90,8 +91,8 @@ func (s *Store) CreatePhoto(ctx context.Context, p Photo) (Photo, error) {
 	if p.URL == "" {
 		return Photo{}, fmt.Errorf("%w: a photo needs a url", ErrInvalid)
 	}
-	p.ID = 0
-	err := s.db.WithContext(ctx).Clauses(plugin.ShardOfID(p.UserID)).Transaction(func(tx *gorm.DB) error {
+	err := s.shardTx(ctx, p.UserID, func(tx *gorm.DB) error {
+		p.ID = 0
 		var n int64
 		if err := tx.Model(&User{}).Where("id = ?", p.UserID).Count(&n).Error; err != nil {
 			return err
@@ -102,6 +103,26 @@ func (s *Store) CreatePhoto(ctx context.Context, p Photo) (Photo, error) {
 		return tx.Create(&p).Error
 	})
 	return p, err
+}
+
+// txAttempts bounds the runs of a shard transaction that the shard's move
+// interrupted.
+const txAttempts = 3
+
+// shardTx runs fn in a transaction pinned to the shard of id. A move that
+// cuts the shard over while the transaction runs makes the old server
+// refuse its writes (plugin.ErrShardMoved): nothing was committed, and the
+// plugin has reloaded the map, so the whole transaction is run again on
+// the shard's new server.
+func (s *Store) shardTx(ctx context.Context, id int64, fn func(tx *gorm.DB) error) error {
+	var err error
+	for range txAttempts {
+		err = s.db.WithContext(ctx).Clauses(plugin.ShardOfID(id)).Transaction(fn)
+		if !errors.Is(err, plugin.ErrShardMoved) {
+			return err
+		}
+	}
+	return err
 }
 
 // GetPhoto returns a photo by ID: the shard comes from the ID's bits.

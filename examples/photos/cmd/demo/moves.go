@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/shardkit/shardkit/examples/photos/app"
@@ -21,10 +19,10 @@ type moveRun struct {
 	done  []rebalance.Move
 }
 
-// moveShards adds the new server (when there is one) and moves o.moves
-// logical shards onto it, o.parallel at a time, while the load runs. The
-// shards are ones the load's users live on, taken in turn from each
-// server, so every move has live writes.
+// moveShards adds the new server (when there is one) and rebalances onto
+// it while the load runs: rebalance.Plan by rows, capped at o.moves moves,
+// executed o.parallel at a time by Mover.Rebalance. The moves stay
+// reversible until finish.
 func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *app.App, runner *loadgen.Runner,
 	say func(string, ...any), log *slog.Logger) (*moveRun, error) {
 	target := ""
@@ -40,57 +38,58 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 			return nil, err
 		}
 		target = added.Name
-		say("added server %s (empty) in %s; moving %d shards onto it, %d at a time, while the load runs",
-			target, time.Since(t).Round(time.Millisecond), o.moves, max(1, o.parallel))
+		say("added server %s (empty) in %s; rebalancing onto it while the load runs", target, time.Since(t).Round(time.Millisecond))
 	} else {
 		target = c.servers[len(c.servers)-1].Name
-		say("no new server ($%s unset): moving %d shards onto %s while the load runs", envNewServer, o.moves, target)
+		say("no new server ($%s unset): moving shards from %s onto %s while the load runs", envNewServer, c.servers[0].Name, target)
 	}
-	snap, err := a.Router.Reload(ctx)
-	if err != nil {
-		return nil, err
-	}
-	shards := pickShards(snap, runner.Users(), target, o.moves)
-	mover, err := rebalance.New(rebalance.Config{Catalog: a.Router.Catalog(), Logger: log})
+	started := time.Now()
+	mover, err := rebalance.New(rebalance.Config{Catalog: a.Router.Catalog(), Logger: log,
+		Hook: func(m rebalance.Move, s rebalance.Step, done bool) {
+			if done && s == rebalance.StepFlipped {
+				say("%s cut over %s → %s", router.SchemaName(m.Shard), m.Source, m.Target)
+			}
+		}})
 	if err != nil {
 		return nil, err
 	}
 	run := &moveRun{mover: mover}
-	runner.MarkWindow(true)
-	defer runner.MarkWindow(false)
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-		sem   = make(chan struct{}, max(1, o.parallel))
-	)
-	for _, sh := range shards {
-		wg.Add(1)
-		go func(sh int) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			t := time.Now()
-			m, err := mover.Move(ctx, sh, target, rebalance.MoveOptions{})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				if first == nil {
-					first = fmt.Errorf("move shard %d: %w", sh, err)
-				}
-				return
-			}
-			run.done = append(run.done, m)
-			say("moved %s %s → %s in %s (writes fenced %.1f ms)", router.SchemaName(sh), m.Source, m.Target,
-				time.Since(t).Round(time.Millisecond), float64(m.FencedFor)/float64(time.Millisecond))
-		}(sh)
-	}
-	wg.Wait()
-	sort.Slice(run.done, func(i, j int) bool { return run.done[i].Shard < run.done[j].Shard })
-	if first != nil {
+	// Plan by rows: the greedy planner moves the biggest shards first,
+	// which are the load's busiest ones.
+	sizes, err := mover.Sizes(ctx, rebalance.ByRows)
+	if err != nil {
 		mover.Close()
-		return nil, first
+		return nil, err
 	}
+	// Read the map from the catalog: registering a server does not bump the
+	// map version, so the router's snapshot may not list the new one yet.
+	snap, err := a.Router.Catalog().Load(ctx)
+	if err != nil {
+		mover.Close()
+		return nil, err
+	}
+	opts := rebalance.PlanOptions{MaxMoves: o.moves}
+	if c.addServer == nil {
+		opts.Servers = []string{c.servers[0].Name, target} // move from the first server onto the last
+	}
+	plan, err := rebalance.Plan(snap, sizes, opts)
+	if err != nil {
+		mover.Close()
+		return nil, err
+	}
+	say("plan: %d moves onto %s, %d at a time", len(plan), target, max(1, o.parallel))
+	runner.MarkWindow(true)
+	results, err := mover.Rebalance(ctx, plan, rebalance.RebalanceOptions{Parallel: o.parallel})
+	runner.MarkWindow(false)
+	if err != nil {
+		mover.Close()
+		return nil, err
+	}
+	for _, r := range results {
+		run.done = append(run.done, r.Move)
+	}
+	sort.Slice(run.done, func(i, j int) bool { return run.done[i].Shard < run.done[j].Shard })
+	say("moved %d shards in %s", len(run.done), time.Since(started).Round(time.Millisecond))
 	return run, nil
 }
 
@@ -126,47 +125,4 @@ func waitVerify(ctx context.Context, mv *rebalance.Mover, shard int) error {
 		}
 	}
 	return fmt.Errorf("verify shard %d: %w", shard, err)
-}
-
-// pickShards chooses n shards to move to target: shards the load's users
-// live on, in turn from each other server.
-func pickShards(snap *router.Snapshot, users []string, target string, n int) []int {
-	seen := map[int]bool{}
-	byServer := map[string][]int{}
-	for _, u := range users {
-		id, err := strconv.ParseInt(u, 10, 64)
-		if err != nil {
-			continue
-		}
-		sh, err := snap.Layout.ShardOf(id)
-		if err != nil || seen[sh] {
-			continue
-		}
-		seen[sh] = true
-		p, err := snap.Placement(sh)
-		if err != nil || p.Server == target {
-			continue
-		}
-		byServer[p.Server] = append(byServer[p.Server], sh)
-	}
-	var servers []string
-	for s := range byServer {
-		servers = append(servers, s)
-	}
-	sort.Strings(servers)
-	var out []int
-	for len(out) < n {
-		took := false
-		for _, s := range servers {
-			if len(byServer[s]) > 0 && len(out) < n {
-				out = append(out, byServer[s][0])
-				byServer[s] = byServer[s][1:]
-				took = true
-			}
-		}
-		if !took {
-			break
-		}
-	}
-	return out
 }
