@@ -37,7 +37,10 @@ type Config struct {
 	// Provision creates (or completes) the catalog and the shard schemas
 	// on Servers before serving.
 	Provision bool
-	Servers   []migrations.ServerSpec
+	// ProvisionOnly provisions and exits without serving (to register a
+	// new, empty server in a running deployment).
+	ProvisionOnly bool
+	Servers       []migrations.ServerSpec
 	Shards    int
 	LogLevel  slog.Level
 }
@@ -56,13 +59,15 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 	catalog := fs.String("catalog", env(EnvCatalog, ""), "catalog DSN ($"+EnvCatalog+")")
 	servers := fs.String("servers", env(EnvServers, ""), "shard servers to provision, name=DSN,… ($"+EnvServers+")")
 	provision := fs.Bool("provision", env(EnvProvision, "") == "true", "provision the catalog and servers at start ($"+EnvProvision+")")
+	provisionOnly := fs.Bool("provision-only", false, "provision (as -provision) and exit without serving")
 	shards := fs.Int("shards", 0, "logical shards when provisioning ($"+EnvShards+", default 2000)")
 	fence := fs.Duration("fence-wait", 0, "longest wait of a write on a fenced shard ($"+EnvFenceWait+", default 2s)")
 	level := fs.String("log-level", env(EnvLogLevel, "info"), "log level: debug, info, warn, error ($"+EnvLogLevel+")")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	cfg := Config{Addr: api.Addr(*addr), Catalog: store.CatalogDSN(*catalog), Provision: *provision, Shards: *shards,
+	cfg := Config{Addr: api.Addr(*addr), Catalog: store.CatalogDSN(*catalog), Provision: *provision || *provisionOnly,
+		ProvisionOnly: *provisionOnly, Shards: *shards,
 		FenceWait: store.FenceWait(*fence)}
 	if cfg.Shards == 0 {
 		n, err := strconv.Atoi(env(EnvShards, "2000"))

@@ -32,6 +32,8 @@ func TestParseConfig(t *testing.T) {
 				return c.Provision && len(c.Servers) == 2 &&
 					c.Servers[0].Name == "a" && c.Servers[0].DSN == "postgres://a" && c.Servers[1].Name == "b"
 			}, false},
+		{"provision only", []string{"-provision-only", "-servers", "a=x"}, map[string]string{EnvCatalog: "c"},
+			func(c Config) bool { return c.Provision && c.ProvisionOnly && len(c.Servers) == 1 }, false},
 		{"no catalog", nil, nil, nil, true},
 		{"provision without servers", []string{"-provision"}, map[string]string{EnvCatalog: "c"}, nil, true},
 		{"bad server list", nil, map[string]string{EnvCatalog: "c", EnvServers: "a"}, nil, true},

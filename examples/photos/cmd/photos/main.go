@@ -5,7 +5,9 @@
 //	SHARDKIT_CATALOG=postgres://…/catalog go run ./examples/photos/cmd/photos -addr :8080
 //
 // With -provision (or PHOTOS_PROVISION=true) and -servers name=DSN,… (or
-// SHARDKIT_SERVERS) it first creates the catalog and the shard schemas.
+// SHARDKIT_SERVERS) it first creates the catalog and the shard schemas;
+// with -provision-only it stops there. Servers new to an existing catalog
+// are registered empty, ready for `shardctl rebalance`.
 package main
 
 import (
@@ -38,6 +40,9 @@ func run(ctx context.Context) error {
 	if cfg.Provision {
 		if err := app.Provision(ctx, cfg, log); err != nil {
 			return err
+		}
+		if cfg.ProvisionOnly {
+			return nil
 		}
 	}
 	a, cleanup, err := app.Initialize(ctx, cfg, log)
