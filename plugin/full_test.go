@@ -4,7 +4,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/router"
 )
 
 // TestFull2000Shards runs every kind of statement against the full 2000
@@ -67,6 +71,10 @@ func TestFull2000Shards(t *testing.T) {
 	if err := e.db.Delete(&ps[4]).Error; err != nil {
 		t.Fatal(err)
 	}
-	e.assertAbsent(t, "photos", ps[4].ID)
+	conn := pgtest.Connect(t, e.dsn[e.serverOf(t, e.shardOf(ps[4].UserID))])
+	var left int
+	if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM "+pgx.Identifier{router.SchemaName(e.shardOf(ps[4].UserID)), "photos"}.Sanitize()+" WHERE id = $1", ps[4].ID).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("deleted row: err %v, %d left", err, left)
+	}
 	e.defaultUntouched(t)
 }
