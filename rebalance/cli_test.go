@@ -44,6 +44,7 @@ func TestShardctlCommands(t *testing.T) {
 	expect(run(0, "move", "--shard", "0-1", "--to", "s2", "--quiet"), "shard 0: moved s0 → s2", "shard 1: moved s0 → s2")
 	expect(run(0, "move", "--shard", "0", "--to", "s2"), "shard 0: already on s2")
 	expect(run(0, "status"), "reversible")
+	expect(run(0, "status", "--json"), `"moves": [`, `"state": "reversible"`, `"step": "reverse"`)
 	expect(run(0, "verify", "--shard", "0,1"), "photos  500", "photos  1000")
 	expect(run(0, "rollback", "--shard", "1"), "shard 1: back on s0")
 	expect(run(0, "move", "--shard", "0", "--complete"), "shard 0: on s2, move 1 completed")
