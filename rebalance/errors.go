@@ -14,6 +14,9 @@ var (
 	ErrNoMove = errors.New("no unfinished move for this shard")
 	// ErrSameServer reports a move whose target is the shard's current server.
 	ErrSameServer = errors.New("shard is already on the target server")
+	// ErrTargetNotActive reports a target server that is draining or
+	// retired in the catalog: move shards onto active servers only.
+	ErrTargetNotActive = errors.New("target server is not active; pick an active server")
 	// ErrNotLogical reports a source or target whose wal_level is not
 	// logical: use the offline mode (`--offline`) or set wal_level = logical.
 	ErrNotLogical = errors.New("wal_level is not logical; use --offline or set wal_level = logical and restart")

@@ -250,8 +250,10 @@ func (mv *Mover) Move(ctx context.Context, shard int, target string, opts MoveOp
 	if err != nil {
 		return Move{}, fmt.Errorf("shardkit: %w", err)
 	}
-	if _, ok := snap.Server(target); !ok {
+	if srv, ok := snap.Server(target); !ok {
 		return Move{}, fmt.Errorf("shardkit: target %q: %w", target, router.ErrUnknownServer)
+	} else if srv.State != "" && srv.State != "active" {
+		return Move{}, fmt.Errorf("shardkit: target %q is %s: %w", target, srv.State, ErrTargetNotActive)
 	}
 	if p.Server == target {
 		return Move{}, fmt.Errorf("shardkit: shard %d on %s: %w", shard, target, ErrSameServer)
