@@ -131,13 +131,14 @@ const (
 	sqlRecentMoves = `SELECT ` + moveColumns + ` FROM shardkit.moves ORDER BY id DESC LIMIT $1`
 	sqlBeginStep   = `UPDATE shardkit.moves SET doing = $2, updated_at = now() WHERE id = $1`
 	sqlEndStep     = `UPDATE shardkit.moves SET step = $2, doing = NULL, error = NULL, updated_at = now() WHERE id = $1`
-	sqlFailStep    = `UPDATE shardkit.moves SET error = $2, updated_at = now() WHERE id = $1`
-	sqlSetState    = `UPDATE shardkit.moves SET state = $2, updated_at = now(),
+	// sqlStepDone records a finished step, the values it produced, and the
+	// next step as under way, in one round trip (it runs in the fenced window).
+	sqlStepDone = `UPDATE shardkit.moves SET step = $2, doing = nullif($3, ''), error = NULL,
+		final_lsn = nullif($4, '')::pg_lsn, target_lsn = nullif($5, '')::pg_lsn,
+		seq_value = nullif($6::bigint, 0), fenced_ms = nullif($7::float8, 0), updated_at = now() WHERE id = $1`
+	sqlFailStep = `UPDATE shardkit.moves SET error = $2, updated_at = now() WHERE id = $1`
+	sqlSetState = `UPDATE shardkit.moves SET state = $2, updated_at = now(),
 		finished_at = CASE WHEN $2 IN ('completed', 'rolled_back') THEN now() END WHERE id = $1`
-	sqlSetFinalLSN  = `UPDATE shardkit.moves SET final_lsn = $2::pg_lsn, updated_at = now() WHERE id = $1`
-	sqlSetTargetLSN = `UPDATE shardkit.moves SET target_lsn = $2::pg_lsn, updated_at = now() WHERE id = $1`
-	sqlSetSeq       = `UPDATE shardkit.moves SET seq_value = $2, updated_at = now() WHERE id = $1`
-	sqlSetFenced    = `UPDATE shardkit.moves SET fenced_ms = $2, updated_at = now() WHERE id = $1`
 )
 
 // journal reads and writes the move journal in the catalog.

@@ -184,18 +184,28 @@ func (mc *moveCtx) done(s Step) bool {
 // step runs fn as step s unless the journal says it finished, recording it
 // before and after. fn must be idempotent: a killed mover runs it again.
 func (mv *Mover) step(ctx context.Context, mc *moveCtx, s Step, fn func(ctx context.Context) error) error {
-	if stepIndex(mc.steps, s) >= 0 && mc.done(s) {
+	i := stepIndex(mc.steps, s)
+	if i >= 0 && mc.done(s) {
 		return nil
 	}
-	return mv.record(ctx, mc.m, s, fn)
+	var next Step
+	if i >= 0 && i+1 < len(mc.steps) {
+		next = mc.steps[i+1]
+	}
+	return mv.record(ctx, mc.m, s, next, fn)
 }
 
-// record runs fn as step s, with the journal updated before and after.
-func (mv *Mover) record(ctx context.Context, m *Move, s Step, fn func(ctx context.Context) error) error {
-	if err := mv.j.exec(ctx, sqlBeginStep, m.ID, string(s)); err != nil {
-		return err
+// record runs fn as step s, with the journal updated before and after. The
+// update after also records next (if any) as under way, and the values fn
+// left in m (LSNs, sequence value, fenced time), so that a step costs one
+// catalog round trip.
+func (mv *Mover) record(ctx context.Context, m *Move, s, next Step, fn func(ctx context.Context) error) error {
+	if m.Doing != s {
+		if err := mv.j.exec(ctx, sqlBeginStep, m.ID, string(s)); err != nil {
+			return err
+		}
+		m.Doing = s
 	}
-	m.Doing = s
 	if mv.cfg.Hook != nil {
 		mv.cfg.Hook(*m, s, false)
 	}
@@ -209,10 +219,11 @@ func (mv *Mover) record(ctx context.Context, m *Move, s Step, fn func(ctx contex
 		mv.log.Warn("shardkit: move step failed", "move", m.ID, "shard", m.Shard, "step", s, "err", err)
 		return &MoveError{ID: m.ID, Shard: m.Shard, Step: s, Err: err}
 	}
-	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(s)); err != nil {
+	if err := mv.j.exec(ctx, sqlStepDone, m.ID, string(s), string(next), m.FinalLSN, m.TargetLSN, m.SeqValue,
+		float64(m.FencedFor)/float64(time.Millisecond)); err != nil {
 		return err
 	}
-	m.Step, m.Doing, m.Error = s, "", ""
+	m.Step, m.Doing, m.Error = s, next, ""
 	mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", s, "took", time.Since(start).Round(time.Microsecond))
 	if mv.cfg.Hook != nil {
 		mv.cfg.Hook(*m, s, true)

@@ -43,7 +43,7 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.FinalLSN = lsn
-			return mv.j.exec(ctx, sqlSetFinalLSN, m.ID, lsn)
+			return nil
 		}},
 		{StepCopiedOff, func(ctx context.Context) error { return mv.copyTables(ctx, mc) }},
 		{StepIndexes, func(ctx context.Context) error {
@@ -59,9 +59,6 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.SeqValue = v
-			if err := mv.j.exec(ctx, sqlSetSeq, m.ID, v); err != nil {
-				return err
-			}
 			return waitClockPastNewestID(ctx, mc.tgt, mc.schema, mc.layout)
 		}},
 		{StepFlipped, func(ctx context.Context) error {
@@ -69,7 +66,7 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.FencedFor = time.Since(fencedAt)
-			return mv.j.exec(ctx, sqlSetFenced, m.ID, float64(m.FencedFor)/float64(time.Millisecond))
+			return nil
 		}},
 	}
 	for _, st := range steps {
@@ -77,7 +74,7 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			return err
 		}
 	}
-	if err := mv.record(ctx, m, StepCleaned, func(ctx context.Context) error {
+	if err := mv.record(ctx, m, StepCleaned, "", func(ctx context.Context) error {
 		return mv.dropReplication(ctx, mc, true)
 	}); err != nil {
 		return err

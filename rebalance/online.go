@@ -118,7 +118,7 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.FinalLSN = lsn
-			return mv.j.exec(ctx, sqlSetFinalLSN, m.ID, lsn)
+			return nil
 		})
 	}
 	if err == nil {
@@ -133,7 +133,7 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.TargetLSN = lsn
-			return mv.j.exec(ctx, sqlSetTargetLSN, m.ID, lsn)
+			return nil
 		})
 	}
 	if err == nil {
@@ -143,9 +143,6 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.SeqValue = v
-			if err := mv.j.exec(ctx, sqlSetSeq, m.ID, v); err != nil {
-				return err
-			}
 			return waitClockPastNewestID(ctx, mc.tgt, mc.schema, mc.layout)
 		})
 	}
@@ -155,7 +152,7 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.FencedFor = time.Since(fencedAt)
-			return mv.j.exec(ctx, sqlSetFenced, m.ID, float64(m.FencedFor)/float64(time.Millisecond))
+			return nil
 		})
 	}
 	// Any failure before the flip aborts, a cancelled ctx included (Ctrl-C
@@ -186,6 +183,6 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, cause error) err
 	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(StepCaughtUp)); err != nil {
 		return err
 	}
-	m.Step = StepCaughtUp
+	m.Step, m.Doing = StepCaughtUp, ""
 	return mv.j.exec(ctx, sqlFailStep, m.ID, "cutover aborted: "+cause.Error())
 }

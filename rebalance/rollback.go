@@ -57,7 +57,7 @@ func (mv *Mover) rollback(ctx context.Context, m *Move) (Move, error) {
 		mc.steps = rollbackSteps
 		err = mv.rollbackCutover(ctx, mc)
 	} else {
-		err = mv.record(ctx, m, StepRbUndo, func(ctx context.Context) error { return mv.undo(ctx, mc) })
+		err = mv.record(ctx, m, StepRbUndo, "", func(ctx context.Context) error { return mv.undo(ctx, mc) })
 	}
 	if err != nil {
 		return *m, err
@@ -134,7 +134,7 @@ func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.FinalLSN = lsn
-			return mv.j.exec(ctx, sqlSetFinalLSN, m.ID, lsn)
+			return nil
 		})
 	}
 	if err == nil {
@@ -149,9 +149,6 @@ func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.SeqValue = v
-			if err := mv.j.exec(ctx, sqlSetSeq, m.ID, v); err != nil {
-				return err
-			}
 			return waitClockPastNewestID(ctx, mc.src, mc.schema, mc.layout)
 		})
 	}
@@ -164,7 +161,7 @@ func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 				return err
 			}
 			m.FencedFor = time.Since(fencedAt)
-			return mv.j.exec(ctx, sqlSetFenced, m.ID, float64(m.FencedFor)/float64(time.Millisecond))
+			return nil
 		})
 	}
 	if err != nil && !mc.done(StepRbFlipped) {
@@ -194,7 +191,7 @@ func (mv *Mover) abortRollbackCutover(ctx context.Context, mc *moveCtx, cause er
 	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(StepReverse)); err != nil {
 		return err
 	}
-	m.Step = StepReverse
+	m.Step, m.Doing = StepReverse, ""
 	if err := mv.setState(ctx, m, StateReversible); err != nil {
 		return err
 	}
@@ -217,7 +214,7 @@ func (mv *Mover) Complete(ctx context.Context, shard int) (Move, error) {
 	if err != nil {
 		return m, err
 	}
-	if err := mv.record(ctx, &m, StepCleaned, func(ctx context.Context) error {
+	if err := mv.record(ctx, &m, StepCleaned, "", func(ctx context.Context) error {
 		return mv.dropReplication(ctx, mc, true)
 	}); err != nil {
 		return m, err
