@@ -38,7 +38,7 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 			return nil, err
 		}
 		target = added.Name
-		say("added server %s (empty) in %s; rebalancing onto it while the load runs", target, time.Since(t).Round(time.Millisecond))
+		say("registered server %s in %s; rebalancing onto it while the load runs", target, time.Since(t).Round(time.Millisecond))
 	} else {
 		target = c.servers[len(c.servers)-1].Name
 		say("no new server ($%s unset): moving shards from %s onto %s while the load runs", envNewServer, c.servers[0].Name, target)
@@ -77,7 +77,8 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 		mover.Close()
 		return nil, err
 	}
-	say("plan: %d moves onto %s, %d at a time", len(plan), target, max(1, o.parallel))
+	say("plan (by rows, at most %d moves): %d moves onto %s (which has %d shards), %d at a time",
+		o.moves, len(plan), target, len(snap.ShardsOn(target)), max(1, o.parallel))
 	runner.MarkWindow(true)
 	results, err := mover.Rebalance(ctx, plan, rebalance.RebalanceOptions{Parallel: o.parallel})
 	runner.MarkWindow(false)
