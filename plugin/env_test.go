@@ -70,6 +70,7 @@ type envOpts struct {
 	shards int
 	noIDs  bool
 	cfg    func(*Config)
+	before func(*env) // runs before the router and the plugin are made
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -93,6 +94,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: specs, Shards: o.shards, ShardSQL: os.DirFS("testdata/shardsql")})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.before != nil {
+		o.before(e)
 	}
 	if e.r, err = router.New(ctx, cat); err != nil {
 		t.Fatal(err)
