@@ -1,0 +1,39 @@
+package main
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/examples/photos/loadgen"
+	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/rebalance"
+)
+
+func TestSummaryPrint(t *testing.T) {
+	s := summary{
+		before:        []store.ServerRows{{Server: "pg1", Shards: 2, Total: 10}, {Server: "pg2", Shards: 2, Total: 20}},
+		after:         []store.ServerRows{{Server: "pg1", Shards: 1, Total: 6}, {Server: "pg2", Shards: 2, Total: 25}, {Server: "pg3", Shards: 1, Total: 7}},
+		versionBefore: 1, versionAfter: 4,
+		load:           loadgen.Result{Elapsed: time.Second, Requests: 50},
+		moves:          []rebalance.Move{{Shard: 0, FencedFor: 12 * time.Millisecond}, {Shard: 3, FencedFor: 30 * time.Millisecond}},
+		fenceWaitMax:   7500 * time.Microsecond,
+		windowMaxWrite: 40 * time.Millisecond,
+	}
+	var b strings.Builder
+	s.print(&b)
+	out := strings.Join(strings.Fields(b.String()), " ")
+	for _, want := range []string{
+		"shard map version 1 → 4",
+		"pg1 10 (2 sh) 6 (1 sh)",
+		"pg3 - 7 (1 sh)",
+		"total 30 38",
+		"shards moved online: 2 (0, 3)",
+		"longest write wait at cutover: 7.5 ms (longest fenced window of a move: 30.0 ms; longest write request during the moves: 40.0 ms)",
+		"request errors: 0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, b.String())
+		}
+	}
+}
