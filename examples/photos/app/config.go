@@ -41,8 +41,8 @@ type Config struct {
 	// new, empty server in a running deployment).
 	ProvisionOnly bool
 	Servers       []migrations.ServerSpec
-	Shards    int
-	LogLevel  slog.Level
+	Shards        int
+	LogLevel      slog.Level
 }
 
 // ParseConfig reads the configuration from args (without the program
