@@ -123,11 +123,18 @@ func (m *model) shardOfRow(db *gorm.DB, rv reflect.Value, snap *router.Snapshot)
 	case keyString:
 		return router.ShardOfString(v.String(), snap.Shards)
 	default:
-		return shardOfID(int64(v.Convert(int64Type).Int()), snap)
+		return shardOfID(intOf(v), snap)
 	}
 }
 
-var int64Type = reflect.TypeOf(int64(0))
+// intOf reads an integer field without allocating.
+func intOf(v reflect.Value) int64 {
+	switch v.Kind() {
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return int64(v.Uint())
+	}
+	return v.Int()
+}
 
 func shardOfUint(u uint64, shards int) (int, error) {
 	if u > 1<<63-1 {

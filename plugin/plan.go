@@ -24,7 +24,7 @@ func (m *model) statementShards(db *gorm.DB, o op, snap *router.Snapshot) (shard
 		if pk.IsZero() {
 			break
 		}
-		id := pk.Convert(int64Type).Int()
+		id := intOf(pk)
 		s, err := shardOfID(id, snap)
 		if err != nil {
 			return set, err
@@ -45,7 +45,7 @@ func (m *model) statementShards(db *gorm.DB, o op, snap *router.Snapshot) (shard
 			if pk.IsZero() {
 				continue
 			}
-			s, err := shardOfID(pk.Convert(int64Type).Int(), snap)
+			s, err := shardOfID(intOf(pk), snap)
 			if err != nil {
 				return set, err
 			}

@@ -87,7 +87,7 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 	}
 	pk := m.pk.ReflectValueOf(ctx, row)
 	if !pk.IsZero() {
-		id := pk.Convert(int64Type).Int()
+		id := intOf(pk)
 		if s, err := shardOfID(id, snap); err != nil || s != shard {
 			fail(db, m, shard, fmt.Errorf("%w: ID %d is in shard %d, the row's %s is in shard %d", ErrIDShardMismatch, id, s, m.key.Name, shard))
 		}

@@ -66,6 +66,9 @@ func (a shardSet) and(b shardSet) shardSet {
 
 // add inserts a shard into a sorted list.
 func add(list []int, s int) []int {
+	if len(list) == 0 {
+		return one(s).list
+	}
 	for i, x := range list {
 		if x == s {
 			return list
