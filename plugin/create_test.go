@@ -152,3 +152,22 @@ func TestCreateIDMismatch(t *testing.T) {
 	}
 	_ = router.SchemaName
 }
+
+func TestCreateWithAssociations(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	p := Photo{UserID: 11, LikeRows: []Like{{UserID: 1}, {UserID: 2}}}
+	if err := e.db.Create(&p).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.assertAt(t, "photos", p.ID, e.shardOf(11))
+	for _, l := range p.LikeRows {
+		if l.PhotoID != p.ID || l.ID == 0 {
+			t.Fatalf("like %+v", l)
+		}
+		e.assertAt(t, "likes", l.ID, e.shardOf(11))
+	}
+	if err := e.db.Create(Photo{UserID: 11}).Error; err == nil {
+		t.Fatal("create from a non-pointer succeeded")
+	}
+	e.defaultUntouched(t)
+}

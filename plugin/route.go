@@ -96,6 +96,10 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 	if p.cfg.IDs == nil {
 		return // DEFAULT next_id(), read back with RETURNING
 	}
+	if !pk.CanSet() {
+		fail(db, m, shard, fmt.Errorf("%w: Create needs a pointer to the row (or to a slice of rows) to fill its ID", ErrInvalidModel))
+		return
+	}
 	id, err := p.cfg.IDs.Next(ctx, shard)
 	if err != nil {
 		if p.cfg.NoSlot(err) {
