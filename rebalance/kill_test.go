@@ -84,7 +84,8 @@ func TestKillMoverAtEveryStep(t *testing.T) {
 	kills = append(kills,
 		kill{"move", StepBarrier, false}, kill{"move", StepCopied, false},
 		kill{"rollback", StepRbBarrier, true}, kill{"rollback", StepRbApplied, true},
-		kill{"rollback", StepRbFlipped, false}, kill{"rollback", StepRbCleaned, false})
+		kill{"rollback", StepRbFlipped, false}, kill{"rollback", StepRbCleaned, false},
+		kill{"undo", StepRbUndo, false}, kill{"undo", StepRbUndo, true})
 	for i, k := range kills {
 		name := fmt.Sprintf("%s_%s_%v", k.op, k.step, k.atEnd)
 		from := e.placement(t, 0).Server
@@ -95,14 +96,20 @@ func TestKillMoverAtEveryStep(t *testing.T) {
 				t.Fatalf("%s: %v", name, err)
 			}
 		}
-		runChild(t, e, k.op, 0, to, k.step, k.atEnd)
+		if k.op == "undo" {
+			// A move stopped after its copy, whose rollback is killed too.
+			runChild(t, e, "move", 0, to, StepCopied, true)
+			runChild(t, e, "rollback", 0, to, k.step, k.atEnd)
+		} else {
+			runChild(t, e, k.op, 0, to, k.step, k.atEnd)
+		}
 		open, err := mv.j.open(ctx, 0)
 		if err != nil {
 			t.Fatalf("%s: after the kill: %v", name, err)
 		}
 		var m Move
 		switch {
-		case k.op == "rollback":
+		case k.op == "rollback" || k.op == "undo":
 			m, err = mv.Rollback(ctx, 0)
 		case i%2 == 0:
 			if m, err = mv.Resume(ctx, 0); err == nil {
