@@ -125,6 +125,7 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 			return
 		}
 		stmt := db.Statement
+		delete(stmt.Clauses, fanoutName) // a plan left by a failed earlier run
 		if o == opRaw || stmt.SQL.Len() > 0 {
 			p.routeRaw(db)
 			return
