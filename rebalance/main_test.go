@@ -48,7 +48,7 @@ func newEnv(t *testing.T, n, used, shards int) *env {
 	t.Helper()
 	ctx := context.Background()
 	tuneOnce.Do(func() {
-		for i := range pgtest.Set().Clusters {
+		for i := range pgtest.Set(t).Clusters {
 			dsn := pgtest.Cluster(t, i).DSN("postgres")
 			pgtest.Exec(t, dsn, `ALTER SYSTEM SET wal_retrieve_retry_interval = '100ms'`)
 			pgtest.Exec(t, dsn, `SELECT pg_reload_conf()`)

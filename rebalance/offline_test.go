@@ -19,7 +19,7 @@ import (
 func TestOfflineMoveWithoutLogicalWAL(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4)
-	c, err := pgtest.Set().Add(ctx, pglocal.Options{Settings: map[string]string{"wal_level": "replica"}})
+	c, err := pgtest.Set(t).Add(ctx, pglocal.Options{Settings: map[string]string{"wal_level": "replica"}})
 	if err != nil {
 		t.Fatal(err)
 	}

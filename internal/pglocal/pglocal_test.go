@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,21 +33,7 @@ func TestStartTwoClusters(t *testing.T) {
 	}
 	c := set.Clusters[0]
 	set.Stop()
-	if err := exec.Command(filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", itoa(c.Port)).Run(); err == nil {
+	if err := exec.Command(filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port)).Run(); err == nil {
 		t.Fatal("cluster still accepts connections after Stop")
 	}
-}
-
-
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b []byte
-	for n > 0 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-		n /= 10
-	}
-	return string(b)
 }

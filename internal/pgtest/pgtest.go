@@ -6,8 +6,9 @@
 //		dsn := pgtest.NewDatabase(t, 0) // a fresh database on cluster 0
 //	}
 //
-// Clusters are started once per test binary by internal/pglocal and
-// removed when the tests end. Each NewDatabase is a new, empty database,
+// Clusters are started by internal/pglocal on first use (so pure unit
+// tests and fuzz workers of the same package start none) and removed when
+// the tests end. Each NewDatabase is a new, empty database,
 // dropped at the end of the test, so tests do not see each other's rows.
 package pgtest
 
@@ -16,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,37 +28,45 @@ import (
 )
 
 var (
-	set *pglocal.Set
-	seq atomic.Int64
+	want     int // clusters to start, set by Main
+	startErr error
+	once     sync.Once
+	set      *pglocal.Set
+	seq      atomic.Int64
 )
 
-// Main starts n clusters, runs the tests, stops the clusters and exits.
+// Main runs the tests with n clusters available, stops whatever was
+// started and exits.
 func Main(m *testing.M, n int) {
-	os.Exit(run(m, n))
-}
-
-func run(m *testing.M, n int) int {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	var err error
-	set, err = pglocal.Start(ctx, pglocal.Options{N: n})
-	cancel()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "pgtest:", err)
-		return 1
+	want = n
+	code := m.Run()
+	if set != nil {
+		set.Stop()
 	}
-	defer set.Stop()
-	return m.Run()
+	os.Exit(code)
 }
 
-// Set returns the running clusters.
-func Set() *pglocal.Set { return set }
+// Set returns the running clusters, starting them on first use.
+func Set(t testing.TB) *pglocal.Set {
+	t.Helper()
+	if want == 0 {
+		t.Fatal("pgtest: no clusters; call pgtest.Main from TestMain")
+	}
+	once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		set, startErr = pglocal.Start(ctx, pglocal.Options{N: want})
+	})
+	if startErr != nil {
+		t.Fatalf("pgtest: %v", startErr)
+	}
+	return set
+}
 
 // Cluster returns cluster i.
 func Cluster(t testing.TB, i int) *pglocal.Cluster {
 	t.Helper()
-	if set == nil {
-		t.Fatal("pgtest: no clusters; call pgtest.Main from TestMain")
-	}
+	set := Set(t)
 	if i >= len(set.Clusters) {
 		t.Fatalf("pgtest: cluster %d requested, %d started", i, len(set.Clusters))
 	}
