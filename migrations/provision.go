@@ -64,6 +64,7 @@ VALUES ($1, $2, $3, $4, $5, $6)`
 	sqlServersAll  = `SELECT name, dsn FROM shardkit.servers`
 	sqlServerAdd   = `INSERT INTO shardkit.servers (name, dsn, replicas) VALUES ($1, $2, $3)`
 	sqlMapCount    = `SELECT count(*) FROM shardkit.shard_map`
+	sqlMapBump     = `UPDATE shardkit.config SET map_version = map_version + 1`
 	sqlMapVersion  = `SELECT map_version FROM shardkit.config`
 	sqlMapInitRows = `INSERT INTO shardkit.shard_map (shard, server, version)
 SELECT s, srv, $3 FROM unnest($1::int[], $2::text[]) AS u(s, srv)`
@@ -203,6 +204,7 @@ func registerServers(ctx context.Context, tx pgx.Tx, servers []ServerSpec) error
 	}); err != nil {
 		return err
 	}
+	added := false
 	for _, s := range servers {
 		if have, ok := byName[s.Name]; ok {
 			if have != s.DSN {
@@ -220,6 +222,22 @@ func registerServers(ctx context.Context, tx pgx.Tx, servers []ServerSpec) error
 			replicas = []string{}
 		}
 		if _, err := tx.Exec(ctx, sqlServerAdd, s.Name, s.DSN, replicas); err != nil {
+			return err
+		}
+		added = true
+	}
+	if !added {
+		return nil
+	}
+	// The servers are part of the shard map routers hold: on a catalog
+	// already in use, a new version makes them reload and open a pool to
+	// the new server before any shard moves onto it.
+	var mapped int
+	if err := tx.QueryRow(ctx, sqlMapCount).Scan(&mapped); err != nil {
+		return err
+	}
+	if mapped > 0 {
+		if _, err := tx.Exec(ctx, sqlMapBump); err != nil {
 			return err
 		}
 	}
