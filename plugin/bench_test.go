@@ -68,7 +68,7 @@ func (ms *measured) run(b *testing.B, name string, warm func(), fn func(i int)) 
 func BenchmarkShardedVsPlain(b *testing.B) {
 	e := newEnv(b, envOpts{shards: idgen.DefaultShards, cfg: func(c *Config) {
 		if m := os.Getenv("SHARDKIT_BENCH_SHARD_DSN_OPTS"); m != "" {
-			c.OpenDB = func(dsn string) (*sql.DB, error) { return OpenPgx(dsn + "&" + m) }
+			c.OpenDB = func(dsn string) (*sql.DB, error) { return openPgx(DefaultStatementCacheCapacity)(dsn + "&" + m) }
 		}
 	}})
 	plainDSN := pgtest.NewDatabase(b, 0) + "&" + os.Getenv("SHARDKIT_BENCH_PLAIN_DSN_OPTS")
@@ -188,13 +188,15 @@ func BenchmarkShardedVsPlain(b *testing.B) {
 			onA = append(onA, p)
 		}
 	}
-	for _, sd := range []string{"sharded", "sharded_one_server", "plain"} {
+	for _, sd := range []string{"sharded", "sharded_one_server", "sharded_one_shard", "plain"} {
 		rows := sp
 		switch sd {
 		case "plain":
 			rows = pp
 		case "sharded_one_server":
 			rows = onA
+		case "sharded_one_shard":
+			rows = onA[:1]
 		}
 		q := func(i int) error {
 			var id, user int64
@@ -223,14 +225,12 @@ func BenchmarkShardedVsPlain(b *testing.B) {
 	}
 	var lines []string
 	for name, v := range ms.m {
-		if !strings.HasSuffix(name, "/sharded") && !strings.HasSuffix(name, "/sharded_one_server") {
+		i := strings.LastIndex(name, "/")
+		if !strings.HasPrefix(name[i+1:], "sharded") {
 			continue
 		}
-		base := strings.TrimSuffix(name, "/sharded")
-		p, ok := ms.m[base+"/plain"]
-		if !ok {
-			p, ok = ms.m[strings.TrimSuffix(base, "/sharded_one_server")+"/plain"]
-		}
+		base := name
+		p, ok := ms.m[name[:i]+"/plain"]
 		if !ok {
 			continue
 		}

@@ -53,7 +53,15 @@ type Config struct {
 	// Nil means dbresolver.RandomPolicy. Reads go to the primary when the
 	// statement carries dbresolver.Write or a locking clause.
 	ReplicaPolicy dbresolver.Policy
-	// OpenDB opens a server's pool from its DSN. Nil means OpenPgx.
+	// StatementCacheCapacity is the number of prepared statements each
+	// connection of the default OpenDB keeps (each logical shard has its
+	// own SQL text). Zero means DefaultStatementCacheCapacity; negative
+	// means no prepared statements (pgx cache_describe): less server
+	// memory, a parse and plan per query. A DSN that sets
+	// statement_cache_capacity or default_query_exec_mode wins.
+	StatementCacheCapacity int
+	// OpenDB opens a server's pool from its DSN. Nil means database/sql
+	// over pgx, as StatementCacheCapacity describes.
 	OpenDB func(dsn string) (*sql.DB, error)
 }
 
@@ -77,7 +85,10 @@ func (c Config) withDefaults() Config {
 		c.NoSlot = defaultNoSlot
 	}
 	if c.OpenDB == nil {
-		c.OpenDB = OpenPgx
+		if c.StatementCacheCapacity == 0 {
+			c.StatementCacheCapacity = DefaultStatementCacheCapacity
+		}
+		c.OpenDB = openPgx(c.StatementCacheCapacity)
 	}
 	return c
 }
