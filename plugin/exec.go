@@ -69,6 +69,9 @@ func (p *Plugin) prepare(db *gorm.DB, f *fanout, shard int, base map[string]clau
 		stmt.ConnPool = v
 		return nil
 	}
+	if _, inTx := stmt.ConnPool.(gorm.TxCommitter); inTx && txOf(stmt.ConnPool) == nil {
+		return fmt.Errorf("%w: the statement runs in a transaction not begun through the plugin's connection", ErrUnroutableSQL)
+	}
 	srv, err := p.pools.get(f.snap, pl.Server)
 	if err != nil {
 		return err

@@ -52,6 +52,9 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if p.router == nil {
 		return errors.New("shardkit: plugin.Config.Router is nil; create one with router.New")
 	}
+	if db.Config.PrepareStmt {
+		return errors.New("shardkit: gorm.Config.PrepareStmt is not supported: the plugin prepares per server (see Config.StatementCacheCapacity)")
+	}
 	snap := p.router.Snapshot()
 	p.byTable = make(map[string]*model, len(p.models))
 	for _, v := range p.models {

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"testing"
 
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 )
 
 func TestMissingShardKeyEveryOperation(t *testing.T) {
@@ -153,4 +155,26 @@ func TestPinnedTransaction(t *testing.T) {
 		t.Fatalf("raw with scope: err = %v", err)
 	}
 	e.defaultUntouched(t)
+}
+
+func TestPrepareStmtRefused(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	db, err := gorm.Open(postgres.Open(e.def), &gorm.Config{PrepareStmt: true, Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Use(Register(Config{Router: e.r}, &Photo{})); err == nil {
+		t.Fatal("PrepareStmt accepted")
+	}
+	if err := db.Use(Register(Config{}, &Photo{})); err == nil {
+		t.Fatal("nil router accepted")
+	}
+	type NoKey struct{ ID int64 }
+	fresh, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Use(Register(Config{Router: e.r}, &NoKey{})); !errors.Is(err, ErrInvalidModel) {
+		t.Fatalf("model without shard tag: err = %v", err)
+	}
 }

@@ -250,6 +250,13 @@ func (p *Plugin) apply(db *gorm.DB, m *model, o op, shard int, snap *router.Snap
 			return err
 		}
 	}
+	if t == nil {
+		if _, inTx := stmt.ConnPool.(gorm.TxCommitter); inTx {
+			// A transaction the plugin did not begin (a PreparedStmt
+			// wrapper, a *sql.Tx passed in): routing would escape it.
+			return fmt.Errorf("%w: the statement runs in a transaction not begun through the plugin's connection", ErrUnroutableSQL)
+		}
+	}
 	stmt.Table = m.qualified[shard]
 	if t == nil {
 		srv, err := p.pools.get(snap, pl.Server)
