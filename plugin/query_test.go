@@ -289,6 +289,19 @@ func TestPreloadAndJoins(t *testing.T) {
 	if len(ls) != 3 || ls[0].Photo == nil || ls[0].Photo.UserID != 9 {
 		t.Fatalf("joined likes: %+v", ls)
 	}
+	// Joins on likes of photos in two shards: per shard, merged.
+	ls = nil
+	if err := e.db.Joins("Photo").Where("photo_id IN ?", []int64{by[4][0].ID, by[9][0].ID}).Order("id").Find(&ls).Error; err != nil {
+		t.Fatal(err)
+	}
+	if len(ls) != 6 || ls[0].Photo == nil || ls[5].Photo == nil {
+		t.Fatalf("joined likes of two shards: %d", len(ls))
+	}
+	for i := 1; i < len(ls); i++ {
+		if ls[i-1].ID > ls[i].ID {
+			t.Fatal("not ordered")
+		}
+	}
 	var l Like
 	if err := e.db.Preload("Photo").First(&l, likes[0].ID).Error; err != nil || l.Photo == nil || l.Photo.ID != likes[0].PhotoID {
 		t.Fatalf("err %v like %+v", err, l)
