@@ -178,3 +178,49 @@ func TestPrepareStmtRefused(t *testing.T) {
 		t.Fatalf("model without shard tag: err = %v", err)
 	}
 }
+
+func TestNestedTransactionInShard(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	var kept, undone Photo
+	err := e.db.Clauses(Shard(int64(6))).Transaction(func(tx *gorm.DB) error {
+		kept = Photo{UserID: 6, Caption: "outer"}
+		if err := tx.Create(&kept).Error; err != nil {
+			return err
+		}
+		inner := tx.Transaction(func(tx2 *gorm.DB) error {
+			undone = Photo{UserID: 6, Caption: "inner"}
+			if err := tx2.Create(&undone).Error; err != nil {
+				return err
+			}
+			return errors.New("undo the inner part")
+		})
+		if inner == nil {
+			t.Fatal("inner transaction did not fail")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.assertAt(t, "photos", kept.ID, e.shardOf(6))
+	e.assertAbsent(t, "photos", undone.ID)
+
+	// A savepoint taken before the transaction's first statement.
+	err = e.db.Transaction(func(tx *gorm.DB) error {
+		_ = tx.Transaction(func(tx2 *gorm.DB) error {
+			undone = Photo{UserID: 7}
+			if err := tx2.Create(&undone).Error; err != nil {
+				t.Fatal(err)
+			}
+			return errors.New("undo")
+		})
+		kept = Photo{UserID: 7}
+		return tx.Create(&kept).Error
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.assertAt(t, "photos", kept.ID, e.shardOf(7))
+	e.assertAbsent(t, "photos", undone.ID)
+	e.defaultUntouched(t)
+}

@@ -25,13 +25,14 @@ type shardTx struct {
 	opts *sql.TxOptions
 	base gorm.ConnPool
 
-	mu        sync.Mutex
-	shard     int    // pinned logical shard, -1: none yet
-	server    string // server of the pinned shard
-	statement bool   // GORM's own transaction around one statement
-	txs       []*txView
-	def       gorm.ConnPool // transaction on the default connection
-	done      bool
+	mu         sync.Mutex
+	shard      int    // pinned logical shard, -1: none yet
+	server     string // server of the pinned shard
+	statement  bool   // GORM's own transaction around one statement
+	txs        []*txView
+	def        gorm.ConnPool // transaction on the default connection
+	done       bool
+	savepoints []string // live savepoints, oldest first
 }
 
 // txView is the part of a shardTx on one server. Statements routed there
@@ -101,6 +102,10 @@ func (t *shardTx) viewLocked(server string, snap *router.Snapshot) (*txView, err
 	if err != nil {
 		return nil, &ShardError{Shard: -1, Server: server, Err: fmt.Errorf("begin: %w", err)}
 	}
+	if err := t.replaySavepoints(tx.ExecContext); err != nil {
+		_ = tx.Rollback()
+		return nil, &ShardError{Shard: -1, Server: server, Err: err}
+	}
 	v := &txView{Tx: tx, t: t, server: server}
 	t.txs = append(t.txs, v)
 	return v, nil
@@ -145,6 +150,13 @@ func (t *shardTx) defTx() (gorm.ConnPool, error) {
 	default:
 		err = gorm.ErrInvalidTransaction
 	}
+	if err == nil {
+		if err = t.replaySavepoints(t.def.ExecContext); err != nil {
+			if c, ok := t.def.(gorm.TxCommitter); ok {
+				_ = c.Rollback()
+			}
+		}
+	}
 	if err != nil {
 		t.def = nil
 	}
@@ -161,8 +173,12 @@ func (t *shardTx) PrepareContext(ctx context.Context, query string) (*sql.Stmt, 
 	return d.PrepareContext(ctx, query)
 }
 
-// ExecContext is part of gorm.ConnPool (see PrepareContext).
+// ExecContext is part of gorm.ConnPool (see PrepareContext). Savepoint
+// statements (nested transactions) go to every part of the transaction.
 func (t *shardTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if verb, name, ok := savepointSQL(query); ok && len(args) == 0 {
+		return t.savepoint(ctx, query, verb, name)
+	}
 	d, err := t.defTx()
 	if err != nil {
 		return nil, err
