@@ -36,6 +36,10 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 	case reflect.Struct, reflect.Map:
 		sliceTyp, single = reflect.SliceOf(rv.Type()), true
 	case reflect.Int64, reflect.Int:
+		if !isCount(stmt) {
+			fail(db, f.m, -1, fmt.Errorf("%w: only a count adds up across shards; scope other aggregates to one shard", ErrUnroutableSQL))
+			return
+		}
 		count = true
 	default:
 		fail(db, f.m, -1, fmt.Errorf("%w: cannot merge a %s result across shards; use Find into a slice, or scope the query to one shard", ErrUnroutableSQL, rv.Kind()))
@@ -185,6 +189,27 @@ func orderKeys(stmt *gorm.Statement, m *model) ([]orderKey, error) {
 		}
 	}
 	return keys, nil
+}
+
+// isCount reports whether the statement selects a plain count, as Count
+// does. COUNT(DISTINCT …) does not add up across shards.
+func isCount(stmt *gorm.Statement) bool {
+	sql := ""
+	if c, ok := stmt.Clauses["SELECT"]; ok {
+		switch e := c.Expression.(type) {
+		case clause.Expr: // clause.Select merges its expression in
+			sql = e.SQL
+		case clause.Select:
+			if x, ok := e.Expression.(clause.Expr); ok {
+				sql = x.SQL
+			}
+		}
+	}
+	if sql == "" && len(stmt.Selects) > 0 {
+		sql = stmt.Selects[0]
+	}
+	sql = strings.ToLower(strings.Join(strings.Fields(sql), ""))
+	return strings.HasPrefix(sql, "count(") && !strings.HasPrefix(sql, "count(distinct")
 }
 
 // selectedColumn names the one column a statement selects, or "".

@@ -157,6 +157,17 @@ func TestQueryRouting(t *testing.T) {
 		if err := db.Model(&Photo{}).Clauses(AllShards()).Count(&n).Error; err != nil || n != 15 {
 			t.Fatalf("all shards: err %v n %d", err, n)
 		}
+		if err := db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 2}).Distinct("caption").Count(&n).Error; !errors.Is(err, ErrUnroutableSQL) {
+			t.Fatalf("count distinct over shards: err %v n %d", err, n)
+		}
+		if err := db.Model(&Photo{}).Where("user_id = ?", 1).Distinct("caption").Count(&n).Error; err != nil || n != 1 {
+			t.Fatalf("count distinct in one shard: err %v n %d", err, n)
+		}
+		var top int64
+		err := db.Model(&Photo{}).Select("max(id)").Where("user_id IN ?", []int64{1, 2}).Find(&top).Error
+		if !errors.Is(err, ErrUnroutableSQL) {
+			t.Fatalf("max over shards: err = %v", err)
+		}
 	})
 	t.Run("pluck", func(t *testing.T) {
 		var got []int64
