@@ -30,9 +30,12 @@
 //
 // Refused, never sent to the default connection: a statement with no shard
 // key, ID or scope (ErrMissingShardKey); raw SQL naming a sharded table
-// outside a shard-pinned transaction (ErrUnroutableSQL); a statement for
-// another shard inside a pinned transaction (ErrCrossShard); a caller-given
-// ID whose shard bits disagree with the row's key (ErrIDShardMismatch).
+// outside a shard-pinned transaction, and results that cannot be merged
+// across shards — Rows/Row/Scan, GROUP BY, DISTINCT, aggregates other
+// than a plain count, ORDER BY a non-column (ErrUnroutableSQL); a
+// statement for another shard inside a pinned transaction (ErrCrossShard);
+// a caller-given ID whose shard bits disagree with the row's key
+// (ErrIDShardMismatch).
 // Writes to a fenced shard wait up to Config.FenceWait (ErrShardFenced);
 // a write the old home refuses after a move is retried once on the new
 // home, or fails with ErrShardMoved inside a transaction.

@@ -24,6 +24,10 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 	defer func() { stmt.RaiseErrorOnNotFound = raise }()
 	stmt.RaiseErrorOnNotFound = false
 
+	if _, grouped := stmt.Clauses["GROUP BY"]; grouped || stmt.Distinct {
+		fail(db, f.m, -1, fmt.Errorf("%w: GROUP BY and DISTINCT work per shard, so their rows from several shards cannot be merged; scope the query to one shard", ErrUnroutableSQL))
+		return
+	}
 	rv := reflect.Indirect(s.rv)
 	var (
 		count    bool

@@ -163,8 +163,21 @@ func TestQueryRouting(t *testing.T) {
 		if err := db.Model(&Photo{}).Where("user_id = ?", 1).Distinct("caption").Count(&n).Error; err != nil || n != 1 {
 			t.Fatalf("count distinct in one shard: err %v n %d", err, n)
 		}
+		var caps []string
+		err := db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 2}).Distinct("caption").Pluck("caption", &caps).Error
+		if !errors.Is(err, ErrUnroutableSQL) {
+			t.Fatalf("distinct over shards: err = %v", err)
+		}
+		var groups []struct {
+			Caption string
+			N       int
+		}
+		err = db.Model(&Photo{}).Select("caption, count(*) AS n").Where("user_id IN ?", []int64{1, 2}).Group("caption").Find(&groups).Error
+		if !errors.Is(err, ErrUnroutableSQL) {
+			t.Fatalf("group by over shards: err = %v", err)
+		}
 		var top int64
-		err := db.Model(&Photo{}).Select("max(id)").Where("user_id IN ?", []int64{1, 2}).Find(&top).Error
+		err = db.Model(&Photo{}).Select("max(id)").Where("user_id IN ?", []int64{1, 2}).Find(&top).Error
 		if !errors.Is(err, ErrUnroutableSQL) {
 			t.Fatalf("max over shards: err = %v", err)
 		}
