@@ -71,6 +71,7 @@ type envOpts struct {
 	noIDs  bool
 	cfg    func(*Config)
 	before func(*env) // runs before the router and the plugin are made
+	one    bool       // one server (cluster 0) instead of two
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -80,6 +81,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 		o.shards = 16
 	}
 	e := &env{shards: o.shards, dsn: map[string]string{}, servers: []string{"a", "b"}}
+	if o.one {
+		e.servers = e.servers[:1]
+	}
 	cat, err := router.OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
 	if err != nil {
 		t.Fatal(err)
