@@ -1,8 +1,16 @@
 package plugin
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/shardkit/shardkit/idgen"
 
 	"github.com/shardkit/shardkit/router"
 )
@@ -170,4 +178,49 @@ func TestCreateWithAssociations(t *testing.T) {
 		t.Fatal("create from a non-pointer succeeded")
 	}
 	e.defaultUntouched(t)
+}
+
+// strictLike declares its key without a database default, as models whose
+// IDs always come from the generator do.
+type strictLike struct {
+	ID      int64 `gorm:"primaryKey;autoIncrement:false"`
+	UserID  int64
+	PhotoID int64 `shard:"id"`
+}
+
+func (strictLike) TableName() string { return "likes" }
+
+func TestFallbackWithoutDatabaseDefaultTag(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	p := Photo{UserID: 9}
+	if err := e.db.Create(&p).Error; err != nil {
+		t.Fatal(err)
+	}
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: e.defPool}), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	noSlot := Config{Router: e.r, IDs: failingIDs{}}
+	if err := db.Use(Register(noSlot, &strictLike{})); err != nil {
+		t.Fatal(err)
+	}
+	ls := []strictLike{{UserID: 1, PhotoID: p.ID}, {UserID: 2, PhotoID: p.ID}}
+	if err := db.Create(&ls).Error; err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range ls {
+		parts, _ := e.r.Snapshot().Layout.Decode(l.ID)
+		if l.ID == 0 || parts.Slot != 0 || parts.Shard != e.shardOf(9) {
+			t.Fatalf("like %+v: %+v", l, parts)
+		}
+		e.assertAt(t, "likes", l.ID, e.shardOf(9))
+	}
+	e.defaultUntouched(t)
+}
+
+// failingIDs has no slot.
+type failingIDs struct{}
+
+func (failingIDs) Next(context.Context, int) (int64, error) {
+	return 0, fmt.Errorf("lease: %w", idgen.ErrNoFreeSlot)
 }

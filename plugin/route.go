@@ -63,19 +63,35 @@ func (p *Plugin) assignID(db *gorm.DB) {
 	}
 	snap := p.router.Snapshot()
 	rv := db.Statement.ReflectValue
+	var n idCounts
 	switch rv.Kind() {
 	case reflect.Struct:
-		p.assignRow(db, m, rv, snap)
+		p.assignRow(db, m, rv, snap, &n)
 	case reflect.Slice, reflect.Array:
 		for i := 0; i < rv.Len() && db.Error == nil; i++ {
-			p.assignRow(db, m, reflect.Indirect(rv.Index(i)), snap)
+			p.assignRow(db, m, reflect.Indirect(rv.Index(i)), snap, &n)
 		}
 	default:
 		fail(db, m, -1, fmt.Errorf("%w: Create from a %s; create from a struct or a slice of structs", ErrUnroutableSQL, rv.Kind()))
 	}
+	if db.Error == nil && n.fallback > 0 && !m.pk.HasDefaultValue {
+		// GORM would insert the zero key of a primary key declared
+		// without a database default (autoIncrement:false): leave the
+		// column out and read the DEFAULT next_id() back.
+		if n.given > 0 {
+			fail(db, m, -1, fmt.Errorf("%w: no ID slot, and rows with and without IDs in one Create of %s; create them separately", ErrUnroutableSQL, m.schema.Name))
+			return
+		}
+		db.Statement.Omits = append(db.Statement.Omits, m.pk.DBName)
+		db.Statement.AddClause(clause.Returning{Columns: []clause.Column{{Name: m.pk.DBName}}})
+	}
 }
 
-func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *router.Snapshot) {
+// idCounts counts a Create's rows that came with an ID and rows left to
+// the database's next_id().
+type idCounts struct{ given, fallback int }
+
+func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *router.Snapshot, n *idCounts) {
 	ctx := db.Statement.Context
 	shard, err := m.shardOfRow(db, row, snap)
 	if err != nil {
@@ -91,9 +107,11 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 		if s, err := shardOfID(id, snap); err != nil || s != shard {
 			fail(db, m, shard, fmt.Errorf("%w: ID %d is in shard %d, the row's %s is in shard %d", ErrIDShardMismatch, id, s, m.key.Name, shard))
 		}
+		n.given++
 		return
 	}
 	if p.cfg.IDs == nil {
+		n.fallback++
 		return // DEFAULT next_id(), read back with RETURNING
 	}
 	if !pk.CanSet() {
@@ -103,6 +121,7 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 	id, err := p.cfg.IDs.Next(ctx, shard)
 	if err != nil {
 		if p.cfg.NoSlot(err) {
+			n.fallback++
 			return
 		}
 		fail(db, m, shard, fmt.Errorf("new ID: %w", err))
