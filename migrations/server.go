@@ -7,15 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 	"text/template"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/sqlversions"
 )
 
 //go:embed serversql/*.sql
@@ -88,21 +86,17 @@ type serverMigration struct {
 	name    string
 }
 
+// serverMigrations lists the versioned server-level files (the per-shard
+// template, which has no version, is not among them).
 func serverMigrations() ([]serverMigration, error) {
-	entries, err := fs.ReadDir(serverSQL, "serversql")
+	files, err := sqlversions.List(serverSQL, "serversql")
 	if err != nil {
 		return nil, err
 	}
-	var out []serverMigration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil {
-			continue // the per-shard template
-		}
-		out = append(out, serverMigration{version: v, name: e.Name()})
+	out := make([]serverMigration, 0, len(files))
+	for _, f := range files {
+		out = append(out, serverMigration{version: f.Version, name: f.Name})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	return out, nil
 }
 

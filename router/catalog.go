@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/sqlversions"
 )
 
 //go:embed catalogsql/*.sql
@@ -62,23 +60,18 @@ type migration struct {
 }
 
 func catalogMigrations() ([]migration, error) {
-	entries, err := fs.ReadDir(catalogSQL, "catalogsql")
+	files, err := sqlversions.List(catalogSQL, "catalogsql")
 	if err != nil {
 		return nil, err
 	}
-	var out []migration
-	for _, e := range entries {
-		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
-		if err != nil {
-			return nil, fmt.Errorf("catalog migration %q: name must start with a version number", e.Name())
-		}
-		b, err := fs.ReadFile(catalogSQL, "catalogsql/"+e.Name())
+	out := make([]migration, 0, len(files))
+	for _, f := range files {
+		b, err := fs.ReadFile(catalogSQL, f.Path)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, migration{version: v, name: e.Name(), sql: string(b)})
+		out = append(out, migration{version: f.Version, name: f.Name, sql: string(b)})
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
 	return out, nil
 }
 
