@@ -103,58 +103,24 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx, deferIndexes boo
 // journal back at caught_up, so a resume tries again.
 func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 	m := mc.m
-	fencedAt := time.Now()
 	if mc.done(StepFenced) && !mc.done(StepFlipped) {
 		mv.log.Warn("shardkit: resuming inside the fenced window", "move", m.ID, "shard", m.Shard, "step", m.Step)
 	}
-	err := mv.step(ctx, mc, StepFenced, func(ctx context.Context) error {
-		fencedAt = time.Now()
-		return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateFenced)
-	})
-	if err == nil {
-		err = mv.step(ctx, mc, StepBarrier, func(ctx context.Context) error {
-			lsn, err := installBarrier(ctx, mc.src, mc.schema)
-			if err != nil {
-				return err
-			}
-			m.FinalLSN = lsn
-			return nil
-		})
-	}
-	if err == nil {
-		err = mv.step(ctx, mc, StepApplied, func(ctx context.Context) error {
-			if err := waitSlotReached(ctx, mc.src, mc.n.fwd, m.FinalLSN, mv.cfg.CutoverTimeout); err != nil {
-				return err
-			}
+	err := mv.runCutover(ctx, mc, cutoverPlan{
+		from: mc.src, to: mc.tgt, fromName: m.Source, toName: m.Target, slot: mc.n.fwd,
+		fenced: StepFenced, barrier: StepBarrier, applied: StepApplied, sequences: StepSequences, flipped: StepFlipped,
+		afterApplied: func(ctx context.Context) error {
 			// Every forward change is committed on the target before this
-			// position, and no write of the application comes before the flip.
+			// position, and no write of the application comes before the
+			// flip: reverse replication starts here.
 			lsn, err := currentLSN(ctx, mc.tgt)
 			if err != nil {
 				return err
 			}
 			m.TargetLSN = lsn
 			return nil
-		})
-	}
-	if err == nil {
-		err = mv.step(ctx, mc, StepSequences, func(ctx context.Context) error {
-			v, err := carrySequences(ctx, mc.src, mc.tgt, mc.schema, mv.cfg.SequenceMargin)
-			if err != nil {
-				return err
-			}
-			m.SeqValue = v
-			return waitClockPastNewestID(ctx, mc.tgt, mc.schema, mc.layout)
-		})
-	}
-	if err == nil {
-		err = mv.step(ctx, mc, StepFlipped, func(ctx context.Context) error {
-			if err := flipMap(ctx, mv.cfg.Catalog, m.Shard, m.Source, m.Target); err != nil {
-				return err
-			}
-			m.FencedFor = time.Since(fencedAt)
-			return nil
-		})
-	}
+		},
+	})
 	// Any failure before the flip aborts, a cancelled ctx included (Ctrl-C
 	// must not leave the shard fenced); only a killed process leaves the
 	// fence up, for Resume or Rollback to finish.

@@ -122,48 +122,12 @@ func (mv *Mover) dropReplication(ctx context.Context, mc *moveCtx, onSource bool
 // rollbackCutover cuts a reversible move back over to its source.
 func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 	m := mc.m
-	fencedAt := time.Now()
-	err := mv.step(ctx, mc, StepRbFenced, func(ctx context.Context) error {
-		fencedAt = time.Now()
-		return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Target, router.StateFenced)
+	err := mv.runCutover(ctx, mc, cutoverPlan{
+		from: mc.tgt, to: mc.src, fromName: m.Target, toName: m.Source, slot: mc.n.rev,
+		fenced: StepRbFenced, barrier: StepRbBarrier, applied: StepRbApplied, sequences: StepRbSequences, flipped: StepRbFlipped,
+		// The source still carries the barrier of the forward cutover.
+		beforeFlip: func(ctx context.Context) error { return removeBarrier(ctx, mc.src, mc.schema) },
 	})
-	if err == nil {
-		err = mv.step(ctx, mc, StepRbBarrier, func(ctx context.Context) error {
-			lsn, err := installBarrier(ctx, mc.tgt, mc.schema)
-			if err != nil {
-				return err
-			}
-			m.FinalLSN = lsn
-			return nil
-		})
-	}
-	if err == nil {
-		err = mv.step(ctx, mc, StepRbApplied, func(ctx context.Context) error {
-			return waitSlotReached(ctx, mc.tgt, mc.n.rev, m.FinalLSN, mv.cfg.CutoverTimeout)
-		})
-	}
-	if err == nil {
-		err = mv.step(ctx, mc, StepRbSequences, func(ctx context.Context) error {
-			v, err := carrySequences(ctx, mc.tgt, mc.src, mc.schema, mv.cfg.SequenceMargin)
-			if err != nil {
-				return err
-			}
-			m.SeqValue = v
-			return waitClockPastNewestID(ctx, mc.src, mc.schema, mc.layout)
-		})
-	}
-	if err == nil {
-		err = mv.step(ctx, mc, StepRbFlipped, func(ctx context.Context) error {
-			if err := removeBarrier(ctx, mc.src, mc.schema); err != nil {
-				return err
-			}
-			if err := flipMap(ctx, mv.cfg.Catalog, m.Shard, m.Target, m.Source); err != nil {
-				return err
-			}
-			m.FencedFor = time.Since(fencedAt)
-			return nil
-		})
-	}
 	if err != nil && !mc.done(StepRbFlipped) {
 		if abortErr := mv.abortRollbackCutover(ctx, mc, err); abortErr != nil {
 			return errors.Join(err, abortErr)
