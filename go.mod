@@ -1,6 +1,6 @@
 module github.com/shardkit/shardkit
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/google/wire v0.7.0
