@@ -2,9 +2,7 @@ package rebalance
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
@@ -120,35 +118,8 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 			m.TargetLSN = lsn
 			return nil
 		},
+		// The reverse slot stays: the next cutover captures a new target LSN.
+		abortState: router.StateMoving, abortStep: StepCaughtUp, what: "cutover",
 	})
-	// Any failure before the flip aborts, a cancelled ctx included (Ctrl-C
-	// must not leave the shard fenced); only a killed process leaves the
-	// fence up, for Resume or Rollback to finish.
-	if err == nil || mc.done(StepFlipped) {
-		return err
-	}
-	if abortErr := mv.abortCutover(ctx, mc, err); abortErr != nil {
-		return errors.Join(err, abortErr)
-	}
 	return err
-}
-
-// abortCutover undoes a cutover that did not reach the flip.
-func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, cause error) error {
-	m := mc.m
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	mv.log.Warn("shardkit: aborting cutover", "move", m.ID, "shard", m.Shard, "cause", cause)
-	// The reverse slot stays: the next cutover captures a new target LSN.
-	if err := removeBarrier(ctx, mc.src, mc.schema); err != nil {
-		return err
-	}
-	if err := setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateMoving); err != nil {
-		return err
-	}
-	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(StepCaughtUp)); err != nil {
-		return err
-	}
-	m.Step, m.Doing = StepCaughtUp, ""
-	return mv.j.exec(ctx, sqlFailStep, m.ID, "cutover aborted: "+cause.Error())
 }

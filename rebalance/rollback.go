@@ -2,9 +2,7 @@ package rebalance
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"time"
 
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
@@ -127,39 +125,14 @@ func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 		fenced: StepRbFenced, barrier: StepRbBarrier, applied: StepRbApplied, sequences: StepRbSequences, flipped: StepRbFlipped,
 		// The source still carries the barrier of the forward cutover.
 		beforeFlip: func(ctx context.Context) error { return removeBarrier(ctx, mc.src, mc.schema) },
+		// Aborted, the shard stays on the target, reversible again.
+		abortState: router.StateActive, abortStep: StepReverse, what: "rollback cutover",
+		afterAbort: func(ctx context.Context) error { return mv.setState(ctx, m, StateReversible) },
 	})
-	if err != nil && !mc.done(StepRbFlipped) {
-		if abortErr := mv.abortRollbackCutover(ctx, mc, err); abortErr != nil {
-			return errors.Join(err, abortErr)
-		}
-		return err
-	}
 	if err != nil {
 		return err
 	}
 	return mv.step(ctx, mc, StepRbCleaned, func(ctx context.Context) error { return mv.dropReplication(ctx, mc, false) })
-}
-
-// abortRollbackCutover leaves the shard on the target, reversible again.
-func (mv *Mover) abortRollbackCutover(ctx context.Context, mc *moveCtx, cause error) error {
-	m := mc.m
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	mv.log.Warn("shardkit: aborting rollback cutover", "move", m.ID, "shard", m.Shard, "cause", cause)
-	if err := removeBarrier(ctx, mc.tgt, mc.schema); err != nil {
-		return err
-	}
-	if err := setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Target, router.StateActive); err != nil {
-		return err
-	}
-	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(StepReverse)); err != nil {
-		return err
-	}
-	m.Step, m.Doing = StepReverse, ""
-	if err := mv.setState(ctx, m, StateReversible); err != nil {
-		return err
-	}
-	return mv.j.exec(ctx, sqlFailStep, m.ID, "rollback cutover aborted: "+cause.Error())
 }
 
 // Complete finishes a reversible move: reverse replication, slots,
