@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"gorm.io/driver/postgres"
@@ -109,8 +110,15 @@ func TestCreateInBatches(t *testing.T) {
 	for i := 0; i < 250; i++ {
 		mixed2 = append(mixed2, Photo{UserID: int64(i + 1), Caption: "batch"})
 	}
-	if err := e.db.CreateInBatches(&mixed2, 100).Error; !errors.Is(err, ErrCrossShard) {
-		t.Fatalf("err = %v, want ErrCrossShard", err)
+	err := e.db.CreateInBatches(&mixed2, 100).Error
+	if !errors.Is(err, ErrCrossShard) || !strings.Contains(err.Error(), "SkipDefaultTransaction") {
+		t.Fatalf("err = %v, want ErrCrossShard naming the way out", err)
+	}
+	// Nothing of the refused transaction was written.
+	for _, p := range mixed2[:5] {
+		if p.ID != 0 {
+			e.assertAbsent(t, "photos", p.ID)
+		}
 	}
 }
 

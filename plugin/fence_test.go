@@ -60,14 +60,28 @@ func TestFencedShardWaitsThenFails(t *testing.T) {
 	if err := e.db.Create(&Photo{UserID: user + 1}).Error; err != nil {
 		t.Fatal(err)
 	}
-	// A write that starts fenced goes through once the fence lifts.
+	// A write that starts fenced goes through as soon as the router
+	// installs the unfenced map, not at the end of FenceWait.
+	changed, stop := e.r.Subscribe()
+	defer stop()
+	unfenced := make(chan time.Time, 1)
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		e.setShard(t, shard, home, router.StateActive)
+		for s := range changed {
+			if pl, _ := s.Placement(shard); pl.State == router.StateActive {
+				unfenced <- time.Now()
+				return
+			}
+		}
 	}()
 	q := Photo{UserID: user}
 	if err := e.db.Create(&q).Error; err != nil {
 		t.Fatalf("write after unfence: %v", err)
+	}
+	done := time.Now()
+	if lag := done.Sub(<-unfenced); lag > 100*time.Millisecond {
+		t.Fatalf("the fenced write went on %v after the map was unfenced", lag)
 	}
 	e.assertAt(t, "photos", q.ID, shard)
 }

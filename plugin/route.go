@@ -199,11 +199,18 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 			failRow(db, o, m, -1, fmt.Errorf("%w: the statement's conditions name different shards, so no row can match", ErrIDShardMismatch))
 		case 1:
 			if err := p.apply(db, m, o, set.list[0], snap, t); err != nil {
+				if o == opCreate && errors.Is(err, ErrCrossShard) {
+					err = fmt.Errorf("%w%s", err, createAcrossHint)
+				}
 				failRow(db, o, m, set.list[0], err)
 			}
 		default:
 			if t != nil && !t.statement {
-				failRow(db, o, m, set.list[0], fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(set.list)))
+				err := fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(set.list))
+				if o == opCreate {
+					err = fmt.Errorf("%w%s", err, createAcrossHint)
+				}
+				failRow(db, o, m, set.list[0], err)
 				return
 			}
 			if o == opRow {
@@ -214,6 +221,11 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 		}
 	}
 }
+
+// createAcrossHint ends ErrCrossShard for a Create in a transaction: the
+// usual cause is CreateInBatches, which wraps its batches in one.
+const createAcrossHint = "; to create rows of several shards, create them outside a transaction " +
+	"(for CreateInBatches, which opens one around its batches: db.Session(&gorm.Session{SkipDefaultTransaction: true}).CreateInBatches(...))"
 
 // scoped applies the statement's Shard, ShardOfID or AllShards scope.
 func (p *Plugin) scoped(stmt *gorm.Statement, set shardSet, snap *router.Snapshot) (shardSet, error) {
@@ -316,9 +328,19 @@ func (p *Plugin) conn(stmt *gorm.Statement, srv *serverDB, read bool) gorm.ConnP
 const dbresolverWrite = "gorm:db_resolver:write"
 
 // waitFence holds a write to a fenced shard until the map shows it
-// unfenced, or FenceWait passes.
+// unfenced, or FenceWait passes. It wakes on each new snapshot the router
+// installs (Router.Watch), so the write goes on as soon as the map does.
 func (p *Plugin) waitFence(ctx context.Context, shard int) (router.Placement, error) {
-	deadline := time.Now().Add(p.cfg.FenceWait)
+	// Subscribe before reading the snapshot: a snapshot installed in
+	// between still arrives on the channel.
+	changed, stop := p.router.Subscribe()
+	defer stop()
+	var timeout <-chan time.Time
+	if p.cfg.FenceWait > 0 {
+		t := time.NewTimer(p.cfg.FenceWait)
+		defer t.Stop()
+		timeout = t.C
+	}
 	for {
 		pl, err := p.router.Snapshot().Placement(shard)
 		if err != nil {
@@ -327,13 +349,15 @@ func (p *Plugin) waitFence(ctx context.Context, shard int) (router.Placement, er
 		if pl.State != router.StateFenced {
 			return pl, nil
 		}
-		if p.cfg.FenceWait < 0 || time.Now().After(deadline) {
+		if timeout == nil {
 			return pl, &ShardError{Shard: shard, Server: pl.Server, Err: ErrShardFenced}
 		}
 		select {
 		case <-ctx.Done():
 			return pl, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		case <-timeout:
+			timeout = nil // one last look at the map, then ErrShardFenced
+		case <-changed:
 		}
 	}
 }
