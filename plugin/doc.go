@@ -36,7 +36,8 @@
 // statement for another shard inside a pinned transaction (ErrCrossShard);
 // a caller-given ID whose shard bits disagree with the row's key
 // (ErrIDShardMismatch).
-// Writes to a fenced shard wait up to Config.FenceWait (ErrShardFenced);
+// Writes to a fenced shard wait up to Config.FenceWait (ErrShardFenced)
+// and go on as soon as the Router installs the unfenced map (run its Watch);
 // a write the old home refuses after a move is retried once on the new
 // home, or fails with ErrShardMoved inside a transaction.
 package plugin
