@@ -5,12 +5,72 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 )
+
+// fanoutByServer runs run for each position of the plan's shards: the
+// shards of one server one after another, the servers at once, each on a
+// clone of the statement. A read in GORM's own transaction, or on one
+// server, runs on the statement itself. The first error is the
+// statement's; the other servers stop at their next shard.
+func (p *Plugin) fanoutByServer(db *gorm.DB, f *fanout, run func(db *gorm.DB, i int) bool) {
+	byServer := map[string][]int{}
+	var servers []string
+	for i, shard := range f.shards {
+		pl, err := f.snap.Placement(shard)
+		if err != nil {
+			fail(db, f.m, shard, err)
+			return
+		}
+		if _, ok := byServer[pl.Server]; !ok {
+			servers = append(servers, pl.Server)
+		}
+		byServer[pl.Server] = append(byServer[pl.Server], i)
+	}
+	if len(servers) == 1 || f.tx != nil || db.DryRun {
+		for i := range f.shards {
+			if !run(db, i) {
+				return
+			}
+		}
+		return
+	}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		first  error
+		failed atomic.Bool
+	)
+	for _, server := range servers {
+		sdb := db.Session(&gorm.Session{Context: db.Statement.Context}) // a clone of the statement
+		sdb.Statement.BuildClauses = db.Statement.BuildClauses          // set per callback chain, not cloned
+		wg.Go(func() {
+			for _, i := range byServer[server] {
+				if failed.Load() || !run(sdb, i) {
+					break
+				}
+			}
+			if sdb.Error != nil {
+				failed.Store(true)
+				mu.Lock()
+				if first == nil {
+					first = sdb.Error
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil {
+		db.AddError(first)
+	}
+}
 
 // fanoutQuery runs a query on each shard of its plan and merges the rows:
 // slices are concatenated, then sorted by the ORDER BY columns (model
@@ -68,29 +128,40 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 		}
 	}
 
-	var sum int64
-	var acc reflect.Value
-	if !count {
-		acc = reflect.MakeSlice(sliceTyp, 0, 16)
-	}
-	for _, shard := range f.shards {
-		if err := p.prepare(db, f, shard, base); err != nil {
-			fail(db, f.m, shard, err)
-			return
+	// Each shard's rows (or count) land at the shard's position in the
+	// plan, so the merge does not depend on which server answers first.
+	counts := make([]int64, len(f.shards))
+	parts := make([]reflect.Value, len(f.shards))
+	runShard := func(db *gorm.DB, i int) bool {
+		stmt := db.Statement
+		if err := p.prepare(db, f, f.shards[i], base); err != nil {
+			fail(db, f.m, f.shards[i], err)
+			return false
 		}
 		if count {
-			var n int64
-			stmt.Dest, stmt.ReflectValue = &n, reflect.ValueOf(&n).Elem()
-			p.runQuery(db)
-			sum += n
+			stmt.Dest, stmt.ReflectValue = &counts[i], reflect.ValueOf(&counts[i]).Elem()
 		} else {
 			tmp := reflect.New(sliceTyp)
 			stmt.Dest, stmt.ReflectValue = tmp.Interface(), tmp.Elem()
-			p.runQuery(db)
-			acc = reflect.AppendSlice(acc, tmp.Elem())
+			parts[i] = tmp.Elem()
 		}
-		if db.Error != nil {
-			return
+		p.runQuery(db)
+		return db.Error == nil
+	}
+	p.fanoutByServer(db, f, runShard)
+	if db.Error != nil {
+		return
+	}
+	var sum int64
+	var acc reflect.Value
+	if count {
+		for _, n := range counts {
+			sum += n
+		}
+	} else {
+		acc = reflect.MakeSlice(sliceTyp, 0, 16)
+		for _, part := range parts {
+			acc = reflect.AppendSlice(acc, part)
 		}
 	}
 	if count {

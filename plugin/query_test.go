@@ -1,11 +1,17 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"sort"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
+
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/router"
 )
 
 // seed creates n photos for each user, returns them by user.
@@ -331,4 +337,68 @@ func TestPreloadAndJoins(t *testing.T) {
 		t.Fatalf("err %v like %+v", err, l)
 	}
 	e.defaultUntouched(t)
+}
+
+// A query over shards on several servers runs the servers at once: with
+// the first shard of each server locked, both servers must be seen
+// waiting on their lock at the same time, which a query that visits
+// servers one after another never does.
+func TestFanoutRunsServersAtOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	for u := int64(1); u <= int64(e.shards); u++ {
+		if err := e.db.Create(&Photo{UserID: u, Caption: "fan"}).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	lockers := map[string]pgx.Tx{}
+	for shard := 0; shard < e.shards && len(lockers) < 2; shard++ {
+		server := e.serverOf(t, shard)
+		if _, ok := lockers[server]; ok {
+			continue
+		}
+		tx, err := pgtest.Connect(t, e.dsn[server]).Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{router.SchemaName(shard), "photos"}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		lockers[server] = tx
+	}
+	if len(lockers) != 2 {
+		t.Fatalf("shards on %d servers, want 2", len(lockers))
+	}
+	done := make(chan error, 1)
+	var got []Photo
+	go func() { done <- e.db.Clauses(AllShards()).Order("id").Find(&got).Error }()
+
+	watch := map[string]*pgx.Conn{"a": pgtest.Connect(t, e.dsn["a"]), "b": pgtest.Connect(t, e.dsn["b"])}
+	waiting := func(server string) bool {
+		var n int
+		err := watch[server].QueryRow(ctx,
+			`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%photos%'`).Scan(&n)
+		return err == nil && n > 0
+	}
+	both := false
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !both; time.Sleep(20 * time.Millisecond) {
+		both = waiting("a") && waiting("b")
+	}
+	for _, tx := range lockers {
+		_ = tx.Commit(ctx)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !both {
+		t.Fatal("the servers were never queried at the same time")
+	}
+	if len(got) != e.shards {
+		t.Fatalf("%d rows, want %d", len(got), e.shards)
+	}
+	for i := 1; i < len(got); i++ {
+		if got[i-1].ID >= got[i].ID {
+			t.Fatalf("rows not merged in id order at %d", i)
+		}
+	}
 }
