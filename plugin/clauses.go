@@ -39,9 +39,10 @@ func Shard(key any) clause.Expression { return scope{kind: scopeKey, key: key} }
 // logical shard stored in an ID.
 func ShardOfID(id int64) clause.Expression { return scope{kind: scopeID, id: id} }
 
-// AllShards lets a statement run on every logical shard, one schema after
-// the other, with the results merged (ordered by the ORDER BY columns when
-// they are model fields). Use it for rare, deliberate scans only.
+// AllShards lets a statement run on every logical shard (a read queries
+// the servers at once, each server's schemas in turn), with the results
+// merged (ordered by the ORDER BY columns when they are model fields).
+// Use it for rare, deliberate scans only.
 func AllShards() clause.Expression { return scope{kind: scopeAll} }
 
 // ModifyStatement records the scope on the statement; Shard and ShardOfID

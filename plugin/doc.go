@@ -26,7 +26,8 @@
 // the primary key or the shard field (struct, map and "col = ?" / "col IN
 // ?" string conditions, AND-ed). Several shards fan out: creates are split
 // per shard, reads run per shard and merge (ORDER BY model columns and
-// LIMIT/OFFSET applied to the merged rows), counts add up.
+// LIMIT/OFFSET applied to the merged rows), counts add up. A read's
+// servers are queried at once, each server's shards one after another.
 //
 // Refused, never sent to the default connection: a statement with no shard
 // key, ID or scope (ErrMissingShardKey); raw SQL naming a sharded table
