@@ -3,6 +3,7 @@ package rebalance
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -171,6 +172,10 @@ func TestCutoverTimeoutAborts(t *testing.T) {
 	_, err := mv.Move(ctx, 0, "s1", MoveOptions{})
 	if !errors.Is(err, ErrCutoverTimeout) {
 		t.Fatalf("err = %v, want ErrCutoverTimeout", err)
+	}
+	// The subscription is disabled: the error says its consumer is gone.
+	if !strings.Contains(err.Error(), "consumer connected false") {
+		t.Errorf("err = %v, want the slot's state", err)
 	}
 	if p := e.placement(t, 0); p.Server != "s0" || p.State != router.StateMoving {
 		t.Errorf("after the abort shard 0 is %+v, want s0 moving", p)

@@ -232,6 +232,17 @@ func waitSlotReached(ctx context.Context, p *pgxpool.Pool, slot, lsn string, tim
 			return nil
 		}
 		if time.Now().After(deadline) {
+			// Say where the consumer stood: not connected (its apply
+			// worker is down or was never started) or connected and behind.
+			var active bool
+			var confirmed *string
+			if err := p.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active, &confirmed); err == nil {
+				at := "nothing"
+				if confirmed != nil {
+					at = *confirmed
+				}
+				return fmt.Errorf("%w (slot %s: consumer connected %v, confirmed %s, needed %s)", ErrCutoverTimeout, slot, active, at, lsn)
+			}
 			return ErrCutoverTimeout
 		}
 		if err := sleep(ctx, time.Millisecond); err != nil {
