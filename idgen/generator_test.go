@@ -347,7 +347,11 @@ func TestConcurrentWithRegressions(t *testing.T) {
 	done := make(chan struct{})
 	var mover sync.WaitGroup
 	mover.Go(func() {
-		steps := []time.Duration{time.Millisecond, time.Millisecond, -30 * time.Millisecond, 2 * time.Millisecond, -300 * time.Millisecond, 5 * time.Millisecond}
+		// Each cycle ends where it started plus 9 ms, so no regression
+		// exceeds ~330 ms (under MaxClockRegression) however the
+		// workers are scheduled; a net backward drift made a stalled
+		// worker see seconds of regression on a loaded machine.
+		steps := []time.Duration{time.Millisecond, time.Millisecond, -30 * time.Millisecond, 2 * time.Millisecond, -300 * time.Millisecond, 5 * time.Millisecond, 330 * time.Millisecond}
 		for i := 0; ; i++ {
 			select {
 			case <-done:
