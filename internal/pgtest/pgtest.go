@@ -86,14 +86,47 @@ func NewDatabase(t testing.TB, i int) string {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		conn, err := pgx.Connect(ctx, c.DSN("postgres"))
-		if err != nil {
-			return
+		if err := dropDatabase(ctx, c, name); err != nil {
+			t.Logf("pgtest: drop database %s: %v", name, err)
 		}
-		defer conn.Close(ctx)
-		_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
 	return c.DSN(name)
+}
+
+// dropDatabase drops a test database. Postgres refuses to drop a database
+// that holds subscriptions, and a subscription left behind keeps its apply
+// worker, one of the cluster's few logical replication workers, for the
+// rest of the run: later tests' subscriptions then get no worker and their
+// replication never catches up. So subscriptions go first, detached from
+// their slots (the publisher's database is dropped on its own).
+func dropDatabase(ctx context.Context, c *pglocal.Cluster, name string) error {
+	db, err := pgx.Connect(ctx, c.DSN(name))
+	if err == nil {
+		rows, err := db.Query(ctx, `SELECT subname FROM pg_subscription WHERE subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+		var subs []string
+		if err == nil {
+			subs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		for _, sub := range subs {
+			id := pgx.Identifier{sub}.Sanitize()
+			for _, q := range []string{"ALTER SUBSCRIPTION " + id + " DISABLE", "ALTER SUBSCRIPTION " + id + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + id} {
+				if _, e := db.Exec(ctx, q); e != nil && err == nil {
+					err = e
+				}
+			}
+		}
+		_ = db.Close(ctx)
+		if err != nil {
+			return err
+		}
+	}
+	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	return err
 }
 
 // Exec runs SQL on dsn and fails the test on error.
