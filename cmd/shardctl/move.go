@@ -56,12 +56,11 @@ failed) is continued with --resume or undone with 'shardctl rollback'.`,
 		if modes != 1 {
 			return fmt.Errorf("%w: give exactly one of --to SERVER, --resume, --complete", errUsage)
 		}
-		mv, cat, err := openMover(cmd, getCatalog, !quiet)
+		mv, _, closeAll, err := openMover(cmd, getCatalog, !quiet)
 		if err != nil {
 			return err
 		}
-		defer cat.Close()
-		defer mv.Close()
+		defer closeAll()
 		ctx := cmd.Context()
 		out := cmd.OutOrStdout()
 		for _, shard := range shards {
@@ -99,14 +98,15 @@ failed) is continued with --resume or undone with 'shardctl rollback'.`,
 
 // openMover opens the catalog and a Mover whose progress goes to the
 // command's stderr as progress bars.
-func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool) (*rebalance.Mover, *router.Catalog, error) {
+// openMover opens the catalog and a mover on it; closeAll closes both.
+func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool) (mv *rebalance.Mover, cat *router.Catalog, closeAll func(), err error) {
 	dsn, err := getCatalog()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	cat, err := router.OpenCatalog(cmd.Context(), dsn)
+	cat, err = router.OpenCatalog(cmd.Context(), dsn)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cfg := rebalance.Config{
 		Catalog: cat,
@@ -115,12 +115,12 @@ func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool)
 	if bars {
 		cfg.Progress = newMoveBars(cmd.ErrOrStderr()).report
 	}
-	mv, err := rebalance.New(cfg)
+	mv, err = rebalance.New(cfg)
 	if err != nil {
 		cat.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return mv, cat, nil
+	return mv, cat, func() { mv.Close(); cat.Close() }, nil
 }
 
 func printMove(w io.Writer, m rebalance.Move) {

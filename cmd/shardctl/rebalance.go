@@ -39,12 +39,11 @@ func newRebalanceCmd() *cobra.Command {
 		if measure != rebalance.ByBytes && measure != rebalance.ByRows {
 			return fmt.Errorf("%w: --by %q: want bytes or rows", errUsage, by)
 		}
-		mv, cat, err := openMover(cmd, getCatalog, !quiet && !dryRun)
+		mv, cat, closeAll, err := openMover(cmd, getCatalog, !quiet && !dryRun)
 		if err != nil {
 			return err
 		}
-		defer cat.Close()
-		defer mv.Close()
+		defer closeAll()
 		ctx := cmd.Context()
 		sizes, err := mv.Sizes(ctx, measure)
 		if err != nil {

@@ -26,12 +26,11 @@ rollback is continued by running the command again.`,
 		if err != nil {
 			return err
 		}
-		mv, cat, err := openMover(cmd, getCatalog, false)
+		mv, _, closeAll, err := openMover(cmd, getCatalog, false)
 		if err != nil {
 			return err
 		}
-		defer cat.Close()
-		defer mv.Close()
+		defer closeAll()
 		for _, shard := range shards {
 			m, err := mv.Rollback(cmd.Context(), shard)
 			if err != nil {

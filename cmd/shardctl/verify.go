@@ -26,12 +26,11 @@ func newVerifyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		mv, cat, err := openMover(cmd, getCatalog, false)
+		mv, _, closeAll, err := openMover(cmd, getCatalog, false)
 		if err != nil {
 			return err
 		}
-		defer cat.Close()
-		defer mv.Close()
+		defer closeAll()
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SHARD\tTABLE\tSOURCE ROWS\tTARGET ROWS\tSOURCE SUM\tTARGET SUM\tOK")
 		var errs []error
