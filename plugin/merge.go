@@ -5,10 +5,10 @@ import (
 	"reflect"
 	"sort"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
@@ -42,33 +42,27 @@ func (p *Plugin) fanoutByServer(db *gorm.DB, f *fanout, run func(db *gorm.DB, i 
 		return
 	}
 	var (
-		wg     sync.WaitGroup
-		mu     sync.Mutex
-		first  error
+		g      errgroup.Group
 		failed atomic.Bool
 	)
 	for _, server := range servers {
 		sdb := db.Session(&gorm.Session{Context: db.Statement.Context}) // a clone of the statement
 		sdb.Statement.BuildClauses = db.Statement.BuildClauses          // set per callback chain, not cloned
-		wg.Go(func() {
+		g.Go(func() error {
 			for _, i := range byServer[server] {
-				if failed.Load() || !run(sdb, i) {
+				if failed.Load() {
+					break
+				}
+				if !run(sdb, i) {
+					failed.Store(true)
 					break
 				}
 			}
-			if sdb.Error != nil {
-				failed.Store(true)
-				mu.Lock()
-				if first == nil {
-					first = sdb.Error
-				}
-				mu.Unlock()
-			}
+			return sdb.Error
 		})
 	}
-	wg.Wait()
-	if first != nil {
-		db.AddError(first)
+	if err := g.Wait(); err != nil {
+		db.AddError(err)
 	}
 }
 
