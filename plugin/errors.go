@@ -33,6 +33,11 @@ var (
 	// shard of the row's key (or with another condition of the statement).
 	// Leave the ID zero to have one generated, or fix the key.
 	ErrIDShardMismatch = errors.New("ID's shard bits do not match the row's shard key")
+	// ErrShardKeyChange reports an UPDATE that assigns the shard field a
+	// value of another shard than the rows it updates, or assigns the ID.
+	// A row never changes shard in place: create it anew with the new key
+	// (it gets a new ID in the new shard) and delete the old row.
+	ErrShardKeyChange = errors.New("update would move rows to another shard; create the row anew under the new key and delete the old one")
 	// ErrInvalidModel reports a model whose shard tags cannot work (no or
 	// two shard keys, an unsupported key type, a primary key that is not a
 	// 64-bit integer).

@@ -15,20 +15,21 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-// takeFanout removes and returns a statement's multi-shard plan.
-func takeFanout(stmt *gorm.Statement) *fanout {
-	c, ok := stmt.Clauses[fanoutName]
+// takePlan removes and returns a statement's multi-shard decision.
+func takePlan(stmt *gorm.Statement) *decision {
+	c, ok := stmt.Clauses[planName]
 	if !ok {
 		return nil
 	}
-	delete(stmt.Clauses, fanoutName)
-	f, _ := c.Expression.(*fanout)
-	return f
+	delete(stmt.Clauses, planName)
+	d, _ := c.Expression.(*decision)
+	return d
 }
 
 // saved is the part of a statement a fan-out changes per shard.
 type saved struct {
 	table   string
+	texpr   *clause.Expr
 	conn    gorm.ConnPool
 	dest    any
 	rv      reflect.Value
@@ -36,70 +37,44 @@ type saved struct {
 }
 
 func save(stmt *gorm.Statement) saved {
-	return saved{table: stmt.Table, conn: stmt.ConnPool, dest: stmt.Dest, rv: stmt.ReflectValue, clauses: maps.Clone(stmt.Clauses)}
+	return saved{table: stmt.Table, texpr: stmt.TableExpr, conn: stmt.ConnPool, dest: stmt.Dest, rv: stmt.ReflectValue, clauses: maps.Clone(stmt.Clauses)}
 }
 
 func (s saved) restore(stmt *gorm.Statement) {
-	stmt.Table, stmt.ConnPool, stmt.Dest, stmt.ReflectValue = s.table, s.conn, s.dest, s.rv
+	stmt.Table, stmt.TableExpr, stmt.ConnPool, stmt.Dest, stmt.ReflectValue = s.table, s.texpr, s.conn, s.dest, s.rv
 	stmt.Clauses = s.clauses
 }
 
-// prepare points a statement at one shard of a fan-out and clears what
-// the previous shard's run built.
-func (p *Plugin) prepare(db *gorm.DB, f *fanout, shard int, base map[string]clause.Clause) error {
+// prepare points a statement at the i-th shard of a fan-out and clears
+// what the previous shard's run built.
+func (p *Plugin) prepare(db *gorm.DB, d *decision, i int, base map[string]clause.Clause) error {
 	stmt := db.Statement
-	pl, err := f.snap.Placement(shard)
-	if err != nil {
-		return err
-	}
-	if !f.read && pl.State == router.StateFenced {
-		if pl, err = p.waitFence(stmt.Context, shard); err != nil {
-			return err
-		}
-	}
-	stmt.Table = f.m.qualified[shard]
 	stmt.SQL.Reset()
 	stmt.Vars = nil
 	stmt.Clauses = maps.Clone(base)
-	if f.tx != nil {
-		v, err := f.tx.view(pl.Server, f.snap)
-		if err != nil {
-			return err
-		}
-		stmt.ConnPool = v
-		return nil
-	}
-	if _, inTx := stmt.ConnPool.(gorm.TxCommitter); inTx && txOf(stmt.ConnPool) == nil {
-		return fmt.Errorf("%w: the statement runs in a transaction not begun through the plugin's connection", ErrUnroutableSQL)
-	}
-	srv, err := p.pools.get(f.snap, pl.Server)
-	if err != nil {
-		return err
-	}
-	stmt.ConnPool = p.conn(stmt, srv, f.read)
-	return nil
+	return p.bind(db, d, i)
 }
 
 // execCreate replaces gorm:create: one INSERT per shard of the rows.
 func (p *Plugin) execCreate(db *gorm.DB) {
-	f := takeFanout(db.Statement)
-	if f == nil {
+	d := takePlan(db.Statement)
+	if d == nil {
 		p.runWrite(db, p.orig.create)
 		return
 	}
 	stmt := db.Statement
 	s := save(stmt)
 	defer s.restore(stmt)
-	ptrs := reflect.SliceOf(reflect.PointerTo(f.m.schema.ModelType))
+	ptrs := reflect.SliceOf(reflect.PointerTo(d.m.schema.ModelType))
 	var total int64
-	for _, shard := range f.shards {
-		idx := f.rows[shard]
+	for i, shard := range d.shards {
+		idx := d.rows[shard]
 		group := reflect.MakeSlice(ptrs, len(idx), len(idx))
-		for i, r := range idx {
-			group.Index(i).Set(reflect.Indirect(s.rv.Index(r)).Addr())
+		for j, r := range idx {
+			group.Index(j).Set(reflect.Indirect(s.rv.Index(r)).Addr())
 		}
-		if err := p.prepare(db, f, shard, s.clauses); err != nil {
-			fail(db, f.m, shard, err)
+		if err := p.prepare(db, d, i, s.clauses); err != nil {
+			fail(db, d.m, shard, err)
 			return
 		}
 		stmt.Dest, stmt.ReflectValue = group.Interface(), group
@@ -113,32 +88,78 @@ func (p *Plugin) execCreate(db *gorm.DB) {
 }
 
 // execWrite replaces gorm:update and gorm:delete: the same statement on
-// each shard, rows affected summed.
-func (p *Plugin) execWrite(orig func(*gorm.DB)) func(*gorm.DB) {
+// each shard, rows affected summed. Rows a RETURNING clause reads back
+// are collected per shard and joined, so that one shard's rows never
+// become the next shard's conditions (GORM reads the keys of the rows in
+// the destination as conditions).
+func (p *Plugin) execWrite(orig func(*gorm.DB), del bool) func(*gorm.DB) {
 	return func(db *gorm.DB) {
-		f := takeFanout(db.Statement)
-		if f == nil {
+		d := takePlan(db.Statement)
+		if d == nil {
 			p.runWrite(db, orig)
 			return
 		}
 		stmt := db.Statement
 		s := save(stmt)
 		defer s.restore(stmt)
+		returning, err := returnInto(stmt, s.rv)
+		if err != nil {
+			fail(db, d.m, -1, err)
+			return
+		}
+		var acc reflect.Value
+		if returning {
+			acc = reflect.MakeSlice(s.rv.Type(), 0, s.rv.Len())
+		}
 		var total int64
-		for _, shard := range f.shards {
-			if err := p.prepare(db, f, shard, s.clauses); err != nil {
-				fail(db, f.m, shard, err)
+		for i, shard := range d.shards {
+			if err := p.prepare(db, d, i, s.clauses); err != nil {
+				fail(db, d.m, shard, err)
 				return
 			}
 			stmt.Dest, stmt.ReflectValue = s.dest, s.rv
+			var part reflect.Value
+			if returning {
+				part = reflect.New(s.rv.Type())
+				part.Elem().Set(reflect.AppendSlice(reflect.MakeSlice(s.rv.Type(), 0, s.rv.Len()), s.rv))
+				stmt.ReflectValue = part.Elem()
+				if del {
+					stmt.Dest = part.Interface()
+				}
+			}
 			p.runWrite(db, orig)
 			if db.Error != nil {
 				return
 			}
 			total += db.RowsAffected
+			if returning {
+				acc = reflect.AppendSlice(acc, part.Elem())
+			}
+		}
+		if returning {
+			s.rv.Set(acc)
 		}
 		db.RowsAffected = total
 	}
+}
+
+// returnInto reports whether a multi-shard write reads rows back with
+// RETURNING, and refuses the destinations that cannot collect them from
+// several shards.
+func returnInto(stmt *gorm.Statement, rv reflect.Value) (bool, error) {
+	c, ok := stmt.Clauses["RETURNING"]
+	if !ok {
+		return false, nil
+	}
+	if rv.Kind() != reflect.Slice || !rv.CanSet() {
+		return false, fmt.Errorf("%w: RETURNING from several shards needs a pointer to a slice to collect the rows; scope the statement to one shard", ErrUnroutableSQL)
+	}
+	r, _ := c.Expression.(clause.Returning)
+	whole := len(r.Columns) == 0 || len(r.Columns) == 1 && r.Columns[0].Name == "*"
+	if !whole && rv.Len() > 0 {
+		return false, fmt.Errorf("%w: RETURNING some columns from several shards into a slice that holds rows; GORM would update those rows in place by position", ErrUnroutableSQL)
+	}
+	return true, nil
 }
 
 // runWrite runs one shard's write. A refusal by the source server's fence
@@ -235,12 +256,12 @@ func serverOf(cp gorm.ConnPool) string {
 // transaction with the shard's search_path when the query joins other
 // tables), or each shard of a fan-out with the results merged.
 func (p *Plugin) execQuery(db *gorm.DB) {
-	f := takeFanout(db.Statement)
-	if f == nil {
+	d := takePlan(db.Statement)
+	if d == nil {
 		p.runQuery(db)
 		return
 	}
-	p.fanoutQuery(db, f)
+	p.fanoutQuery(db, d)
 }
 
 func (p *Plugin) runQuery(db *gorm.DB) {

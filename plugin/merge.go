@@ -19,22 +19,17 @@ import (
 // clone of the statement. A read in GORM's own transaction, or on one
 // server, runs on the statement itself. The first error is the
 // statement's; the other servers stop at their next shard.
-func (p *Plugin) fanoutByServer(db *gorm.DB, f *fanout, run func(db *gorm.DB, i int) bool) {
+func (p *Plugin) fanoutByServer(db *gorm.DB, d *decision, run func(db *gorm.DB, i int) bool) {
 	byServer := map[string][]int{}
 	var servers []string
-	for i, shard := range f.shards {
-		pl, err := f.snap.Placement(shard)
-		if err != nil {
-			fail(db, f.m, shard, err)
-			return
-		}
+	for i, pl := range d.places {
 		if _, ok := byServer[pl.Server]; !ok {
 			servers = append(servers, pl.Server)
 		}
 		byServer[pl.Server] = append(byServer[pl.Server], i)
 	}
-	if len(servers) == 1 || f.tx != nil || db.DryRun {
-		for i := range f.shards {
+	if len(servers) == 1 || d.tx != nil || db.DryRun {
+		for i := range d.shards {
 			if !run(db, i) {
 				return
 			}
@@ -70,7 +65,7 @@ func (p *Plugin) fanoutByServer(db *gorm.DB, f *fanout, run func(db *gorm.DB, i 
 // slices are concatenated, then sorted by the ORDER BY columns (model
 // fields or map keys) and cut by LIMIT/OFFSET; a single-row destination
 // gets the first merged row; a count is summed.
-func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
+func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 	stmt := db.Statement
 	s := save(stmt)
 	defer s.restore(stmt)
@@ -80,6 +75,10 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 
 	if _, grouped := stmt.Clauses["GROUP BY"]; grouped || stmt.Distinct {
 		fail(db, f.m, -1, fmt.Errorf("%w: GROUP BY and DISTINCT work per shard, so their rows from several shards cannot be merged; scope the query to one shard", ErrUnroutableSQL))
+		return
+	}
+	if err := p.colocatedJoins(stmt, f.m); err != nil {
+		fail(db, f.m, -1, err)
 		return
 	}
 	rv := reflect.Indirect(s.rv)
@@ -94,7 +93,7 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 	case reflect.Struct, reflect.Map:
 		sliceTyp, single = reflect.SliceOf(rv.Type()), true
 	case reflect.Int64, reflect.Int:
-		if !isCount(stmt) {
+		if !isCount(stmt) || hasFunctions(stmt, true) {
 			fail(db, f.m, -1, fmt.Errorf("%w: only a count adds up across shards; scope other aggregates to one shard", ErrUnroutableSQL))
 			return
 		}
@@ -103,10 +102,17 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 		fail(db, f.m, -1, fmt.Errorf("%w: cannot merge a %s result across shards; use Find into a slice, or scope the query to one shard", ErrUnroutableSQL, rv.Kind()))
 		return
 	}
-	keys, err := orderKeys(stmt, f.m)
-	if err != nil {
-		fail(db, f.m, -1, err)
+	if !count && hasFunctions(stmt, false) {
+		fail(db, f.m, -1, fmt.Errorf("%w: the select list calls functions (aggregates and window functions work per shard); select plain columns across shards, or scope the query to one shard", ErrUnroutableSQL))
 		return
+	}
+	var keys []orderKey
+	if !count {
+		var err error
+		if keys, err = orderKeys(db, f.m, sliceTyp.Elem()); err != nil {
+			fail(db, f.m, -1, err)
+			return
+		}
 	}
 	limit, offset := -1, 0
 	base := s.clauses
@@ -128,7 +134,7 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 	parts := make([]reflect.Value, len(f.shards))
 	runShard := func(db *gorm.DB, i int) bool {
 		stmt := db.Statement
-		if err := p.prepare(db, f, f.shards[i], base); err != nil {
+		if err := p.prepare(db, f, i, base); err != nil {
 			fail(db, f.m, f.shards[i], err)
 			return false
 		}
@@ -164,14 +170,6 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 		return
 	}
 	if len(keys) > 0 {
-		if k := sliceTyp.Elem().Kind(); k != reflect.Struct && k != reflect.Map && k != reflect.Ptr {
-			// Pluck: the rows are the values of the one selected column.
-			if len(keys) != 1 || selectedColumn(stmt) != keys[0].name {
-				fail(db, f.m, -1, fmt.Errorf("%w: plucked values from several shards can only be ordered by the plucked column", ErrUnroutableSQL))
-				return
-			}
-			keys[0].scalar = true
-		}
 		sortRows(acc, keys)
 	}
 	if offset > 0 {
@@ -193,6 +191,25 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *fanout) {
 	}
 }
 
+// colocatedJoins allows joins in a multi-shard read only where each
+// shard's join finds all its pairs in that shard: a belongs-to
+// association through the model's shard:"id" field, whose target lives
+// in the shard of that ID. Each shard's joined rows are then the whole
+// answer's rows of that shard.
+func (p *Plugin) colocatedJoins(stmt *gorm.Statement, m *model) error {
+	for _, j := range stmt.Joins {
+		rel, ok := m.schema.Relationships.Relations[j.Name]
+		if ok && j.Expression == nil && len(j.Conds) == 0 && j.On == nil && m.kind == keyID && rel.Type == schema.BelongsTo {
+			target, known := p.byTable[rel.FieldSchema.Table]
+			if known && len(rel.References) == 1 && rel.References[0].ForeignKey == m.key && rel.References[0].PrimaryKey == target.pk {
+				continue
+			}
+		}
+		return fmt.Errorf("%w: join %q across shards: only a belongs-to association through the shard:\"id\" field is joined within each shard; scope the query to one shard", ErrUnroutableSQL, j.Name)
+	}
+	return nil
+}
+
 func cloneWith(m map[string]clause.Clause, k string, v clause.Clause) map[string]clause.Clause {
 	out := make(map[string]clause.Clause, len(m))
 	for key, val := range m {
@@ -202,15 +219,20 @@ func cloneWith(m map[string]clause.Clause, k string, v clause.Clause) map[string
 	return out
 }
 
-// orderKey is one ORDER BY column resolved to a model field or map key.
+// orderKey is one ORDER BY column resolved to a field of the rows the
+// query returns (or a map key).
 type orderKey struct {
-	field  *schema.Field // nil: map rows, use name
+	field  *schema.Field // of the destination's row type; nil: map rows, use name
 	name   string
 	desc   bool
 	scalar bool // the row is the value
 }
 
-func orderKeys(stmt *gorm.Statement, m *model) ([]orderKey, error) {
+// orderKeys resolves the ORDER BY columns of a multi-shard query against
+// what each shard returns: a column the query does not select, or that
+// the destination has no field for, cannot order the merged rows.
+func orderKeys(db *gorm.DB, m *model, elem reflect.Type) ([]orderKey, error) {
+	stmt := db.Statement
 	c, ok := stmt.Clauses["ORDER BY"]
 	if !ok {
 		return nil, nil
@@ -219,6 +241,18 @@ func orderKeys(stmt *gorm.Statement, m *model) ([]orderKey, error) {
 	if !ok || ob.Expression != nil {
 		return nil, fmt.Errorf("%w: ORDER BY expression cannot be merged across shards", ErrUnroutableSQL)
 	}
+	for elem.Kind() == reflect.Ptr {
+		elem = elem.Elem()
+	}
+	var dest *schema.Schema
+	if elem.Kind() == reflect.Struct {
+		ds := &gorm.Statement{DB: db}
+		if err := ds.Parse(reflect.New(elem).Interface()); err != nil {
+			return nil, fmt.Errorf("%w: merge into %s: %w", ErrUnroutableSQL, elem, err)
+		}
+		dest = ds.Schema
+	}
+	selected, explicit := selectedColumns(stmt)
 	var keys []orderKey
 	for _, col := range ob.Columns {
 		var parts [][2]string // name, direction
@@ -242,22 +276,171 @@ func orderKeys(stmt *gorm.Statement, m *model) ([]orderKey, error) {
 			parts = append(parts, [2]string{col.Column.Name, dir})
 		}
 		for _, pt := range parts {
-			_, name := splitColumn(pt[0])
+			table, name := splitColumn(pt[0])
 			if name == clause.PrimaryKey {
 				name = m.pk.DBName
 			}
-			k := orderKey{name: name, desc: pt[1] == "desc"}
+			if table == "?" || !m.ownTable(stmt, table) {
+				return nil, fmt.Errorf("%w: ORDER BY %q is not a column of %s", ErrUnroutableSQL, pt[0], m.table)
+			}
 			if pt[1] != "" && pt[1] != "asc" && pt[1] != "desc" {
 				return nil, fmt.Errorf("%w: ORDER BY %q cannot be merged across shards", ErrUnroutableSQL, pt[0]+" "+pt[1])
 			}
-			k.field = m.schema.LookUpField(name)
-			if k.field == nil && !mapRows(stmt) {
-				return nil, fmt.Errorf("%w: ORDER BY %q is not a field of %s, so rows from several shards cannot be merged in order", ErrUnroutableSQL, name, m.schema.Name)
+			if explicit && !selected[name] && !selected["*"] {
+				return nil, fmt.Errorf("%w: ORDER BY %s across shards needs %s in the Select list, so that the rows can be merged in order", ErrUnroutableSQL, name, name)
+			}
+			k := orderKey{name: name, desc: pt[1] == "desc"}
+			var typ reflect.Type
+			switch {
+			case dest != nil:
+				if k.field = dest.LookUpField(name); k.field == nil || k.field.DBName != name {
+					return nil, fmt.Errorf("%w: ORDER BY %s across shards needs a %s field in the destination %s to merge the rows in order", ErrUnroutableSQL, name, name, elem)
+				}
+				typ = k.field.FieldType
+			case elem.Kind() == reflect.Map:
+				// map values are what the driver returns for the column:
+				// ordered only where the model's field says it is a
+				// plain integer, string, bool or time
+				if f := m.schema.LookUpField(name); f != nil && f.DBName == name && !isFloat(f.FieldType) {
+					typ = f.FieldType
+				}
+			default: // Pluck: the rows are the values of the one selected column
+				if len(ob.Columns) != 1 || len(parts) != 1 || selectedColumn(stmt) != name {
+					return nil, fmt.Errorf("%w: plucked values from several shards can only be ordered by the plucked column", ErrUnroutableSQL)
+				}
+				k.scalar, typ = true, elem
+			}
+			if !orderable(typ) {
+				return nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin merges rows in order only by integer, float, string, bool and time columns", ErrUnroutableSQL, name)
 			}
 			keys = append(keys, k)
 		}
 	}
 	return keys, nil
+}
+
+var timeType = reflect.TypeOf(time.Time{})
+
+// orderable reports whether compare orders values of type t as Postgres
+// orders the column.
+func orderable(t reflect.Type) bool {
+	if t == nil {
+		return false
+	}
+	for t.Kind() == reflect.Ptr {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.Float32, reflect.Float64, reflect.String, reflect.Bool:
+		return true
+	}
+	return t == timeType
+}
+
+func isFloat(t reflect.Type) bool {
+	for t.Kind() == reflect.Ptr {
+		t = t.Elem()
+	}
+	return t.Kind() == reflect.Float32 || t.Kind() == reflect.Float64
+}
+
+// selectedColumns returns the columns an explicit Select names (an
+// alias for `expr AS name`), and whether there is an explicit Select.
+func selectedColumns(stmt *gorm.Statement) (map[string]bool, bool) {
+	var items []string
+	for _, s := range stmt.Selects {
+		items = append(items, splitTop(s)...)
+	}
+	if c, ok := stmt.Clauses["SELECT"]; ok {
+		if sel, ok := c.Expression.(clause.Select); ok {
+			for _, col := range sel.Columns {
+				if col.Raw {
+					items = append(items, splitTop(col.Name)...)
+				} else {
+					items = append(items, col.Name)
+				}
+			}
+			if e, ok := sel.Expression.(clause.Expr); ok {
+				items = append(items, splitTop(e.SQL)...)
+			}
+		}
+	}
+	if len(items) == 0 {
+		return nil, false
+	}
+	out := make(map[string]bool, len(items))
+	for _, it := range items {
+		f := strings.Fields(it)
+		switch {
+		case len(f) >= 3 && strings.EqualFold(f[len(f)-2], "as"):
+			_, name := splitColumn(f[len(f)-1])
+			out[name] = true
+		case len(f) == 1:
+			_, name := splitColumn(f[0])
+			if f[0] == "*" || strings.HasSuffix(f[0], ".*") {
+				name = "*"
+			}
+			out[name] = true
+		}
+	}
+	return out, true
+}
+
+// splitTop splits a select list at its top-level commas.
+func splitTop(s string) []string {
+	var out []string
+	depth, start := 0, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '(':
+			depth++
+		case ')':
+			depth--
+		case ',':
+			if depth == 0 {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	return append(out, s[start:])
+}
+
+// hasFunctions reports whether the select list calls a function (an
+// aggregate, a window function): merged from several shards, their
+// per-shard results would be wrong. With count set, one plain count(*)
+// is allowed (it adds up).
+func hasFunctions(stmt *gorm.Statement, count bool) bool {
+	var texts []string
+	texts = append(texts, stmt.Selects...)
+	if c, ok := stmt.Clauses["SELECT"]; ok {
+		if sel, ok := c.Expression.(clause.Select); ok {
+			for _, col := range sel.Columns {
+				if col.Raw {
+					texts = append(texts, col.Name)
+				}
+			}
+			if e, ok := sel.Expression.(clause.Expr); ok {
+				texts = append(texts, e.SQL)
+			}
+		} else if e, ok := c.Expression.(clause.Expr); ok {
+			texts = append(texts, e.SQL)
+		}
+	}
+	calls := 0
+	for _, t := range texts {
+		for i := 0; i < len(t); i++ {
+			if t[i] == '(' {
+				calls++
+			}
+		}
+	}
+	if count {
+		return calls > 1
+	}
+	return calls > 0
 }
 
 // isCount reports whether the statement selects a plain count, as Count
@@ -354,10 +537,16 @@ func sortRows(rows reflect.Value, keys []orderKey) {
 	}
 }
 
-// compare orders two scalar values; unknown kinds compare equal.
+// compare orders two scalar values as Postgres does: NULL (a nil
+// pointer, a missing map value) after every value; unknown kinds equal.
 func compare(a, b reflect.Value) int {
-	if !a.IsValid() || !b.IsValid() {
+	switch {
+	case !a.IsValid() && !b.IsValid():
 		return 0
+	case !a.IsValid():
+		return 1
+	case !b.IsValid():
+		return -1
 	}
 	switch a.Kind() {
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:

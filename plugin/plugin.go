@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/router"
@@ -104,9 +103,9 @@ func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 		{"query route", cb.Query().Before("gorm:query").Register("shardkit:route", p.route(opQuery))},
 		{"query", cb.Query().Replace("gorm:query", p.execQuery)},
 		{"update route", cb.Update().After("gorm:before_update").Before("gorm:update").Register("shardkit:route", p.route(opUpdate))},
-		{"update", cb.Update().Replace("gorm:update", p.execWrite(p.orig.update))},
+		{"update", cb.Update().Replace("gorm:update", p.execWrite(p.orig.update, false))},
 		{"delete route", cb.Delete().After("gorm:before_delete").Before("gorm:delete").Register("shardkit:route", p.route(opDelete))},
-		{"delete", cb.Delete().Replace("gorm:delete", p.execWrite(p.orig.delete))},
+		{"delete", cb.Delete().Replace("gorm:delete", p.execWrite(p.orig.delete, true))},
 		{"row route", cb.Row().Before("gorm:row").Register("shardkit:route", p.route(opRow))},
 		{"raw route", cb.Raw().Before("gorm:raw").Register("shardkit:route", p.route(opRaw))},
 	}
@@ -161,18 +160,3 @@ func defaultNoSlot(err error) bool {
 	return errors.Is(err, idgen.ErrNoFreeSlot) || errors.Is(err, idgen.ErrLeaseLost) || errors.Is(err, idgen.ErrLeaseExpired)
 }
 
-// fanoutName is the statement clause holding a multi-shard plan.
-const fanoutName = "shardkit:fanout"
-
-// fanout is the plan of a statement that runs on several shards.
-type fanout struct {
-	m      *model
-	snap   *router.Snapshot
-	shards []int
-	rows   map[int][]int // Create: row indexes by shard
-	tx     *shardTx      // GORM's own transaction, if any
-	read   bool
-}
-
-// Build is part of clause.Expression; the plan adds no SQL.
-func (*fanout) Build(clause.Builder) {}

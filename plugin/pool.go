@@ -147,7 +147,11 @@ func (r *rootPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnP
 		if err != nil {
 			return nil, err
 		}
-		if _, err := tx.pin(shard, snap); err != nil {
+		pl, err := snap.Placement(shard)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := tx.pin(shard, pl, snap); err != nil {
 			return nil, err
 		}
 	}

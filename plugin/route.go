@@ -134,92 +134,176 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 	}
 }
 
-// route returns shardkit:route for one kind of statement. It finds the
-// statement's logical shards, then sets the table to the shard's schema
-// and the connection to the shard's server (or the transaction's part
-// there). Several shards leave a plan for the executor.
+// route returns shardkit:route for one kind of statement. It decides,
+// once, where the statement runs (see decision), then points a one-shard
+// statement at its shard's schema and server (or the transaction's part
+// there), or leaves a multi-shard decision for the executor.
 func (p *Plugin) route(o op) func(*gorm.DB) {
 	return func(db *gorm.DB) {
 		if db.Error != nil {
 			return
 		}
 		stmt := db.Statement
-		delete(stmt.Clauses, fanoutName) // a plan left by a failed earlier run
+		delete(stmt.Clauses, planName) // a plan left by a failed earlier run
 		if o == opRaw || stmt.SQL.Len() > 0 {
 			p.routeRaw(db)
 			return
 		}
-		m, hint, err := p.lookup(stmt)
-		if err != nil {
-			failRow(db, o, nil, -1, err)
-			return
-		}
-		if m == nil {
-			p.unsharded(stmt)
-			return
-		}
-		snap := p.router.Snapshot()
-		var set shardSet
-		var rows map[int][]int
-		if o == opCreate {
-			set, rows, err = m.createShards(db, snap)
-		} else {
-			set, err = m.statementShards(db, o, snap)
-		}
-		if err == nil && hint >= 0 {
-			set = set.and(one(hint))
-		}
-		if err == nil {
-			set, err = p.scoped(stmt, set, snap)
+		d, err := p.decide(db, o)
+		if err == nil && d != nil && len(d.shards) == 1 {
+			err = p.bind(db, d, 0)
 		}
 		if err != nil {
-			failRow(db, o, m, -1, err)
+			var m *model
+			shard := -1
+			if d != nil {
+				m = d.m
+				if len(d.shards) == 1 {
+					shard = d.shards[0]
+				}
+			}
+			if o == opCreate && errors.Is(err, ErrCrossShard) {
+				err = fmt.Errorf("%w%s", err, createAcrossHint)
+			}
+			failRow(db, o, m, shard, err)
 			return
 		}
-		t := txOf(stmt.ConnPool)
-		if !set.known {
-			if t != nil && !t.statement {
-				if s, _ := t.pinned(); s >= 0 {
-					set = one(s)
-				}
-			}
-			if !set.known {
-				failRow(db, o, m, -1, ErrMissingShardKey)
-				return
-			}
-		}
-		if set.all {
-			set.list = make([]int, snap.Shards)
-			for i := range set.list {
-				set.list[i] = i
-			}
-		}
-		switch len(set.list) {
-		case 0:
-			failRow(db, o, m, -1, fmt.Errorf("%w: the statement's conditions name different shards, so no row can match", ErrIDShardMismatch))
-		case 1:
-			if err := p.apply(db, m, o, set.list[0], snap, t); err != nil {
-				if o == opCreate && errors.Is(err, ErrCrossShard) {
-					err = fmt.Errorf("%w%s", err, createAcrossHint)
-				}
-				failRow(db, o, m, set.list[0], err)
-			}
-		default:
-			if t != nil && !t.statement {
-				err := fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(set.list))
-				if o == opCreate {
-					err = fmt.Errorf("%w%s", err, createAcrossHint)
-				}
-				failRow(db, o, m, set.list[0], err)
-				return
-			}
-			if o == opRow {
-				failRow(db, o, m, -1, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL))
-				return
-			}
-			stmt.Clauses[fanoutName] = clause.Clause{Expression: &fanout{m: m, snap: snap, shards: set.list, rows: rows, tx: t, read: o.read()}}
+		if d != nil && len(d.shards) > 1 {
+			stmt.Clauses[planName] = clause.Clause{Expression: d}
 		}
 	}
+}
+
+// decide computes a statement's routing decision: nil for a statement on
+// an unsharded table (left on the default connection).
+func (p *Plugin) decide(db *gorm.DB, o op) (*decision, error) {
+	stmt := db.Statement
+	m, hint, err := p.lookup(stmt)
+	if err != nil {
+		return nil, err
+	}
+	if m == nil {
+		if err := p.checkUnshardedJoins(stmt); err != nil {
+			return nil, err
+		}
+		if err := p.checkSubqueries(stmt, nil, nil, nil); err != nil {
+			return nil, err
+		}
+		p.unsharded(stmt)
+		return nil, nil
+	}
+	d := &decision{m: m, read: o.read(), tx: txOf(stmt.ConnPool)}
+	if err := m.tableExpr(stmt, &hint); err != nil {
+		return d, err
+	}
+	d.snap = p.router.Snapshot()
+	var set shardSet
+	if o == opCreate {
+		set, d.rows, err = m.createShards(db, d.snap)
+	} else {
+		set, err = m.shardsOf(db, o, d.snap)
+	}
+	if err == nil && hint >= 0 {
+		set = set.and(one(hint))
+	}
+	if err == nil {
+		set, err = p.scoped(stmt, set, d.snap)
+	}
+	if err != nil {
+		return d, err
+	}
+	pinned := -1
+	if d.tx != nil && !d.tx.statement {
+		pinned, _ = d.tx.pinned()
+	}
+	switch {
+	case !set.known && pinned >= 0:
+		d.shards = one(pinned).list
+	case !set.known:
+		return d, ErrMissingShardKey
+	case set.all:
+		d.shards = make([]int, d.snap.Shards)
+		for i := range d.shards {
+			d.shards[i] = i
+		}
+	case len(set.list) > 0:
+		d.shards = set.list
+	case pinned >= 0:
+		d.shards = one(pinned).list
+	case d.tx != nil && !d.tx.statement:
+		return d, fmt.Errorf("%w: the statement's conditions name no shard that can hold a row; a transaction needs a shard", ErrIDShardMismatch)
+	default:
+		// No row can match. Running the statement on one shard, where it
+		// finds nothing, gives GORM's own result for "nothing".
+		d.shards = one(0).list
+	}
+	if len(d.shards) > 1 {
+		if d.tx != nil && !d.tx.statement {
+			return d, fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(d.shards))
+		}
+		if o == opRow {
+			return d, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL)
+		}
+	}
+	if o == opUpdate {
+		if err := m.checkAssignments(db, d.shards, d.snap); err != nil {
+			return d, err
+		}
+	}
+	if err := p.checkSubqueries(stmt, m, d.shards, d.snap); err != nil {
+		return d, err
+	}
+	return d, p.place(stmt.Context, d)
+}
+
+// place finds each shard's home; a write to a fenced shard waits for the
+// move to finish (see waitFence) and takes the new home.
+func (p *Plugin) place(ctx context.Context, d *decision) error {
+	if len(d.shards) == 1 {
+		d.places = d.one[:]
+	} else {
+		d.places = make([]router.Placement, len(d.shards))
+	}
+	for i, s := range d.shards {
+		pl, err := d.snap.Placement(s)
+		if err != nil {
+			return err
+		}
+		if !d.read && pl.State == router.StateFenced {
+			snap, fresh, err := p.waitFence(ctx, s)
+			if err != nil {
+				return err
+			}
+			pl, d.snap = fresh, snap
+		}
+		d.places[i] = pl
+	}
+	return nil
+}
+
+// tableExpr accepts a Table() that names the model's table, bare or in a
+// shard's schema (a hint), and drops it so that the plugin's qualified
+// name is used. Any other table expression is refused: it would be sent
+// as written, whatever shard the statement routes to.
+func (m *model) tableExpr(stmt *gorm.Statement, hint *int) error {
+	te := stmt.TableExpr
+	if te == nil {
+		return nil
+	}
+	if toks, _, ok := lex(te.SQL, false, nil); ok && len(te.Vars) == 0 {
+		switch {
+		case len(toks) == 1 && toks[0].kind == tIdent && toks[0].text == m.table:
+			stmt.TableExpr = nil
+			return nil
+		case len(toks) == 3 && toks[0].kind == tIdent && toks[1].kind == tDot && toks[2].kind == tIdent && toks[2].text == m.table:
+			if s, err := router.ParseSchemaName(toks[0].text); err == nil && (*hint < 0 || *hint == s) {
+				*hint = s
+				stmt.TableExpr = nil
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: Table(%q) on sharded model %s; leave the table to the plugin, or name it %q", ErrUnroutableSQL, te.SQL, m.schema.Name, m.table)
 }
 
 // createAcrossHint ends ErrCrossShard for a Create in a transaction: the
@@ -254,6 +338,8 @@ func txOf(cp gorm.ConnPool) *shardTx {
 		return c
 	case *txView:
 		return c.t
+	case *gorm.PreparedStmtTX:
+		return txOf(c.Tx)
 	}
 	return nil
 }
@@ -269,39 +355,33 @@ func (p *Plugin) unsharded(stmt *gorm.Statement) {
 	}
 }
 
-// apply routes a statement to one shard.
-func (p *Plugin) apply(db *gorm.DB, m *model, o op, shard int, snap *router.Snapshot, t *shardTx) error {
+// bind points a statement at the i-th shard of its decision: the
+// shard's schema, and its server's pool or the transaction's part there.
+func (p *Plugin) bind(db *gorm.DB, d *decision, i int) error {
 	stmt := db.Statement
-	pl, err := snap.Placement(shard)
-	if err != nil {
-		return err
-	}
-	if !o.read() && pl.State == router.StateFenced {
-		if pl, err = p.waitFence(stmt.Context, shard); err != nil {
-			return err
-		}
-	}
-	if t == nil {
+	shard, pl := d.shards[i], d.places[i]
+	if d.tx == nil {
 		if _, inTx := stmt.ConnPool.(gorm.TxCommitter); inTx {
-			// A transaction the plugin did not begin (a PreparedStmt
-			// wrapper, a *sql.Tx passed in): routing would escape it.
+			// A transaction the plugin did not begin (a *sql.Tx passed
+			// in): routing would escape it.
 			return fmt.Errorf("%w: the statement runs in a transaction not begun through the plugin's connection", ErrUnroutableSQL)
 		}
 	}
-	stmt.Table = m.qualified[shard]
-	if t == nil {
-		srv, err := p.pools.get(snap, pl.Server)
+	stmt.Table = d.m.qualified[shard]
+	if d.tx == nil {
+		srv, err := p.pools.get(d.snap, pl.Server)
 		if err != nil {
 			return err
 		}
-		stmt.ConnPool = p.conn(stmt, srv, o.read())
+		stmt.ConnPool = p.conn(stmt, srv, d.read)
 		return nil
 	}
 	var v *txView
-	if t.statement {
-		v, err = t.view(pl.Server, snap)
+	var err error
+	if d.tx.statement {
+		v, err = d.tx.view(pl.Server, d.snap)
 	} else {
-		v, err = t.pin(shard, snap)
+		v, err = d.tx.pin(shard, pl, d.snap)
 	}
 	if err != nil {
 		return err
@@ -330,7 +410,7 @@ const dbresolverWrite = "gorm:db_resolver:write"
 // waitFence holds a write to a fenced shard until the map shows it
 // unfenced, or FenceWait passes. It wakes on each new snapshot the router
 // installs (Router.Watch), so the write goes on as soon as the map does.
-func (p *Plugin) waitFence(ctx context.Context, shard int) (router.Placement, error) {
+func (p *Plugin) waitFence(ctx context.Context, shard int) (*router.Snapshot, router.Placement, error) {
 	// Subscribe before reading the snapshot: a snapshot installed in
 	// between still arrives on the channel.
 	changed, stop := p.router.Subscribe()
@@ -342,19 +422,20 @@ func (p *Plugin) waitFence(ctx context.Context, shard int) (router.Placement, er
 		timeout = t.C
 	}
 	for {
-		pl, err := p.router.Snapshot().Placement(shard)
+		snap := p.router.Snapshot()
+		pl, err := snap.Placement(shard)
 		if err != nil {
-			return pl, err
+			return snap, pl, err
 		}
 		if pl.State != router.StateFenced {
-			return pl, nil
+			return snap, pl, nil
 		}
 		if timeout == nil {
-			return pl, &ShardError{Shard: shard, Server: pl.Server, Err: ErrShardFenced}
+			return snap, pl, &ShardError{Shard: shard, Server: pl.Server, Err: ErrShardFenced}
 		}
 		select {
 		case <-ctx.Done():
-			return pl, ctx.Err()
+			return snap, pl, ctx.Err()
 		case <-timeout:
 			timeout = nil // one last look at the map, then ErrShardFenced
 		case <-changed:

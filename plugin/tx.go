@@ -51,9 +51,10 @@ func (v *txView) Rollback() error { return v.t.Rollback() }
 
 const setSearchPath = `SELECT set_config('search_path', $1, true)`
 
-// pin binds the transaction to a logical shard: it begins on the shard's
-// server and sets search_path to the shard's schema for raw SQL.
-func (t *shardTx) pin(shard int, snap *router.Snapshot) (*txView, error) {
+// pin binds the transaction to a logical shard whose home the statement's
+// decision found: it begins on that server and sets search_path to the
+// shard's schema for raw SQL.
+func (t *shardTx) pin(shard int, pl router.Placement, snap *router.Snapshot) (*txView, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.shard >= 0 {
@@ -61,10 +62,6 @@ func (t *shardTx) pin(shard int, snap *router.Snapshot) (*txView, error) {
 			return nil, &ShardError{Shard: shard, Server: t.server, Err: ErrCrossShard}
 		}
 		return t.viewLocked(t.server, snap)
-	}
-	pl, err := snap.Placement(shard)
-	if err != nil {
-		return nil, err
 	}
 	v, err := t.viewLocked(pl.Server, snap)
 	if err != nil {

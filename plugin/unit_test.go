@@ -8,38 +8,6 @@ import (
 	"gorm.io/gorm"
 )
 
-func TestParseConds(t *testing.T) {
-	tests := []struct {
-		name string
-		sql  string
-		want []sqlCond
-	}{
-		{"eq", "user_id = ?", []sqlCond{{column: "user_id"}}},
-		{"eq tight", "user_id=?", []sqlCond{{column: "user_id"}}},
-		{"qualified quoted", `"photos"."user_id" = ?`, []sqlCond{{column: `"photos"."user_id"`}}},
-		{"in", "user_id IN ?", []sqlCond{{column: "user_id", in: true}}},
-		{"in parens", "user_id in (?)", []sqlCond{{column: "user_id", in: true}}},
-		{"and", "caption = ? AND user_id = ?", []sqlCond{{column: "caption"}, {column: "user_id", arg: 1}}},
-		{"and with other conjuncts", "created_at > ? and id = ? AND likes >= ?", []sqlCond{{column: "id", arg: 1}}},
-		{"between keeps counting args", "likes BETWEEN ? AND ? AND user_id = ?", []sqlCond{{column: "user_id", arg: 2}}},
-		{"top-level or", "user_id = ? OR caption = ?", nil},
-		{"or inside parens", "(caption = ? OR likes = ?) AND user_id = ?", []sqlCond{{column: "user_id", arg: 2}}},
-		{"not equal", "user_id != ?", nil},
-		{"less or equal", "user_id <= ?", nil},
-		{"quoted literal with and", "caption = 'a and b' AND user_id = ?", []sqlCond{{column: "user_id"}}},
-		{"function", "lower(caption) = ?", nil},
-		{"no placeholder", "user_id = 5", nil},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := parseConds(tt.sql)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Fatalf("parseConds(%q) = %+v, want %+v", tt.sql, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestShardSetAnd(t *testing.T) {
 	set := func(xs ...int) shardSet { return shardSet{known: true, list: xs} }
 	tests := []struct {
@@ -61,6 +29,30 @@ func TestShardSetAnd(t *testing.T) {
 			got := tt.a.and(tt.b)
 			if got.known != tt.want.known || got.all != tt.want.all || !reflect.DeepEqual(append([]int{}, got.list...), append([]int{}, tt.want.list...)) {
 				t.Fatalf("and = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestShardSetOr(t *testing.T) {
+	set := func(xs ...int) shardSet { return shardSet{known: true, list: xs} }
+	tests := []struct {
+		name string
+		a, b shardSet
+		want shardSet
+	}{
+		{"unknown or one", shardSet{}, one(3), shardSet{}},
+		{"one or unknown", one(3), shardSet{}, shardSet{}},
+		{"one or other", one(3), one(1), set(1, 3)},
+		{"none or one", none, one(2), one(2)},
+		{"lists", set(1, 5), set(3, 5, 7), set(1, 3, 5, 7)},
+		{"all or one", shardSet{known: true, all: true}, one(2), shardSet{known: true, all: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.a.or(tt.b)
+			if got.known != tt.want.known || got.all != tt.want.all || !reflect.DeepEqual(append([]int{}, got.list...), append([]int{}, tt.want.list...)) {
+				t.Fatalf("or = %+v, want %+v", got, tt.want)
 			}
 		})
 	}

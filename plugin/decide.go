@@ -1,0 +1,239 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// decision is the routing answer for one statement, computed once by the
+// route callback: its logical shards, the snapshot they were read from,
+// and where each shard lives (after any fence wait). Pinning, pools and
+// fan-out read it; nothing after routing looks the map up again.
+type decision struct {
+	m      *model
+	snap   *router.Snapshot
+	shards []int
+	places []router.Placement // places[i] is the home of shards[i]
+	one    [1]router.Placement // backs places for one shard
+	rows   map[int][]int      // Create: row indexes by shard; nil when one shard
+	tx     *shardTx           // the statement's transaction, if any
+	read   bool
+}
+
+// Build is part of clause.Expression; the decision adds no SQL.
+func (*decision) Build(clause.Builder) {}
+
+// planName is the statement clause holding a multi-shard decision.
+const planName = "shardkit:plan"
+
+// shardsOf finds the shards a query, update, delete or row statement may
+// touch: its WHERE clause, and the primary keys GORM adds from the model
+// value when the clause is a plain AND.
+func (m *model) shardsOf(db *gorm.DB, o op, snap *router.Snapshot) (shardSet, error) {
+	set, pureAnd, err := m.whereShards(db.Statement, snap)
+	if err != nil || !pureAnd {
+		// GORM appends the model's key conditions with AND after any
+		// OR: they would bind to the last branch only, so they narrow
+		// nothing here.
+		return set, err
+	}
+	pk, err := m.valueShards(db, o, snap)
+	if err != nil {
+		return set, err
+	}
+	return set.and(pk), nil
+}
+
+// valueShards reads the shards of the primary keys in the statement's
+// model value, which GORM adds to the WHERE clause.
+func (m *model) valueShards(db *gorm.DB, o op, snap *router.Snapshot) (shardSet, error) {
+	stmt := db.Statement
+	rv := stmt.ReflectValue
+	switch {
+	case rv.Kind() == reflect.Struct && rv.Type() == m.schema.ModelType:
+		pk := m.pk.ReflectValueOf(stmt.Context, rv)
+		if pk.IsZero() {
+			return shardSet{}, nil
+		}
+		id := intOf(pk)
+		s, err := shardOfID(id, snap)
+		if err != nil {
+			return shardSet{}, err
+		}
+		if o == opUpdate || o == opDelete {
+			if ks, err := m.shardOfRow(db, rv, snap); err == nil && ks != s {
+				return shardSet{}, fmt.Errorf("%w: ID %d is in shard %d, the row's %s is in shard %d", ErrIDShardMismatch, id, s, m.key.Name, ks)
+			}
+		}
+		return one(s), nil
+	case (o == opUpdate || o == opDelete) && rv.Kind() == reflect.Slice:
+		var list []int
+		for i := 0; i < rv.Len(); i++ {
+			row := reflect.Indirect(rv.Index(i))
+			if row.Type() != m.schema.ModelType {
+				return shardSet{}, nil
+			}
+			pk := m.pk.ReflectValueOf(stmt.Context, row)
+			if pk.IsZero() {
+				return shardSet{}, nil // GORM adds no key condition then
+			}
+			s, err := shardOfID(intOf(pk), snap)
+			if err != nil {
+				return shardSet{}, err
+			}
+			list = append(list, s)
+		}
+		if len(list) > 0 {
+			return setOf(list), nil
+		}
+	}
+	return shardSet{}, nil
+}
+
+// createShards groups the rows of a Create by shard. rows is nil when
+// they all belong to one shard.
+func (m *model) createShards(db *gorm.DB, snap *router.Snapshot) (shardSet, map[int][]int, error) {
+	rv := db.Statement.ReflectValue
+	if rv.Kind() == reflect.Struct {
+		s, err := m.shardOfRow(db, rv, snap)
+		if err != nil {
+			return shardSet{}, nil, zeroKey(err)
+		}
+		return one(s), nil, nil
+	}
+	if rv.Kind() != reflect.Slice && rv.Kind() != reflect.Array {
+		return shardSet{}, nil, fmt.Errorf("%w: Create from a %s", ErrUnroutableSQL, rv.Kind())
+	}
+	var rows map[int][]int
+	list := make([]int, 0, rv.Len())
+	first := -1
+	for i := 0; i < rv.Len(); i++ {
+		s, err := m.shardOfRow(db, reflect.Indirect(rv.Index(i)), snap)
+		if err != nil {
+			return shardSet{}, nil, zeroKey(err)
+		}
+		if first < 0 {
+			first = s
+		}
+		if s != first && rows == nil {
+			rows = map[int][]int{first: make([]int, 0, i)}
+			for j := 0; j < i; j++ {
+				rows[first] = append(rows[first], j)
+			}
+		}
+		if rows != nil {
+			rows[s] = append(rows[s], i)
+		}
+		list = append(list, s)
+	}
+	if len(list) == 0 {
+		return none, nil, nil
+	}
+	return setOf(list), rows, nil
+}
+
+// writes reports whether a Create writes a column, after Select and Omit
+// (GORM's own rule for the INSERT's columns).
+func writes(stmt *gorm.Statement, column string) bool {
+	sel, restricted := stmt.SelectAndOmitColumns(true, false)
+	v, ok := sel[column]
+	return ok && v || !ok && !restricted
+}
+
+// checkAssignments refuses an UPDATE that would move rows out of their
+// shard: an assignment to the shard field of a value of another shard
+// than the statement's, or to the primary key. A row never changes shard
+// in place; create it anew in the new shard and delete the old one.
+func (m *model) checkAssignments(db *gorm.DB, shards []int, snap *router.Snapshot) error {
+	stmt := db.Statement
+	check := func(col string, v any) error {
+		f := m.schema.LookUpField(col)
+		if f == nil || f != m.key && f != m.pk {
+			return nil
+		}
+		if inline(v) {
+			return fmt.Errorf("%w: UPDATE sets %s to an expression; the plugin cannot tell its shard", ErrShardKeyChange, f.DBName)
+		}
+		if f == m.pk {
+			if id, err := toInt64(v); err == nil && id == m.ownID(db) && id != 0 {
+				return nil // the row's own ID, as Updates(struct) writes it
+			}
+			return fmt.Errorf("%w: UPDATE sets the ID column %s; IDs never change", ErrShardKeyChange, f.DBName)
+		}
+		got, err := valueShards(m.kind, v, snap)
+		if err != nil {
+			return fmt.Errorf("%w: UPDATE sets %s: %w", ErrShardKeyChange, f.DBName, err)
+		}
+		if !got.known || len(got.list) != 1 || len(shards) != 1 || got.list[0] != shards[0] {
+			return fmt.Errorf("%w: UPDATE sets %s to %v, which belongs to another shard than the rows it updates", ErrShardKeyChange, f.DBName, v)
+		}
+		return nil
+	}
+	if c, ok := stmt.Clauses["SET"]; ok {
+		if set, ok := c.Expression.(clause.Set); ok {
+			for _, a := range set {
+				if err := check(a.Column.Name, a.Value); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	sel, restricted := stmt.SelectAndOmitColumns(false, true)
+	assigned := func(col string, zero bool) bool {
+		if v, ok := sel[col]; ok {
+			return v
+		}
+		return !restricted && !zero
+	}
+	switch d := stmt.Dest.(type) {
+	case map[string]any:
+		for k, v := range d {
+			f := m.schema.LookUpField(k)
+			if f != nil && assigned(f.DBName, false) {
+				if err := check(f.DBName, v); err != nil {
+					return err
+				}
+			}
+		}
+	default:
+		rv := reflect.Indirect(reflect.ValueOf(stmt.Dest))
+		if rv.Kind() != reflect.Struct || rv.Type() != m.schema.ModelType {
+			return nil
+		}
+		for _, f := range []*schema.Field{m.key, m.pk} {
+			v := f.ReflectValueOf(stmt.Context, rv)
+			if f == m.pk && rv.CanAddr() && stmt.Dest == stmt.Model {
+				continue // GORM uses the model's own key as the condition
+			}
+			if assigned(f.DBName, v.IsZero()) {
+				if err := check(f.DBName, v.Interface()); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// ownID is the primary key of the statement's model value, or 0.
+func (m *model) ownID(db *gorm.DB) int64 {
+	rv := reflect.Indirect(reflect.ValueOf(db.Statement.Model))
+	if rv.Kind() != reflect.Struct || rv.Type() != m.schema.ModelType {
+		return 0
+	}
+	return intOf(m.pk.ReflectValueOf(db.Statement.Context, rv))
+}
+
+func zeroKey(err error) error {
+	if errors.Is(err, errZeroKey) {
+		return ErrMissingShardKey
+	}
+	return err
+}
