@@ -20,10 +20,10 @@ type decision struct {
 	m      *model
 	snap   *router.Snapshot
 	shards []int
-	places []router.Placement // places[i] is the home of shards[i]
+	places []router.Placement  // places[i] is the home of shards[i]
 	one    [1]router.Placement // backs places for one shard
-	rows   map[int][]int      // Create: row indexes by shard; nil when one shard
-	tx     *shardTx           // the statement's transaction, if any
+	rows   map[int][]int       // Create: row indexes by shard; nil when one shard
+	tx     *shardTx            // the statement's transaction, if any
 	read   bool
 }
 

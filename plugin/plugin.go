@@ -159,4 +159,3 @@ func (p *Plugin) shardOfScope(s scope, snap *router.Snapshot) (int, error) {
 func defaultNoSlot(err error) bool {
 	return errors.Is(err, idgen.ErrNoFreeSlot) || errors.Is(err, idgen.ErrLeaseLost) || errors.Is(err, idgen.ErrLeaseExpired)
 }
-

@@ -180,10 +180,12 @@ func quoted(s string, q byte) (text string, n, questions int, ok bool) {
 // adjacent reports whether the byte before i is part of the token before.
 func adjacent(sql string, i int) bool { return i > 0 && isIdentByte(sql[i-1]) }
 
-func isDigit(c byte) bool      { return c >= '0' && c <= '9' }
-func isIdentStart(c byte) bool { return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80 }
-func isIdentByte(c byte) bool  { return isIdentStart(c) || isDigit(c) || c == '$' }
-func isOpByte(c byte) bool     { return strings.IndexByte("+-*/<>=~!@#%^&|`?:", c) >= 0 }
+func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isIdentStart(c byte) bool {
+	return c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
+}
+func isIdentByte(c byte) bool { return isIdentStart(c) || isDigit(c) || c == '$' }
+func isOpByte(c byte) bool    { return strings.IndexByte("+-*/<>=~!@#%^&|`?:", c) >= 0 }
 
 // keyword reports whether t is the unquoted keyword k (lower case).
 func (t token) keyword(k string) bool { return t.kind == tIdent && !t.quoted && t.text == k }
