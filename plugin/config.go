@@ -60,6 +60,10 @@ type Config struct {
 	// memory, a parse and plan per query. A DSN that sets
 	// statement_cache_capacity or default_query_exec_mode wins.
 	StatementCacheCapacity int
+	// SkipTableCheck skips the start-up check that every registered
+	// model's table exists in each shard schema. False (the default)
+	// checks, with one query per server.
+	SkipTableCheck bool
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
 	// over pgx, as StatementCacheCapacity describes.
 	OpenDB func(dsn string) (*sql.DB, error)

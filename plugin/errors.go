@@ -38,9 +38,15 @@ var (
 	// A row never changes shard in place: create it anew with the new key
 	// (it gets a new ID in the new shard) and delete the old row.
 	ErrShardKeyChange = errors.New("update would move rows to another shard; create the row anew under the new key and delete the old one")
+	// ErrNotInitialized reports a statement on a gorm.DB whose plugin
+	// failed to initialize: db.Use returned an error (wrapped here) that
+	// was not handled. Fix the cause and check db.Use's error.
+	ErrNotInitialized = errors.New("the shardkit plugin failed to initialize; check db.Use's error")
+	// ErrInvalidConfig reports a plugin.Config that cannot work.
+	ErrInvalidConfig = errors.New("invalid plugin configuration")
 	// ErrInvalidModel reports a model whose shard tags cannot work (no or
 	// two shard keys, an unsupported key type, a primary key that is not a
-	// 64-bit integer).
+	// 64-bit integer), or whose table the shard schemas lack.
 	ErrInvalidModel = errors.New("invalid sharded model")
 )
 

@@ -47,12 +47,18 @@ func (p *Plugin) Name() string { return "shardkit" }
 // Initialize is part of the gorm.Plugin interface: it parses the models,
 // opens a pool per physical server, wraps the default connection so that
 // transactions open on the right server, and installs the callbacks.
-func (p *Plugin) Initialize(db *gorm.DB) error {
+//
+// If Initialize fails, every statement on db fails with an error wrapping
+// ErrNotInitialized and the cause, so that a db.Use whose error was
+// ignored cannot send sharded statements to the default connection.
+func (p *Plugin) Initialize(db *gorm.DB) (err error) {
+	defer func() {
+		if err != nil {
+			poison(db, err)
+		}
+	}()
 	if p.router == nil {
-		return errors.New("shardkit: plugin.Config.Router is nil; create one with router.New")
-	}
-	if db.Config.PrepareStmt {
-		return errors.New("shardkit: gorm.Config.PrepareStmt is not supported: the plugin prepares per server (see Config.StatementCacheCapacity)")
+		return fmt.Errorf("%w: plugin.Config.Router is nil; create one with router.New", ErrInvalidConfig)
 	}
 	snap := p.router.Snapshot()
 	p.byTable = make(map[string]*model, len(p.models))
@@ -68,10 +74,28 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 			return err
 		}
 	}
+	if !p.cfg.SkipTableCheck {
+		if err := p.checkTables(db.Statement.Context, snap); err != nil {
+			return err
+		}
+	}
 	p.root = &rootPool{ConnPool: db.ConnPool, p: p}
 	db.ConnPool = p.root
 	db.Statement.ConnPool = p.root
 	return p.registerCallbacks(db)
+}
+
+// poison makes every statement on db fail with the plugin's set-up error.
+func poison(db *gorm.DB, cause error) {
+	err := fmt.Errorf("shardkit: %w: %w", ErrNotInitialized, cause)
+	fail := func(db *gorm.DB) { db.AddError(err) }
+	cb := db.Callback()
+	_ = cb.Create().Before("*").Register("shardkit:not_initialized", fail)
+	_ = cb.Query().Before("*").Register("shardkit:not_initialized", fail)
+	_ = cb.Update().Before("*").Register("shardkit:not_initialized", fail)
+	_ = cb.Delete().Before("*").Register("shardkit:not_initialized", fail)
+	_ = cb.Row().Before("*").Register("shardkit:not_initialized", fail)
+	_ = cb.Raw().Before("*").Register("shardkit:not_initialized", fail)
 }
 
 // Close closes the pools of the physical servers. The default connection

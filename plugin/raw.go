@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"gorm.io/gorm"
+
+	"github.com/shardkit/shardkit/router"
 )
 
 // routeRaw handles SQL written by the caller (Raw, Exec, or a Find with
@@ -21,6 +23,10 @@ func (p *Plugin) routeRaw(db *gorm.DB) {
 	}
 	if t := txOf(stmt.ConnPool); t != nil && !t.statement {
 		if shard, server := t.pinned(); shard >= 0 {
+			if other := otherSchema(stmt.SQL.String(), shard); other != "" {
+				db.AddError(&ShardError{Shard: shard, Server: server, Table: table, Err: fmt.Errorf("%w: raw SQL names schema %s in a transaction pinned to shard %d; a transaction reads and writes its own shard only", ErrCrossShard, other, shard)})
+				return
+			}
 			v, err := t.view(server, p.router.Snapshot())
 			if err != nil {
 				db.AddError(&ShardError{Shard: shard, Server: server, Table: table, Err: err})
@@ -31,6 +37,29 @@ func (p *Plugin) routeRaw(db *gorm.DB) {
 		}
 	}
 	db.AddError(&ShardError{Shard: -1, Table: table, Err: fmt.Errorf("%w: raw SQL names sharded table %q; run it inside db.Clauses(plugin.Shard(key)).Transaction(…), where search_path is the shard's schema", ErrUnroutableSQL, table)})
+}
+
+// otherSchema returns a shard schema name (shard_NNNN) in sql other than
+// the shard's, or "".
+func otherSchema(sql string, shard int) string {
+	lower := strings.ToLower(sql)
+	for i := 0; ; {
+		j := strings.Index(lower[i:], "shard_")
+		if j < 0 {
+			return ""
+		}
+		j += i
+		end := j + len("shard_")
+		for end < len(lower) && wordByte(lower[end]) {
+			end++
+		}
+		if (j == 0 || !wordByte(lower[j-1])) && end > j+len("shard_") && isDigit(lower[j+len("shard_")]) {
+			if s, err := router.ParseSchemaName(lower[j:end]); err != nil || s != shard {
+				return lower[j:end]
+			}
+		}
+		i = end
+	}
 }
 
 // mentions returns the first registered table that sql names as a word,

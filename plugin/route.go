@@ -28,12 +28,34 @@ func (o op) read() bool { return o == opQuery || o == opRow }
 
 // begin wraps gorm:begin_transaction: a transaction GORM starts around one
 // statement is marked so that it may span that statement's shards.
+// A sharded statement whose connection another plugin switched (a
+// dbresolver registered before this plugin picks the default source) gets
+// the plugin's connection back first, so that its transaction is one the
+// plugin can route.
 func (p *Plugin) begin(db *gorm.DB) {
-	_, wasTx := db.Statement.ConnPool.(gorm.TxCommitter)
+	stmt := db.Statement
+	_, wasTx := stmt.ConnPool.(gorm.TxCommitter)
+	if !wasTx && !p.ours(stmt.ConnPool) {
+		if m, _, _ := p.lookup(stmt); m != nil {
+			stmt.ConnPool = p.root
+		}
+	}
 	p.orig.begin(db)
-	if t, ok := db.Statement.ConnPool.(*shardTx); ok && !wasTx {
+	if t := txOf(stmt.ConnPool); t != nil && !wasTx {
 		t.statement = true
 	}
+}
+
+// ours reports whether a connection is the plugin's own (possibly under
+// GORM's PrepareStmt wrapper).
+func (p *Plugin) ours(cp gorm.ConnPool) bool {
+	switch c := cp.(type) {
+	case *rootPool:
+		return true
+	case *gorm.PreparedStmtDB:
+		return c.ConnPool == gorm.ConnPool(p.root)
+	}
+	return false
 }
 
 // fail records a routing error on the statement.
@@ -61,9 +83,16 @@ func (p *Plugin) assignID(db *gorm.DB) {
 	if m == nil {
 		return
 	}
+	if !writes(db.Statement, m.key.DBName) {
+		fail(db, m, -1, fmt.Errorf("%w: Create of %s leaves out the shard key %s (Select/Omit); the row would be stored without its key", ErrUnroutableSQL, m.schema.Name, m.key.DBName))
+		return
+	}
 	snap := p.router.Snapshot()
 	rv := db.Statement.ReflectValue
-	var n idCounts
+	// With the ID column left out by Select/Omit, the database's
+	// DEFAULT next_id() gives the ID (read back with RETURNING), so that
+	// the struct and the row agree.
+	n := idCounts{dbOnly: !writes(db.Statement, m.pk.DBName)}
 	switch rv.Kind() {
 	case reflect.Struct:
 		p.assignRow(db, m, rv, snap, &n)
@@ -74,7 +103,14 @@ func (p *Plugin) assignID(db *gorm.DB) {
 	default:
 		fail(db, m, -1, fmt.Errorf("%w: Create from a %s; create from a struct or a slice of structs", ErrUnroutableSQL, rv.Kind()))
 	}
-	if db.Error == nil && n.fallback > 0 && !m.pk.HasDefaultValue {
+	if db.Error == nil && n.given > 0 && n.dbOnly {
+		fail(db, m, -1, fmt.Errorf("%w: Create of %s with IDs set leaves out the ID column %s (Select/Omit); the database would give the rows other IDs", ErrUnroutableSQL, m.schema.Name, m.pk.DBName))
+		return
+	}
+	if db.Error == nil && n.fallback > 0 && n.dbOnly {
+		db.Statement.AddClause(clause.Returning{Columns: []clause.Column{{Name: m.pk.DBName}}})
+	}
+	if db.Error == nil && n.fallback > 0 && !n.dbOnly && !m.pk.HasDefaultValue {
 		// GORM would insert the zero key of a primary key declared
 		// without a database default (autoIncrement:false): leave the
 		// column out and read the DEFAULT next_id() back.
@@ -89,7 +125,10 @@ func (p *Plugin) assignID(db *gorm.DB) {
 
 // idCounts counts a Create's rows that came with an ID and rows left to
 // the database's next_id().
-type idCounts struct{ given, fallback int }
+type idCounts struct {
+	given, fallback int
+	dbOnly          bool // the INSERT leaves the ID column out
+}
 
 func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *router.Snapshot, n *idCounts) {
 	ctx := db.Statement.Context
@@ -110,7 +149,7 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 		n.given++
 		return
 	}
-	if p.cfg.IDs == nil {
+	if p.cfg.IDs == nil || n.dbOnly {
 		n.fallback++
 		return // DEFAULT next_id(), read back with RETURNING
 	}

@@ -37,6 +37,8 @@ type shardTx struct {
 
 // txView is the part of a shardTx on one server. Statements routed there
 // use it as their ConnPool; committing it commits the whole shardTx.
+var _ gorm.Tx = (*shardTx)(nil)
+
 type txView struct {
 	*sql.Tx
 	t      *shardTx
@@ -190,6 +192,22 @@ func (t *shardTx) QueryContext(ctx context.Context, query string, args ...any) (
 		return nil, err
 	}
 	return d.QueryContext(ctx, query, args...)
+}
+
+// StmtContext is part of gorm.Tx (GORM's PrepareStmt mode wraps the
+// transaction): it binds a statement prepared on the default connection
+// to the transaction's part there.
+func (t *shardTx) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
+	d, err := t.defTx()
+	if err != nil {
+		return stmt
+	}
+	if s, ok := d.(interface {
+		StmtContext(context.Context, *sql.Stmt) *sql.Stmt
+	}); ok {
+		return s.StmtContext(ctx, stmt)
+	}
+	return stmt
 }
 
 // QueryRowContext is part of gorm.ConnPool (see PrepareContext). A failure
