@@ -1,0 +1,58 @@
+package plugin
+
+import (
+	"testing"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+// TestRoutingAllocations holds the plugin's share of a statement's
+// allocations (DryRun: built and routed, not sent) against plain GORM
+// building the same statement: allocations, unlike times, do not move with
+// the machine's load, so the bound is checked in every test run.
+func TestRoutingAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs clusters")
+	}
+	e := newEnv(t, envOpts{shards: 64})
+	plain, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sd := e.db.Session(&gorm.Session{DryRun: true, SkipDefaultTransaction: true})
+	pd := plain.Session(&gorm.Session{DryRun: true, SkipDefaultTransaction: true})
+	const id = int64(1) << 30 // shard 0 in the default layout
+	ops := []struct {
+		name   string
+		sh, pl func(db *gorm.DB) error
+	}{
+		{"select by key", func(db *gorm.DB) error { var ps []Photo; return db.Where("user_id = ?", 42).Find(&ps).Error }, nil},
+		{"select by id", func(db *gorm.DB) error { var p Photo; return db.First(&p, id).Error }, nil},
+		{"select by key struct", func(db *gorm.DB) error { var ps []Photo; return db.Where(&Photo{UserID: 42}).Find(&ps).Error }, nil},
+		{"update by id", func(db *gorm.DB) error {
+			return db.Model(&Photo{ID: id, UserID: 64}).Update("caption", "x").Error
+		}, nil},
+		{"insert one", func(db *gorm.DB) error { return db.Create(&Photo{UserID: 42, Caption: "x"}).Error },
+			func(db *gorm.DB) error { return db.Create(&Photo{ID: id, UserID: 42, Caption: "x"}).Error }},
+	}
+	for _, o := range ops {
+		pl := o.pl
+		if pl == nil {
+			pl = o.sh
+		}
+		for range 20 { // warm caches (schemas, fragments, statement pools)
+			if err := o.sh(sd); err != nil {
+				t.Fatalf("%s: %v", o.name, err)
+			}
+			_ = pl(pd)
+		}
+		s := testing.AllocsPerRun(200, func() { _ = o.sh(sd) })
+		p := testing.AllocsPerRun(200, func() { _ = pl(pd) })
+		t.Logf("%s: %.0f allocs sharded, %.0f plain, +%.0f", o.name, s, p, s-p)
+		if s-p > 8 {
+			t.Errorf("%s: routing costs %.0f allocations, want at most 8", o.name, s-p)
+		}
+	}
+}
