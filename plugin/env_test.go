@@ -132,7 +132,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.p = Register(cfg, &Photo{}, &Like{})
+	e.p = Register(cfg, &Photo{}, &Like{}, &Album{})
 	if err := e.db.Use(e.p); err != nil {
 		t.Fatal(err)
 	}
