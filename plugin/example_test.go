@@ -42,8 +42,8 @@ func run(ctx context.Context, catalogDSN, defaultDSN string) error {
 		return err
 	}
 	go func() { _ = rt.Watch(ctx) }() // shard-map changes apply live
-	ids, stopIDs, err := router.StartGenerator(ctx, cat, // leases an ID slot from the catalog
-		router.LeaserConfig{Holder: "photos-api"}, idgen.Config{})
+	// Lease an ID slot from the catalog: IDs are then made in Go.
+	ids, stopIDs, err := router.StartGenerator(ctx, cat, router.LeaserConfig{Holder: "photos-api"}, idgen.Config{})
 	if err != nil {
 		return err // router.ErrNoFreeSlot: pass IDs: nil, rows take DEFAULT next_id()
 	}
