@@ -62,6 +62,7 @@ func (p *Plugin) execCreate(db *gorm.DB) {
 		p.runWrite(db, p.orig.create)
 		return
 	}
+	defer p.atomically(db, d)()
 	stmt := db.Statement
 	s := save(stmt)
 	defer s.restore(stmt)
@@ -99,6 +100,7 @@ func (p *Plugin) execWrite(orig func(*gorm.DB), del bool) func(*gorm.DB) {
 			p.runWrite(db, orig)
 			return
 		}
+		defer p.atomically(db, d)()
 		stmt := db.Statement
 		s := save(stmt)
 		defer s.restore(stmt)
@@ -140,6 +142,32 @@ func (p *Plugin) execWrite(orig func(*gorm.DB), del bool) func(*gorm.DB) {
 			s.rv.Set(acc)
 		}
 		db.RowsAffected = total
+	}
+}
+
+// atomically gives a multi-shard write that runs in no transaction
+// (SkipDefaultTransaction) one of its own, as GORM's default transaction
+// would: a part per server, all rolled back if any shard's part fails, so
+// that a failed statement changes nothing. It returns the function that
+// commits or rolls back. Commits across servers are not atomic together:
+// a commit that fails after another server committed leaves that part.
+func (p *Plugin) atomically(db *gorm.DB, d *decision) func() {
+	if d.tx != nil || db.DryRun {
+		return func() {}
+	}
+	ctx := db.Statement.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	t := &shardTx{p: p, ctx: ctx, base: p.root.ConnPool, shard: -1, statement: true}
+	d.tx = t
+	return func() {
+		d.tx = nil
+		if db.Error != nil {
+			_ = t.Rollback()
+			return
+		}
+		db.AddError(t.Commit())
 	}
 }
 
