@@ -342,3 +342,43 @@ func TestFenceInTransactionTakesTheNewHome(t *testing.T) {
 		t.Fatalf("row at %v, want on %s", got, to)
 	}
 }
+
+// TestMultiShardWriteFailsWhole: a write to several shards outside a
+// transaction that fails on one shard leaves every shard unchanged, as
+// plain GORM's one statement would (found by the differential test).
+func TestMultiShardWriteFailsWhole(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	by := seedUsers(t, e, 1, 12)
+	taken := by[12][0]
+	fresh := Photo{UserID: 3, Caption: "new"}
+	dup := Photo{ID: taken.ID, UserID: 12, Caption: "dup"}
+	rows := []*Photo{&fresh, &dup}
+	err := e.db.Session(&gormSkipTx).Create(rows).Error
+	if err == nil {
+		t.Fatal("duplicate ID accepted")
+	}
+	if fresh.ID != 0 {
+		e.assertAbsent(t, "photos", fresh.ID)
+	}
+	var n int64
+	if err := e.db.Model(&Photo{}).Where("user_id = ?", 3).Count(&n).Error; err != nil || n != 0 {
+		t.Fatalf("user 3 has %d rows after the failed Create (err %v)", n, err)
+	}
+	// Update across shards that fails on one shard: no shard updated.
+	p := Photo{UserID: 3, Caption: "p"}
+	if err := e.db.Create(&p).Error; err != nil {
+		t.Fatal(err)
+	}
+	err = e.db.Session(&gormSkipTx).Model(&Photo{}).Where("id IN ?", []int64{p.ID, taken.ID}).
+		Update("likes", gorm.Expr("CASE WHEN user_id = 12 THEN 1/0 ELSE 1 END")).Error
+	if err == nil {
+		t.Fatal("division by zero accepted")
+	}
+	if c, _ := e.caption(t, p); c != "p" {
+		t.Fatalf("caption %q", c)
+	}
+	var got Photo
+	if err := e.db.First(&got, p.ID).Error; err != nil || got.Likes != 0 {
+		t.Fatalf("likes %d after a failed update across shards (err %v)", got.Likes, err)
+	}
+}
