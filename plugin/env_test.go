@@ -72,6 +72,7 @@ type envOpts struct {
 	cfg    func(*Config)
 	before func(*env) // runs before the router and the plugin are made
 	one    bool       // one server (cluster 0) instead of two
+	four   bool       // four servers (databases on the two clusters) instead of two
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -84,6 +85,9 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.one {
 		e.servers = e.servers[:1]
 	}
+	if o.four {
+		e.servers = []string{"a", "b", "c", "d"}
+	}
 	cat, err := router.OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +96,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	e.cat = cat
 	var specs []migrations.ServerSpec
 	for i, name := range e.servers {
-		e.dsn[name] = pgtest.NewDatabase(t, i)
+		e.dsn[name] = pgtest.NewDatabase(t, i%2)
 		specs = append(specs, migrations.ServerSpec{Name: name, DSN: e.dsn[name]})
 	}
 	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: specs, Shards: o.shards, ShardSQL: os.DirFS("testdata/shardsql")})

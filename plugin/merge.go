@@ -19,18 +19,19 @@ import (
 // clone of the statement. A read in GORM's own transaction, or on one
 // server, runs on the statement itself. The first error is the
 // statement's; the other servers stop at their next shard.
-func (p *Plugin) fanoutByServer(db *gorm.DB, d *decision, run func(db *gorm.DB, i int) bool) {
+func (p *Plugin) fanoutByServer(db *gorm.DB, d *decision, units [][]int, run func(db *gorm.DB, u int) bool) {
 	byServer := map[string][]int{}
 	var servers []string
-	for i, pl := range d.places {
-		if _, ok := byServer[pl.Server]; !ok {
-			servers = append(servers, pl.Server)
+	for u, unit := range units {
+		srv := d.places[unit[0]].Server
+		if _, ok := byServer[srv]; !ok {
+			servers = append(servers, srv)
 		}
-		byServer[pl.Server] = append(byServer[pl.Server], i)
+		byServer[srv] = append(byServer[srv], u)
 	}
 	if len(servers) == 1 || d.tx != nil || db.DryRun {
-		for i := range d.shards {
-			if !run(db, i) {
+		for u := range units {
+			if !run(db, u) {
 				return
 			}
 		}
@@ -44,11 +45,11 @@ func (p *Plugin) fanoutByServer(db *gorm.DB, d *decision, run func(db *gorm.DB, 
 		sdb := db.Session(&gorm.Session{Context: db.Statement.Context}) // a clone of the statement
 		sdb.Statement.BuildClauses = db.Statement.BuildClauses          // set per callback chain, not cloned
 		g.Go(func() error {
-			for _, i := range byServer[server] {
+			for _, u := range byServer[server] {
 				if failed.Load() {
 					break
 				}
-				if !run(sdb, i) {
+				if !run(sdb, u) {
 					failed.Store(true)
 					break
 				}
@@ -128,27 +129,69 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 		}
 	}
 
-	// Each shard's rows (or count) land at the shard's position in the
+	// Each unit's rows (or count) land at the unit's position in the
 	// plan, so the merge does not depend on which server answers first.
-	counts := make([]int64, len(f.shards))
-	parts := make([]reflect.Value, len(f.shards))
-	runShard := func(db *gorm.DB, i int) bool {
+	units := f.units(unionShards)
+	if !unionable(stmt) {
+		units = f.units(1)
+	}
+	pushed := -1
+	if limit >= 0 {
+		pushed = limit + offset
+	}
+	counts := make([]int64, len(units))
+	parts := make([]reflect.Value, len(units))
+	// runShard reads shard i into unit u's result, or, given the unit's
+	// shards, the whole unit in one statement (unioned reports which).
+	runShard := func(db *gorm.DB, u, i int, unit []int) (ok, unioned bool) {
 		stmt := db.Statement
 		if err := p.prepare(db, f, i, base); err != nil {
 			fail(db, f.m, f.shards[i], err)
-			return false
+			return false, false
 		}
+		var n int64
+		var tmp reflect.Value
 		if count {
-			stmt.Dest, stmt.ReflectValue = &counts[i], reflect.ValueOf(&counts[i]).Elem()
+			stmt.Dest, stmt.ReflectValue = &n, reflect.ValueOf(&n).Elem()
 		} else {
-			tmp := reflect.New(sliceTyp)
+			tmp = reflect.New(sliceTyp)
 			stmt.Dest, stmt.ReflectValue = tmp.Interface(), tmp.Elem()
-			parts[i] = tmp.Elem()
 		}
-		p.runQuery(db)
-		return db.Error == nil
+		if unit != nil && p.unionSQL(db, f, unit, keys, pushed, count) {
+			unioned = true
+			p.orig.query(db)
+		} else {
+			stmt.SQL.Reset()
+			stmt.Vars = nil
+			p.runQuery(db)
+		}
+		if db.Error != nil {
+			return false, unioned
+		}
+		counts[u] += n
+		if !count {
+			parts[u] = appendRows(parts[u], tmp.Elem())
+		}
+		return true, unioned
 	}
-	p.fanoutByServer(db, f, runShard)
+	runUnit := func(db *gorm.DB, u int) bool {
+		unit := units[u]
+		rest := unit
+		if len(unit) > 1 && !db.DryRun {
+			ok, unioned := runShard(db, u, unit[0], unit)
+			if !ok || unioned {
+				return ok
+			}
+			rest = unit[1:] // the first shard was read alone
+		}
+		for _, i := range rest {
+			if ok, _ := runShard(db, u, i, nil); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	p.fanoutByServer(db, f, units, runUnit)
 	if db.Error != nil {
 		return
 	}
@@ -161,7 +204,9 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 	} else {
 		acc = reflect.MakeSlice(sliceTyp, 0, 16)
 		for _, part := range parts {
-			acc = reflect.AppendSlice(acc, part)
+			if part.IsValid() {
+				acc = reflect.AppendSlice(acc, part)
+			}
 		}
 	}
 	if count {

@@ -31,6 +31,7 @@ type model struct {
 	key       *schema.Field // field tagged shard:"key" or shard:"id"
 	kind      keyKind
 	qualified []string // "shard_NNNN.table", by logical shard
+	quoted    []string // qualified, quoted as GORM writes it
 }
 
 // parseModel reads a model's shard tags.
@@ -68,8 +69,10 @@ func parseModel(db *gorm.DB, value any, shards int) (*model, error) {
 		return nil, fmt.Errorf("shardkit: %w: %s has no field tagged shard:\"key\" or shard:\"id\"", ErrInvalidModel, s.Name)
 	}
 	m.qualified = make([]string, shards)
+	m.quoted = make([]string, shards)
 	for i := range m.qualified {
 		m.qualified[i] = router.SchemaName(i) + "." + m.table
+		m.quoted[i] = db.Statement.Quote(m.qualified[i])
 	}
 	return m, nil
 }
