@@ -82,7 +82,9 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	defCalls := d.e.defPool.calls.Load()
 	rs := c.run(ctx, d.e.db, nil)
+	defCalls = d.e.defPool.calls.Load() - defCalls
 	var ids []int64
 	if rs.err == nil && rs.panicked == "" {
 		ids = rs.ids
@@ -106,6 +108,8 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 	switch {
 	case rs.panicked != "":
 		return bad("panic", "%s", trimStack(rs.panicked))
+	case defCalls != 0:
+		return bad("statement reached the default connection", "%d calls on the default connection, which has no photos table", defCalls)
 	case errors.Is(rs.err, gorm.ErrRecordNotFound) && rp.err == nil:
 		return bad("rows differ", "plugin: record not found\n%s", diffRows(rp.rows, nil))
 	case rs.err != nil && rp.err == nil && !refusal(rs.err):
@@ -253,6 +257,7 @@ func (f *failure) report() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", f.class())
 	fmt.Fprintf(&b, "reproduction (IDs and keys are this run's seed rows, see newDiffEnv):\n\t%s\n", f.c.code())
+	fmt.Fprintf(&b, "features: %s\n", strings.Join(f.c.features(), ", "))
 	fmt.Fprintf(&b, "plugin: %s\nplain:  %s\n", f.sharded, f.plain)
 	if f.detail != "" {
 		fmt.Fprintf(&b, "%s\n", f.detail)

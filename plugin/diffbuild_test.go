@@ -253,7 +253,12 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 	switch c.Op {
 	case dFind:
 		var rows []Photo
-		ch.do("Find(&rows) // rows []Photo", func(q *gorm.DB) *gorm.DB { return q.Find(&rows) })
+		if len(c.Inline) > 0 {
+			ids := c.Inline
+			ch.do(fmt.Sprintf("Find(&rows, []int64{%s}) // rows []Photo", goList(ids)), func(q *gorm.DB) *gorm.DB { return q.Find(&rows, ids) })
+		} else {
+			ch.do("Find(&rows) // rows []Photo", func(q *gorm.DB) *gorm.DB { return q.Find(&rows) })
+		}
 		canon = func() []string { return photoRows(rows) }
 	case dFindSmall, dScan:
 		var rows []photoKey
@@ -284,9 +289,16 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 	case dFirst, dTake, dLast:
 		var row Photo
 		name := map[dop]string{dFirst: "First", dTake: "Take", dLast: "Last"}[c.Op]
-		ch.do(name+"(&row) // row Photo", func(q *gorm.DB) *gorm.DB {
+		text := name + "(&row) // row Photo"
+		if len(c.Inline) > 0 {
+			text = fmt.Sprintf("%s(&row, %d) // row Photo", name, c.Inline[0])
+		}
+		ch.do(text, func(q *gorm.DB) *gorm.DB {
 			switch c.Op {
 			case dFirst:
+				if len(c.Inline) > 0 {
+					return q.First(&row, c.Inline[0])
+				}
 				return q.First(&row)
 			case dTake:
 				return q.Take(&row)

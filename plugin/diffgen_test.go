@@ -1,5 +1,10 @@
 package plugin
 
+import (
+	"slices"
+	"strings"
+)
+
 // The generator of the differential test: a case is a small value that
 // describes one GORM statement (where tree, select list, order, limit,
 // destination, operation), so that it can be run on both sides, printed
@@ -129,7 +134,8 @@ type dcase struct {
 	Limit     int // 0: none
 	Offset    int // 0: none
 	Set       setSpec
-	Rows      []prow // create (Many: a slice) and save (one row)
+	Rows      []prow  // create (Many: a slice) and save (one row)
+	Inline    []int64 // Find(&rows, ids) / First(&row, id): primary keys as inline conditions
 	Many      bool
 }
 
@@ -342,6 +348,16 @@ func (g *gen) dcase() dcase {
 		c.Order = orders[g.pick(len(orders))]
 	}
 	switch c.Op {
+	case dFind:
+		if g.pick(5) == 4 {
+			c.Inline = g.idList()
+		}
+	case dFirst:
+		if g.pick(5) == 4 {
+			c.Inline = []int64{g.id()}
+		}
+	}
+	switch c.Op {
 	case dFind, dFindSmall, dFindMap, dPluckID, dPluckCaption:
 		if g.pick(3) == 2 {
 			c.Limit = 1 + g.pick(5)
@@ -411,6 +427,14 @@ func (c dcase) shrinks() []dcase {
 	}
 	if c.Limit != 0 {
 		add(func(d *dcase) { d.Limit = 0 })
+	}
+	if len(c.Inline) > 0 {
+		add(func(d *dcase) { d.Inline = nil })
+		for i := range c.Inline {
+			if len(c.Inline) > 1 {
+				add(func(d *dcase) { d.Inline = append(d.Inline[:i:i], d.Inline[i+1:]...) })
+			}
+		}
 	}
 	if c.Offset != 0 {
 		add(func(d *dcase) { d.Offset = 0 })
@@ -492,6 +516,7 @@ func (c dcase) clone() dcase {
 		d.Omit = nil
 	}
 	d.Rows = append([]prow(nil), c.Rows...)
+	d.Inline = append([]int64(nil), c.Inline...)
 	if c.Model != nil {
 		m := *c.Model
 		d.Model = &m
@@ -501,4 +526,97 @@ func (c dcase) clone() dcase {
 		d.Calls[i] = call{How: cl.How, C: cl.C.clone()}
 	}
 	return d
+}
+
+// features names what a case uses, to tell failure causes apart.
+func (c dcase) features() []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(f string) {
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	var walk func(cond)
+	walk = func(x cond) {
+		switch x.Kind {
+		case cRawOr, cRawOrMixed:
+			add("OR inside a SQL string")
+		case cKeyExpr:
+			add("expression on the shard key")
+		case cSub:
+			add("sub-query")
+		case cGroup:
+			add("grouped condition with Or")
+		case cStruct:
+			add("struct condition")
+		case cMap:
+			add("map condition")
+		case cClauseIn:
+			add("clause.IN")
+		}
+		for _, k := range x.Kids {
+			walk(k)
+		}
+	}
+	for _, cl := range c.Calls {
+		switch cl.How {
+		case callOr:
+			add("Or()")
+		case callNot:
+			add("Not()")
+		}
+		walk(cl.C)
+	}
+	if c.All {
+		add("AllShards()")
+	}
+	if c.SkipTx {
+		add("SkipDefaultTransaction")
+	}
+	if c.Returning {
+		add("RETURNING")
+	}
+	if c.Model != nil {
+		add("model with primary key")
+	}
+	if c.Order != "" {
+		add("ORDER BY " + c.Order)
+		if c.Select != nil && (c.Op == dFind || c.Op == dFindMap || c.Op == dFirst || c.Op == dLast) {
+			for _, part := range strings.Split(c.Order, ",") {
+				col := strings.Fields(part)[0]
+				if !slices.Contains(c.Select, col) {
+					add("ordered by a column not selected (" + col + ")")
+				}
+			}
+		}
+	}
+	if c.Select != nil {
+		add("Select(" + strings.Join(c.Select, ", ") + ")")
+	}
+	if c.Omit != nil {
+		add("Omit(" + strings.Join(c.Omit, ", ") + ")")
+	}
+	if c.Limit != 0 || c.Offset != 0 {
+		add("LIMIT/OFFSET")
+	}
+	if len(c.Inline) > 0 {
+		add("inline primary keys")
+	}
+	if c.Op == dUpdate {
+		switch c.Set.Kind {
+		case setKey, setKeyMap:
+			add("update of the shard key")
+		case setID:
+			add("update of the primary key")
+		}
+	}
+	if len(c.Rows) > 1 {
+		add("rows of several users")
+	}
+	if len(out) == 0 {
+		add("none")
+	}
+	return out
 }
