@@ -30,6 +30,9 @@ import (
 //	go test ./plugin -run TestDifferential                 # the fixed-seed run of make test
 //	go test ./plugin -run TestDifferential -diff.n 5000    # more cases (or SHARDKIT_DIFF_N=5000)
 //	go test ./plugin -run '^$' -fuzz FuzzDifferential      # fuzzing (make fuzz)
+//
+// With SHARDKIT_DIFF_CORPUS=testdata/fuzz/FuzzDifferential the run keeps
+// the first failing input of each class as a fuzz corpus entry.
 
 var (
 	diffN    = flag.Int("diff.n", 0, "differential test: number of cases (0: the short fixed-seed run, or $SHARDKIT_DIFF_N)")
@@ -50,7 +53,8 @@ var refusals = []struct {
 }
 
 // refusal reports whether err is a typed refusal: one of refusals, or a
-// *ShardError that does not carry a database error.
+// *ShardError (a sentinel not listed yet) that carries no database error
+// and no timeout.
 func refusal(err error) bool {
 	for _, r := range refusals {
 		if errors.Is(err, r.err) {
@@ -59,7 +63,8 @@ func refusal(err error) bool {
 	}
 	var se *ShardError
 	var pg *pgconn.PgError
-	return errors.As(err, &se) && !errors.As(err, &pg)
+	return errors.As(err, &se) && !errors.As(err, &pg) &&
+		!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled)
 }
 
 // failure is a case whose outcome the plugin got wrong.

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -23,6 +24,7 @@ func TestDiffRefusal(t *testing.T) {
 		{"shard error with a sentinel", &ShardError{Shard: 3, Table: "photos", Err: ErrCrossShard}, true},
 		{"shard error with a new error", &ShardError{Shard: 3, Table: "photos", Err: errors.New("some new refusal")}, true},
 		{"shard error with a database error", &ShardError{Shard: 3, Table: "photos", Err: pg}, false},
+		{"shard error with a timeout", &ShardError{Shard: 3, Table: "photos", Err: fmt.Errorf("begin: %w", context.DeadlineExceeded)}, false},
 		{"database error", pg, false},
 		{"other error", errors.New("boom"), false},
 	}
