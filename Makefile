@@ -27,6 +27,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseSchemaName -fuzztime 20s ./router
 	$(GO) test -run '^$$' -fuzz FuzzParseID -fuzztime 20s ./cmd/shardctl
 	$(GO) test -run '^$$' -fuzz FuzzConditionReader -fuzztime 20s ./plugin
+	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime 60s -fuzzminimizetime 0 -parallel 1 ./plugin
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres
