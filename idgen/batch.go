@@ -3,6 +3,7 @@ package idgen
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // NextN returns n new IDs for a logical shard, in increasing order.
@@ -19,6 +20,13 @@ func (g *Generator) NextN(ctx context.Context, shard, n int) ([]int64, error) {
 
 // Fill fills ids with new IDs for a logical shard, in increasing order,
 // reserving a whole run of counters of one millisecond at a time.
+//
+// A Fill of more IDs than one millisecond of the generator's slot holds
+// (2^CounterBits) is bulk work: a generator made by Start then leases extra
+// slots in the background (up to Config.BulkSlots) and takes whole
+// milliseconds of every slot it holds, up to 2^SeqBits IDs per ms for the
+// shard. Until the extra slots arrive, and when none is free, it goes on
+// at its own slot's rate.
 func (g *Generator) Fill(ctx context.Context, shard int, ids []int64) error {
 	if uint(shard) >= uint(len(g.shards)) {
 		return g.shardError(shard)
@@ -32,6 +40,14 @@ func (g *Generator) Fill(ctx context.Context, shard int, ids []int64) error {
 		old := st.Load()
 		if old&sealed != 0 {
 			return fmt.Errorf("shardkit: %w", ErrClosed)
+		}
+		if len(ids) > int(g.cmask) && g.bulk.on() {
+			// More than a millisecond of the own slot: bulk work.
+			g.bulk.demand(time.Now())
+			if n, ok := g.fillBulk(st, old, ms, lim, l, shard, ids); ok {
+				ids = ids[n:]
+				continue
+			}
 		}
 		nms, first := g.successor(old, ms)
 		if nms > lim.limit {

@@ -10,6 +10,11 @@ import (
 const (
 	DefaultMaxBorrow          = 100 * time.Millisecond
 	DefaultMaxClockRegression = time.Second
+	// DefaultBulkSlots is Config.BulkSlots' default: 16 slots of 16 IDs per
+	// ms per shard with the default layout, 256 IDs per ms for one shard.
+	DefaultBulkSlots = 16
+	// DefaultBulkIdle is Config.BulkIdle's default.
+	DefaultBulkIdle = 2 * time.Second
 )
 
 // Generator errors. Test with errors.Is.
@@ -52,4 +57,15 @@ type Config struct {
 	MaxClockRegression time.Duration
 	// Clock is the time source. Nil means the system clock.
 	Clock Clock
+	// BulkSlots is the most slots a generator started with Start holds at
+	// once, its own included, while bulk work (a Fill of more than one
+	// millisecond's worth of its own slot) outruns its own slot: each slot
+	// adds 2^CounterBits IDs per ms for the shard being filled. The extra
+	// slots are leased from the generator's Leaser on demand, in the
+	// background, and released after BulkIdle without bulk work. Zero means
+	// DefaultBulkSlots; 1 or less turns extra slots off.
+	BulkSlots int
+	// BulkIdle is how long extra slots are kept without bulk work. Zero
+	// means DefaultBulkIdle.
+	BulkIdle time.Duration
 }
