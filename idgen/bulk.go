@@ -26,6 +26,11 @@ import (
 // pair, times only go up, and the claim's IDs, (m, counter, slot) for every
 // counter and every distinct slot held, are issued exactly once.
 
+// bulkAheadMs is how far ahead of the clock a shard's own-slot IDs may run
+// before a Fill asks for extra slots: more than a batch for one user
+// needs, less than the borrow allowance.
+const bulkAheadMs = 10
+
 // bulk is a generator's set of extra slots.
 type bulk struct {
 	max  int           // most slots held, own included; <= 1: off
@@ -38,14 +43,14 @@ type bulk struct {
 	extras []*Lease
 
 	want    chan struct{} // demand for more slots (buffer 1)
-	lastUse atomic.Int64  // unix ns of the last bulk demand
+	lastUse atomic.Int64  // unix ns of the last demand or use of extra slots
 	done    chan struct{}
 }
 
 // on reports whether the generator may lease extra slots.
 func (b *bulk) on() bool { return b.max > 1 && b.done != nil }
 
-// demand records bulk work and wakes the keeper without blocking.
+// demand records one-shard pressure and wakes the keeper without blocking.
 func (b *bulk) demand(now time.Time) {
 	b.lastUse.Store(now.UnixNano())
 	select {
@@ -103,6 +108,7 @@ func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits
 	for _, e := range used {
 		e.SetHighWater(m + g.epoch)
 	}
+	b.lastUse.Store(time.Now().UnixNano()) // in use: keep them
 	slices.Sort(slots)
 	n := 0
 	for c := uint64(0); c <= g.cmask && n < len(ids); c++ {
@@ -122,7 +128,11 @@ func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits
 func (g *Generator) keepBulk(ctx context.Context) {
 	b := &g.bulk
 	defer close(b.done)
-	tick := max(min(b.idle/4, time.Second), 20*time.Millisecond)
+	tick := min(b.idle/4, time.Second)
+	if ttl := g.lease.Load().TTL; ttl > 0 {
+		tick = min(tick, ttl/6) // extras are renewed every TTL/3
+	}
+	tick = max(tick, 5*time.Millisecond)
 	t := time.NewTicker(tick)
 	defer t.Stop()
 	renewed := map[*Lease]time.Time{}

@@ -198,10 +198,19 @@ func TestBulkAndNextConcurrent(t *testing.T) {
 		all = append(all, ids...)
 	}
 	slices.Sort(all)
-	for i := 1; i < len(all); i++ {
-		if all[i] == all[i-1] {
-			t.Fatalf("duplicate ID %d", all[i])
+	perMs := map[int64]int{}
+	for i, id := range all {
+		if i > 0 && id == all[i-1] {
+			t.Fatalf("duplicate ID %d", id)
 		}
+		perMs[g.Layout().UnixMsOf(id)]++
+	}
+	top := 0
+	for _, n := range perMs {
+		top = max(top, n)
+	}
+	if top <= 1<<g.Layout().CounterBits() {
+		t.Fatalf("at most %d IDs in one ms: extra slots were never used", top)
 	}
 }
 
@@ -222,8 +231,11 @@ func TestBulkReleasesIdleSlots(t *testing.T) {
 		}
 	}
 	waitSlots(t, g, 1)
-	if n := p.heldCount(); n != 1 {
-		t.Fatalf("%d slots held after the idle time, want 1", n)
+	// Released after they leave the set: wait for the leaser to see it.
+	for start := time.Now(); p.heldCount() != 1; time.Sleep(time.Millisecond) {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%d slots held after the idle time, want 1", p.heldCount())
+		}
 	}
 }
 
@@ -264,5 +276,27 @@ func TestBulkOff(t *testing.T) {
 	}
 	if n := p.heldCount(); n != 1 {
 		t.Fatalf("%d slots held with BulkSlots 1", n)
+	}
+}
+
+// TestBulkNotForBatches: batches of 100 IDs spread over shards (a service's
+// batch inserts) never run a shard far ahead of the clock, so they lease no
+// extra slots.
+func TestBulkNotForBatches(t *testing.T) {
+	ctx := context.Background()
+	p := newPoolLeaser(63)
+	g, stop, err := Start(ctx, DefaultLayout(), p, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	ids := make([]int64, 100)
+	for i := range 2000 {
+		if err := g.Fill(ctx, i, ids); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, asked := p.heldCount(), g.bulk.lastUse.Load(); n != 1 || asked != 0 {
+		t.Fatalf("%d slots held after batches over many shards (extra slots asked for at %d), want 1 and never", n, asked)
 	}
 }
