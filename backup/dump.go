@@ -137,4 +137,3 @@ func readManifest(ctx context.Context, tx pgx.Tx, m *Manifest) (string, error) {
 	}
 	return snapshot, nil
 }
-
