@@ -229,12 +229,49 @@ func TestRestoreReplacesTheShard(t *testing.T) {
 
 // TestDumpDropRestore: dump, drop the schema and its SQL versions, restore:
 // the same rows, versions and indexes, and next_id() above every restored ID.
+// A writer inserts all through the dump: the manifest's checksums and the
+// archive must come from the same snapshot, or the restore refuses.
 func TestDumpDropRestore(t *testing.T) {
 	e := newEnv(t)
 	e.fill(t, 3, 300)
+	ctx, stop := context.WithCancel(testCtx(t))
+	writer := make(chan int)
+	go func() {
+		conn, err := pgx.Connect(ctx, e.server)
+		n := 0
+		for err == nil {
+			_, err = conn.Exec(ctx, `INSERT INTO shard_0002.photos (user_id, caption) VALUES (6, 'during the dump')`)
+			n++
+		}
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+		writer <- n
+	}()
+	for e.maxID(t, e.server) == 0 || func() bool {
+		var n int
+		_ = pgtest.Connect(t, e.server).QueryRow(ctx, `SELECT count(*) FROM shard_0002.photos WHERE caption = 'during the dump'`).Scan(&n)
+		return n < 10
+	}() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	m, err := Dump(ctx, e.cat, testShard, io.Discard, DumpOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	m2, err := Dump(ctx, e.cat, testShard, &buf, DumpOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	if n := <-writer; n < 20 || m2.Rows() <= m.Rows() {
+		t.Fatalf("the writer inserted %d rows; dumps held %d then %d rows: the dumps did not run under writes", n, m.Rows(), m2.Rows())
+	}
+	dump := buf.Bytes()
+	pgtest.Exec(t, e.server, `DELETE FROM shard_0002.photos WHERE id > $1`, m2.NewestID)
 	before := e.contents(t, e.server)
-	dump := e.dump(t)
-	dumpedMax := e.maxID(t, e.server)
+	dumpedMax := m2.NewestID
 	pgtest.Exec(t, e.server, `DROP SCHEMA shard_0002 CASCADE`)
 	pgtest.Exec(t, e.server, `DELETE FROM shardkit.shard_migrations WHERE schema_name = 'shard_0002'`)
 	if _, err := Restore(testCtx(t), e.cat, bytes.NewReader(dump), RestoreOptions{Replace: true}); err != nil {
