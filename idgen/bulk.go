@@ -138,11 +138,15 @@ func (g *Generator) keepBulk(ctx context.Context) {
 	renewed := map[*Lease]time.Time{}
 	var noSlotsUntil time.Time
 	for {
+		var tc <-chan time.Time // without extra slots, only demand wakes the keeper
+		if len(g.Slots()) > 1 {
+			tc = t.C
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-b.want:
-		case <-t.C:
+		case <-tc:
 		}
 		now := time.Now()
 		recent := now.Sub(time.Unix(0, b.lastUse.Load())) < b.idle
