@@ -58,11 +58,11 @@ type Config struct {
 	// Clock is the time source. Nil means the system clock.
 	Clock Clock
 	// BulkSlots is the most slots a generator started with Start holds at
-	// once, its own included, while bulk work (a Fill of more than one
-	// millisecond's worth of its own slot) outruns its own slot: each slot
-	// adds 2^CounterBits IDs per ms for the shard being filled. The extra
-	// slots are leased from the generator's Leaser on demand, in the
-	// background, and released after BulkIdle without bulk work. Zero means
+	// once, its own included, while Fills on one shard outrun its own slot
+	// (see Fill): each slot adds 2^CounterBits IDs per ms for that shard.
+	// The extra slots are leased from the generator's Leaser on demand, in
+	// the background, and released after BulkIdle without bulk work; they
+	// count against the slots other processes can lease. Zero means
 	// DefaultBulkSlots; 1 or less turns extra slots off.
 	BulkSlots int
 	// BulkIdle is how long extra slots are kept without bulk work. Zero
