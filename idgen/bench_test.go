@@ -130,7 +130,7 @@ func BenchmarkCompose(b *testing.B) {
 // BenchmarkFillOneShard is bulk work on one shard from one process:
 // Fills of 1024 IDs on the same shard by a generator under Start, with an
 // in-memory leaser of 63 slots. slots=1 keeps the generator to its own
-// slot (Config.BulkSlots 1); slots=16 is the default, which leases 15
+// slot (Config.BulkSlots 1); slots=20 is the default, which leases 19
 // extra slots. The slots are leased and the 100 ms borrow allowance used
 // up before the timer starts, so ids/ms is the sustained rate.
 func BenchmarkFillOneShard(b *testing.B) {

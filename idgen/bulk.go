@@ -18,13 +18,12 @@ import (
 // Why this keeps IDs unique (DESIGN invariant 1): an extra slot is an
 // ordinary lease, so no other process issues IDs in that slot while it is
 // held, and the lease's MinMs / MaxMs / deadline bound its IDs' times
-// exactly as for the generator's own slot. Inside the process, a bulk
-// claim takes a whole millisecond m of one shard by setting that shard's
-// state to (m, last counter) with the same compare-and-swap every other
-// issuing path uses: m is above every time issued for the shard before, and
-// no path issues at m for the shard afterwards. So for every (shard, slot)
-// pair, times only go up, and the claim's IDs, (m, counter, slot) for every
-// counter and every distinct slot held, are issued exactly once.
+// exactly as for the generator's own slot. Inside the process, every path
+// that issues for a shard moves the shard's one state word (time, counter)
+// forward with a compare-and-swap and issues only above the old value: the
+// own-slot paths one counter (or a run) in their slot, a bulk claim a run
+// of counters in every distinct slot held. So for every (shard, slot) pair
+// the (time, counter) pairs issued only go up, and each is issued once.
 
 // bulkAheadMs is how far ahead of the clock a shard's own-slot IDs may run
 // before a Fill asks for extra slots: more than a batch for one user
@@ -71,11 +70,17 @@ func (g *Generator) Slots() []int {
 	return s
 }
 
-// fillBulk claims one whole millisecond of shard for every slot held and
-// fills ids from it in increasing order. It returns how many it filled and
-// false when no extra slot can serve the claim (the caller then uses its
-// own slot). old is the shard's state as the caller read it; ms and lim
-// come from window; own is the generator's lease.
+// fillBulk takes the next rows of counters of one millisecond of shard in
+// every slot held (a row is one counter value in each slot) and fills ids
+// from them in increasing order. It returns how many it filled and false
+// when no extra slot can serve (the caller then uses its own slot). old is
+// the shard's state as the caller read it; ms and lim come from window;
+// own is the generator's lease.
+//
+// The shard's state (time, counter) then means, for every slot the
+// generator holds, that nothing above (time, counter) was issued for the
+// shard: the claim starts where the state stands, as the own-slot paths
+// do, and a last row used only in part wastes fewer IDs than slots held.
 func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits, own *Lease, shard int, ids []int64) (int, bool) {
 	b := &g.bulk
 	b.mu.RLock()
@@ -83,7 +88,7 @@ func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits
 	if len(b.extras) == 0 {
 		return 0, false
 	}
-	m := max(ms, int64(old>>g.cbits)+1)
+	m, first := g.successor(old, ms)
 	if m > lim.limit {
 		return 0, false
 	}
@@ -92,8 +97,7 @@ func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits
 	slots[0] = own.Slot
 	used := make([]*Lease, 0, len(b.extras))
 	for _, e := range b.extras {
-		if e.Slot == own.Slot || slices.Contains(slots, e.Slot) || !e.Valid(now) ||
-			m <= e.MinMs-g.epoch || m > e.MaxMs()-g.epoch {
+		if slices.Contains(slots, e.Slot) || !e.Valid(now) || m <= e.MinMs-g.epoch || m > e.MaxMs()-g.epoch {
 			continue
 		}
 		slots = append(slots, e.Slot)
@@ -102,7 +106,8 @@ func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits
 	if len(used) == 0 {
 		return 0, false
 	}
-	if !st.CompareAndSwap(old, uint64(m)<<g.cbits|g.cmask) {
+	rows := min(uint64((len(ids)+len(slots)-1)/len(slots)), g.cmask+1-first)
+	if !st.CompareAndSwap(old, uint64(m)<<g.cbits|(first+rows-1)) {
 		return 0, true // the shard moved on: the caller reads it again
 	}
 	for _, e := range used {
@@ -111,7 +116,7 @@ func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits
 	b.lastUse.Store(time.Now().UnixNano()) // in use: keep them
 	slices.Sort(slots)
 	n := 0
-	for c := uint64(0); c <= g.cmask && n < len(ids); c++ {
+	for c := first; c < first+rows && n < len(ids); c++ {
 		for _, s := range slots {
 			if n == len(ids) {
 				break

@@ -32,6 +32,6 @@
 //
 // Bulk work on one shard (an import) goes past one slot's share with Fill
 // or NextN: a generator made by Start leases extra slots on demand (up to
-// Config.BulkSlots, 16 by default: 256 IDs per ms per shard) and releases
+// Config.BulkSlots, 20 by default: 320 IDs per ms per shard) and releases
 // them when the work stops; see Fill.
 package idgen

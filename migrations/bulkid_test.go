@@ -92,7 +92,7 @@ func runBulkChild(arg string) int {
 }
 
 // TestBulkIDsUniqueAcrossProcessesAndRawSQL: four OS processes import into
-// the same shard with bulk IDs (each wants 16 of the catalog's 63 slots,
+// the same shard with bulk IDs (each wants 20 of the catalog's 63 slots,
 // so they compete for slots and hand them over as they go idle), while two
 // connections insert rows with the column's DEFAULT next_id() (slot 0),
 // in bursts and one by one. The primary key refuses any duplicate, which
