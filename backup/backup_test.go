@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -373,6 +374,8 @@ func TestRestoreRefuses(t *testing.T) {
 	}
 	if _, err := Restore(ctx, e.cat, bytes.NewReader(dump), RestoreOptions{Replace: true}); !errors.Is(err, ErrShardBusy) {
 		t.Fatalf("restore of a moving shard = %v, want ErrShardBusy", err)
+	} else if !strings.Contains(err.Error(), "shardctl rollback") {
+		t.Fatalf("the busy error %q does not say the way out", err)
 	}
 	if st, _ := e.state(t); st != router.StateMoving {
 		t.Fatalf("a refused restore left the shard %s", st)

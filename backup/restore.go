@@ -126,21 +126,23 @@ func Restore(ctx context.Context, cat *router.Catalog, r io.Reader, opts Restore
 
 // fence marks the shard fenced on server, if it is active there.
 func fence(ctx context.Context, cat *router.Catalog, shard int, server string) error {
+	var busy error
 	_, err := cat.ChangeMap(ctx, func(ctx context.Context, tx pgx.Tx, v int64) error {
 		tag, err := tx.Exec(ctx, sqlFence, shard, server, v)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("%w: shard %d is not active on %s; finish or roll back its move first (shardctl move --complete, shardctl rollback)",
+			busy = fmt.Errorf("%w: shard %d is not active on %s; finish or roll back its move first (shardctl move --complete, shardctl rollback)",
 				ErrShardBusy, shard, server)
+			return busy
 		}
 		return nil
 	})
-	if err != nil {
-		if errors.Is(err, ErrShardBusy) {
-			return fmt.Errorf("shardkit: restore: %w", errors.Unwrap(errors.Unwrap(err)))
-		}
+	switch {
+	case busy != nil:
+		return fmt.Errorf("shardkit: restore: %w", busy)
+	case err != nil:
 		return fmt.Errorf("shardkit: restore: fence shard %d: %w", shard, err)
 	}
 	return nil
