@@ -3,6 +3,7 @@ package idgen
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // NextN returns n new IDs for a logical shard, in increasing order.
@@ -19,6 +20,15 @@ func (g *Generator) NextN(ctx context.Context, shard, n int) ([]int64, error) {
 
 // Fill fills ids with new IDs for a logical shard, in increasing order,
 // reserving a whole run of counters of one millisecond at a time.
+//
+// When Fills keep one shard's IDs more than a few milliseconds ahead of the
+// clock in the generator's own slot (sustained bulk work on one shard, not
+// one batch), a generator made by Start leases extra slots in the
+// background (up to Config.BulkSlots); while it holds them, a Fill of more
+// IDs than one millisecond of a slot holds (2^CounterBits) takes whole
+// milliseconds of every slot held, up to 2^SeqBits IDs per ms for the
+// shard. Until the extra slots arrive, and when none is free, it goes on
+// at its own slot's rate. Next always uses the own slot only.
 func (g *Generator) Fill(ctx context.Context, shard int, ids []int64) error {
 	if uint(shard) >= uint(len(g.shards)) {
 		return g.shardError(shard)
@@ -33,7 +43,19 @@ func (g *Generator) Fill(ctx context.Context, shard int, ids []int64) error {
 		if old&sealed != 0 {
 			return fmt.Errorf("shardkit: %w", ErrClosed)
 		}
+		if len(ids) > int(g.cmask) && g.bulk.on() {
+			// More than a millisecond of the own slot, with extra slots held.
+			if n, ok := g.fillBulk(st, old, ms, lim, l, shard, ids); ok {
+				ids = ids[n:]
+				continue
+			}
+		}
 		nms, first := g.successor(old, ms)
+		if nms-lim.raw > bulkAheadMs && g.bulk.on() {
+			// The shard runs ahead of the clock in the own slot: sustained
+			// one-shard work, not a batch. Ask for extra slots.
+			g.bulk.demand(time.Now())
+		}
 		if nms > lim.limit {
 			if err := g.waitFor(ctx, nms, lim); err != nil {
 				return err

@@ -10,6 +10,13 @@ import (
 const (
 	DefaultMaxBorrow          = 100 * time.Millisecond
 	DefaultMaxClockRegression = time.Second
+	// DefaultBulkSlots is Config.BulkSlots' default: 20 slots of 16 IDs per
+	// ms per shard with the default layout, 320 IDs per ms for one shard
+	// (a quarter of the format's 1024 with a margin; the rate is exact, set
+	// by the clock, so 16 slots would measure 256 give or take a ms).
+	DefaultBulkSlots = 20
+	// DefaultBulkIdle is Config.BulkIdle's default.
+	DefaultBulkIdle = 2 * time.Second
 )
 
 // Generator errors. Test with errors.Is.
@@ -52,4 +59,15 @@ type Config struct {
 	MaxClockRegression time.Duration
 	// Clock is the time source. Nil means the system clock.
 	Clock Clock
+	// BulkSlots is the most slots a generator started with Start holds at
+	// once, its own included, while Fills on one shard outrun its own slot
+	// (see Fill): each slot adds 2^CounterBits IDs per ms for that shard.
+	// The extra slots are leased from the generator's Leaser on demand, in
+	// the background, and released after BulkIdle without bulk work; they
+	// count against the slots other processes can lease. Zero means
+	// DefaultBulkSlots; 1 or less turns extra slots off.
+	BulkSlots int
+	// BulkIdle is how long extra slots are kept without bulk work. Zero
+	// means DefaultBulkIdle.
+	BulkIdle time.Duration
 }

@@ -29,4 +29,9 @@
 // local deadline (ErrLeaseExpired). Clock regressions up to
 // Config.MaxClockRegression are waited out; larger ones return
 // ErrClockMovedBackwards.
+//
+// Bulk work on one shard (an import) goes past one slot's share with Fill
+// or NextN: a generator made by Start leases extra slots on demand (up to
+// Config.BulkSlots, 20 by default: 320 IDs per ms per shard) and releases
+// them when the work stops; see Fill.
 package idgen

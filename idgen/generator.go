@@ -36,6 +36,9 @@ type Generator struct {
 	shards     []atomic.Uint64
 	closed     atomic.Bool
 
+	// Extra slots for bulk work (bulk.go); leased only under Start.
+	bulk bulk
+
 	// Set by Start: the renew loop and its leaser.
 	leaser Leaser
 	stop   context.CancelFunc
@@ -80,6 +83,13 @@ func New(layout Layout, lease *Lease, cfg Config) (*Generator, error) {
 	}
 	if cfg.MaxClockRegression > 0 {
 		g.regress = cfg.MaxClockRegression.Milliseconds()
+	}
+	g.bulk.max, g.bulk.idle = DefaultBulkSlots, DefaultBulkIdle
+	if cfg.BulkSlots != 0 {
+		g.bulk.max = min(cfg.BulkSlots, layout.Slots()-1)
+	}
+	if cfg.BulkIdle > 0 {
+		g.bulk.idle = cfg.BulkIdle
 	}
 	g.sleepClock = cfg.Clock
 	if g.sleepClock == nil {

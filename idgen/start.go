@@ -26,6 +26,10 @@ func Start(ctx context.Context, layout Layout, leaser Leaser, cfg Config) (*Gene
 	rctx, cancel := context.WithCancel(context.Background())
 	g.leaser, g.stop, g.done = leaser, cancel, make(chan struct{})
 	go g.keepLeased(rctx)
+	if g.bulk.max > 1 {
+		g.bulk.want, g.bulk.done = make(chan struct{}, 1), make(chan struct{})
+		go g.keepBulk(rctx)
+	}
 	return g, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -45,6 +49,9 @@ func (g *Generator) Close(ctx context.Context) error {
 	if g.stop != nil {
 		g.stop()
 		<-g.done
+		if g.bulk.done != nil {
+			<-g.bulk.done
+		}
 	}
 	hwm := g.seal()
 	l := g.lease.Load()
@@ -52,6 +59,7 @@ func (g *Generator) Close(ctx context.Context) error {
 	if g.leaser == nil {
 		return nil
 	}
+	g.dropExtras(ctx, nil)
 	err := g.leaser.Release(ctx, l)
 	l.Revoke()
 	if err != nil && !errors.Is(err, ErrLeaseLost) {

@@ -9,7 +9,11 @@ import (
 )
 
 // memLeaser is an in-memory Leaser for testing the renew loop: it hands
-// out slots in turn and can be told to report the lease lost.
+// out slots in turn and can be told to report the lease lost. Its leases
+// last 300 ms (local deadline 250 ms), renewed every 100 ms: short enough
+// for a test, long enough for a loaded machine's scheduling delays.
+const memTTL, memDeadline = 300 * time.Millisecond, 250 * time.Millisecond
+
 type memLeaser struct {
 	mu      sync.Mutex
 	next    int
@@ -22,7 +26,7 @@ func (m *memLeaser) Acquire(context.Context) (*Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.next++
-	return NewLease(m.next, 0, "mem", 30*time.Millisecond, time.Now().Add(25*time.Millisecond), math.MaxInt64), nil
+	return NewLease(m.next, 0, "mem", memTTL, time.Now().Add(memDeadline), math.MaxInt64), nil
 }
 
 func (m *memLeaser) Renew(_ context.Context, l *Lease) error {
@@ -33,7 +37,7 @@ func (m *memLeaser) Renew(_ context.Context, l *Lease) error {
 		return ErrLeaseLost
 	}
 	m.renews++
-	l.Extend(time.Now().Add(25*time.Millisecond), math.MaxInt64)
+	l.Extend(time.Now().Add(memDeadline), math.MaxInt64)
 	return nil
 }
 
@@ -51,8 +55,16 @@ func TestStartRenewsAndReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	var top int64
-	deadline := time.Now().Add(300 * time.Millisecond)
-	for time.Now().Before(deadline) {
+	renews := func() int {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.renews
+	}
+	// Issue IDs through three renewals: each lease lasts less than that.
+	for start := time.Now(); renews() < 3; {
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("%d renewals in 30s with a %v TTL", renews(), memTTL)
+		}
 		id, err := g.Next(context.Background(), 4)
 		if err != nil {
 			t.Fatalf("Next while the lease is renewed: %v", err)
@@ -61,12 +73,8 @@ func TestStartRenewsAndReleases(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	m.mu.Lock()
-	renews := m.renews
 	m.lose = true
 	m.mu.Unlock()
-	if renews < 3 {
-		t.Fatalf("%d renewals in 300ms with a 30ms TTL", renews)
-	}
 	// The next renewal reports the lease lost: the generator leases slot 2.
 	for start := time.Now(); g.Lease().Slot == 1; time.Sleep(time.Millisecond) {
 		if time.Since(start) > 2*time.Second {

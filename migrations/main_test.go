@@ -13,6 +13,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		runChild()
 	}
+	if arg := os.Getenv(bulkChildEnv); arg != "" {
+		os.Exit(runBulkChild(arg))
+	}
 	pgtest.Main(m, 4)
 }
 

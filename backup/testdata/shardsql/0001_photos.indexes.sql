@@ -1,0 +1,1 @@
+CREATE INDEX photos_user_id ON photos (user_id, id DESC);
