@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/plugin"
@@ -64,12 +65,42 @@ func (s *Store) CreateUser(ctx context.Context, name string) (User, error) {
 	if name == "" || len(name) > 100 {
 		return User{}, fmt.Errorf("%w: a user needs a name of 1 to 100 characters", ErrInvalid)
 	}
-	id, err := s.ids.Next(ctx, rand.IntN(s.rt.Snapshot().Shards))
+	shard := rand.IntN(s.rt.Snapshot().Shards)
+	id, err := s.ids.Next(ctx, shard)
+	if noSlot(err) {
+		return s.createUserByDefault(ctx, shard, name)
+	}
 	if err != nil {
 		return User{}, err
 	}
 	u := User{ID: id, Name: name}
 	if err := s.db.WithContext(ctx).Create(&u).Error; err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
+// noSlot reports an ID generator that cannot issue now but whose shard's
+// next_id() can: no slot was free, or the slot's lease could not be
+// renewed in time (the catalog is unreachable). The plugin falls back the
+// same way for rows with a shard key; a user's only shard key is its ID.
+func noSlot(err error) bool {
+	return errors.Is(err, idgen.ErrNoFreeSlot) || errors.Is(err, idgen.ErrLeaseLost) || errors.Is(err, idgen.ErrLeaseExpired)
+}
+
+// insertUserSQL lets the shard's DEFAULT next_id() (slot 0, no catalog
+// needed) make the user's ID; the pinned transaction's search_path names
+// the shard's schema.
+const insertUserSQL = `INSERT INTO users (name) VALUES (?) RETURNING id, created_at`
+
+// createUserByDefault inserts a user into a shard with the ID from the
+// shard's next_id(), in a transaction pinned to the shard.
+func (s *Store) createUserByDefault(ctx context.Context, shard int, name string) (User, error) {
+	u := User{Name: name}
+	err := s.pinnedTx(ctx, plugin.Shard(int64(shard)), func(tx *gorm.DB) error {
+		return tx.Raw(insertUserSQL, name).Row().Scan(&u.ID, &u.CreatedAt)
+	})
+	if err != nil {
 		return User{}, err
 	}
 	return u, nil
@@ -115,9 +146,14 @@ const txAttempts = 3
 // plugin has reloaded the map, so the whole transaction is run again on
 // the shard's new server.
 func (s *Store) shardTx(ctx context.Context, id int64, fn func(tx *gorm.DB) error) error {
+	return s.pinnedTx(ctx, plugin.ShardOfID(id), fn)
+}
+
+// pinnedTx is shardTx for any plugin scope naming one shard.
+func (s *Store) pinnedTx(ctx context.Context, shard clause.Expression, fn func(tx *gorm.DB) error) error {
 	var err error
 	for range txAttempts {
-		err = s.db.WithContext(ctx).Clauses(plugin.ShardOfID(id)).Transaction(fn)
+		err = s.db.WithContext(ctx).Clauses(shard).Transaction(fn)
 		if !errors.Is(err, plugin.ErrShardMoved) {
 			return err
 		}
