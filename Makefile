@@ -30,6 +30,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzComposeDecode -fuzztime 20s ./idgen
 	$(GO) test -run '^$$' -fuzz FuzzParseSchemaName -fuzztime 20s ./router
 	$(GO) test -run '^$$' -fuzz FuzzParseID -fuzztime 20s ./cmd/shardctl
+	$(GO) test -run '^$$' -fuzz FuzzFlagValues -fuzztime 20s ./cmd/shardctl
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres
