@@ -52,15 +52,21 @@ var flagCases = []flagCase{
 		},
 	},
 	{ // 3
-		args: func(v string) []string { return []string{"rebalance", "--catalog", unreachableCatalog, "--max-moves=" + v} },
+		args: func(v string) []string {
+			return []string{"rebalance", "--catalog", unreachableCatalog, "--max-moves=" + v}
+		},
 		want: func(v string) int { return status(intIn(v, 0, 1<<63-1), 1) },
 	},
 	{ // 4
-		args: func(v string) []string { return []string{"rebalance", "--catalog", unreachableCatalog, "--parallel=" + v} },
+		args: func(v string) []string {
+			return []string{"rebalance", "--catalog", unreachableCatalog, "--parallel=" + v}
+		},
 		want: func(v string) int { return status(intIn(v, 1, 1<<63-1), 1) },
 	},
 	{ // 5
-		args: func(v string) []string { return []string{"migrate", "--catalog", unreachableCatalog, "--quiet", "--batch=" + v} },
+		args: func(v string) []string {
+			return []string{"migrate", "--catalog", unreachableCatalog, "--quiet", "--batch=" + v}
+		},
 		want: func(v string) int { return status(intIn(v, 1, 1<<63-1), 1) },
 	},
 	{ // 6
