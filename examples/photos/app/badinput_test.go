@@ -2,13 +2,16 @@ package app_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardkit/shardkit/examples/photos/api"
 )
@@ -212,7 +215,7 @@ func FuzzAPI(f *testing.F) {
 		if query != "" {
 			path += "?" + urlQueryClean(query)
 		}
-		code, answer := fx.raw(t, r.method, path, []byte(body))
+		code, answer := fx.serve(t, r.method, path, []byte(body))
 		if code >= 500 {
 			t.Fatalf("%s %s %q: %d %s", r.method, path, body, code, answer)
 		}
@@ -222,6 +225,28 @@ func FuzzAPI(f *testing.F) {
 			checkErrorBody(t, r.method+" "+path, code, answer)
 		}
 	})
+}
+
+// serve runs one request through the service's handler in-process, with a
+// deadline: a request that does not finish in time fails the test (a hang
+// is a bug too) instead of stalling the fuzzer.
+func (f *fixture) serve(t testing.TB, method, path string, body []byte) (int, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
+	rec := httptest.NewRecorder()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.app.Server.Handler.ServeHTTP(rec, req)
+	}()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s %s %q: no answer in 30 s", method, path, body)
+	}
+	return rec.Code, rec.Body.Bytes()
 }
 
 // urlPathEscape makes a fuzzed ID one path segment.
