@@ -31,6 +31,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseSchemaName -fuzztime 20s ./router
 	$(GO) test -run '^$$' -fuzz FuzzParseID -fuzztime 20s ./cmd/shardctl
 	$(GO) test -run '^$$' -fuzz FuzzFlagValues -fuzztime 20s ./cmd/shardctl
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./examples/photos/api
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres
