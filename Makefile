@@ -6,9 +6,13 @@ RACE_PKGS := ./idgen/... ./router/... ./plugin/... ./migrations/... ./rebalance/
 .PHONY: test test-short vet lint bench fuzz demo generate postgres tools
 
 ## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
+# Both stages always run: a failure in the first must not hide what -race finds.
 test: postgres vet lint
-	$(GO) test -count=1 -timeout 12m $(PKGS)
-	$(GO) test -count=1 -race -timeout 12m $(RACE_PKGS)
+	@plain=0; race=0; \
+	$(GO) test -count=1 -timeout 12m $(PKGS) || plain=$$?; \
+	$(GO) test -count=1 -race -timeout 12m $(RACE_PKGS) || race=$$?; \
+	echo "make test: tests $$( [ $$plain = 0 ] && echo passed || echo FAILED ), race tests $$( [ $$race = 0 ] && echo passed || echo FAILED )"; \
+	[ $$plain = 0 ] && [ $$race = 0 ]
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
@@ -28,6 +32,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseID -fuzztime 20s ./cmd/shardctl
 	$(GO) test -run '^$$' -fuzz FuzzConditionReader -fuzztime 20s ./plugin
 	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime 60s -fuzzminimizetime 0 -parallel 1 ./plugin
+	$(GO) test -run '^$$' -fuzz FuzzFlagValues -fuzztime 20s ./cmd/shardctl
+	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./examples/photos/api
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres

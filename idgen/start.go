@@ -68,8 +68,14 @@ func (g *Generator) Close(ctx context.Context) error {
 	return nil
 }
 
-// keepLeased renews the current lease every TTL/3, retries failed renewals
-// until the lease's deadline, and after that leases a new slot.
+// keepLeased renews the current lease every TTL/3. A renewal that fails
+// (catalog unreachable) is retried every TTL/10, past the lease's deadline
+// too: Next refuses with ErrLeaseExpired meanwhile (callers use the
+// database's next_id()), and once the catalog answers the same slot is
+// renewed and issuing resumes in it. That is safe because a renewal only
+// succeeds while the catalog still names this holder: had anyone else
+// taken the slot, the renewal reports ErrLeaseLost, and a new slot is
+// leased instead.
 func (g *Generator) keepLeased(ctx context.Context) {
 	defer close(g.done)
 	clock := g.sleepClock
@@ -79,35 +85,40 @@ func (g *Generator) keepLeased(ctx context.Context) {
 			<-ctx.Done()
 			return
 		}
-		if !l.Valid(clock.Now()) {
-			nl, err := g.acquire(ctx)
-			if err != nil {
-				return
-			}
-			l = nl
-		}
 		if clock.Sleep(ctx, l.TTL/3) != nil {
 			return
 		}
-		for l.Valid(clock.Now()) {
-			rctx, cancel := context.WithTimeout(ctx, l.TTL)
-			err := g.leaser.Renew(rctx, l)
-			cancel()
-			if err == nil {
-				break
+		if g.renew(ctx, l) != nil {
+			return
+		}
+	}
+}
+
+// renew renews l until a renewal succeeds or the slot turns out lost (then
+// it leases another). It fails only when ctx ends.
+func (g *Generator) renew(ctx context.Context, l *Lease) error {
+	for failures := 0; ; failures++ {
+		rctx, cancel := context.WithTimeout(ctx, l.TTL)
+		err := g.leaser.Renew(rctx, l)
+		cancel()
+		if err == nil {
+			if failures > 0 {
+				slog.Info("shardkit: ID slot lease renewed again", "slot", l.Slot, "failed_renewals", failures)
 			}
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, ErrLeaseLost) {
-				l.Revoke()
-				slog.Warn("shardkit: ID slot lease lost; leasing another", "slot", l.Slot, "err", err)
-				break
-			}
-			slog.Warn("shardkit: renewing ID slot lease", "slot", l.Slot, "err", err)
-			if clock.Sleep(ctx, l.TTL/10) != nil {
-				return
-			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(err, ErrLeaseLost) {
+			l.Revoke()
+			slog.Warn("shardkit: ID slot lease lost; leasing another", "slot", l.Slot, "err", err)
+			_, err := g.acquire(ctx)
+			return err
+		}
+		slog.Warn("shardkit: renewing ID slot lease", "slot", l.Slot, "expired", !l.Valid(g.sleepClock.Now()), "err", err)
+		if err := g.sleepClock.Sleep(ctx, l.TTL/10); err != nil {
+			return err
 		}
 	}
 }

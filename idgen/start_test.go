@@ -2,6 +2,7 @@ package idgen
 
 import (
 	"context"
+	"errors"
 	"math"
 	"sync"
 	"testing"
@@ -9,35 +10,48 @@ import (
 )
 
 // memLeaser is an in-memory Leaser for testing the renew loop: it hands
-// out slots in turn and can be told to report the lease lost. Its leases
-// last 300 ms (local deadline 250 ms), renewed every 100 ms: short enough
-// for a test, long enough for a loaded machine's scheduling delays.
-const memTTL, memDeadline = 300 * time.Millisecond, 250 * time.Millisecond
-
+// out slots in turn, can be told to report the lease lost, or to fail
+// renewals as an unreachable catalog would.
 type memLeaser struct {
-	mu      sync.Mutex
-	next    int
-	renews  int
-	lose    bool
-	release []int64
+	mu       sync.Mutex
+	ttl      time.Duration // lease TTL; the local deadline is 5/6 of it
+	next     int
+	acquires int
+	renews   int
+	failed   int // renewals refused while down
+	lose     bool
+	down     bool
+	release  []int64
 }
+
+var errUnreachable = errors.New("catalog unreachable")
+
+func (m *memLeaser) window() time.Time { return time.Now().Add(m.ttl * 5 / 6) }
 
 func (m *memLeaser) Acquire(context.Context) (*Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.down {
+		return nil, errUnreachable
+	}
 	m.next++
-	return NewLease(m.next, 0, "mem", memTTL, time.Now().Add(memDeadline), math.MaxInt64), nil
+	m.acquires++
+	return NewLease(m.next, 0, "mem", m.ttl, m.window(), math.MaxInt64), nil
 }
 
 func (m *memLeaser) Renew(_ context.Context, l *Lease) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.down {
+		m.failed++
+		return errUnreachable
+	}
 	if m.lose {
 		m.lose = false
 		return ErrLeaseLost
 	}
 	m.renews++
-	l.Extend(time.Now().Add(memDeadline), math.MaxInt64)
+	l.Extend(m.window(), math.MaxInt64)
 	return nil
 }
 
@@ -48,23 +62,33 @@ func (m *memLeaser) Release(_ context.Context, l *Lease) error {
 	return nil
 }
 
+// get reads a field of m under its lock.
+func (m *memLeaser) get(f func(*memLeaser) int) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return f(m)
+}
+
+// waitUntil polls cond (conditions, not timings: the machine may be loaded).
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in 30s", what)
+		}
+	}
+}
+
 func TestStartRenewsAndReleases(t *testing.T) {
-	m := &memLeaser{}
+	// A TTL long enough that a loaded machine renews in time, short
+	// enough that renewals come quickly.
+	m := &memLeaser{ttl: 300 * time.Millisecond}
 	g, stop, err := Start(context.Background(), DefaultLayout(), m, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var top int64
-	renews := func() int {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		return m.renews
-	}
-	// Issue IDs through three renewals: each lease lasts less than that.
-	for start := time.Now(); renews() < 3; {
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("%d renewals in 30s with a %v TTL", renews(), memTTL)
-		}
+	for m.get(func(m *memLeaser) int { return m.renews }) < 3 {
 		id, err := g.Next(context.Background(), 4)
 		if err != nil {
 			t.Fatalf("Next while the lease is renewed: %v", err)
@@ -76,11 +100,7 @@ func TestStartRenewsAndReleases(t *testing.T) {
 	m.lose = true
 	m.mu.Unlock()
 	// The next renewal reports the lease lost: the generator leases slot 2.
-	for start := time.Now(); g.Lease().Slot == 1; time.Sleep(time.Millisecond) {
-		if time.Since(start) > 2*time.Second {
-			t.Fatal("no new lease after ErrLeaseLost")
-		}
-	}
+	waitUntil(t, "new lease after ErrLeaseLost", func() bool { return g.Lease().Slot != 1 })
 	id, err := g.Next(context.Background(), 4)
 	if err != nil {
 		t.Fatal(err)
@@ -94,5 +114,55 @@ func TestStartRenewsAndReleases(t *testing.T) {
 	defer m.mu.Unlock()
 	if len(m.release) != 1 || m.release[0] != top {
 		t.Fatalf("released with high water %v, want [%d]", m.release, top)
+	}
+}
+
+// TestRenewResumesTheSlotAfterAnOutage: while the leaser cannot be reached
+// the lease passes its deadline and Next refuses with ErrLeaseExpired (the
+// caller's cue to use the database's next_id()); when the leaser answers
+// again the same slot is renewed, not a new one leased, and IDs resume in
+// it, above every ID issued before.
+func TestRenewResumesTheSlotAfterAnOutage(t *testing.T) {
+	m := &memLeaser{ttl: 120 * time.Millisecond}
+	g, stop, err := Start(context.Background(), DefaultLayout(), m, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	before, err := g.Next(context.Background(), 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	m.down = true
+	m.mu.Unlock()
+	var expired error
+	waitUntil(t, "ErrLeaseExpired during the outage", func() bool {
+		_, expired = g.Next(context.Background(), 9)
+		return expired != nil
+	})
+	if !errors.Is(expired, ErrLeaseExpired) {
+		t.Fatalf("Next during the outage: %v, want ErrLeaseExpired", expired)
+	}
+	// Renewals keep being tried past the deadline.
+	n := m.get(func(m *memLeaser) int { return m.failed })
+	waitUntil(t, "renewal attempt after the deadline", func() bool { return m.get(func(m *memLeaser) int { return m.failed }) > n })
+	m.mu.Lock()
+	m.down = false
+	m.mu.Unlock()
+	var after int64
+	waitUntil(t, "ID after the outage", func() bool {
+		after, err = g.Next(context.Background(), 9)
+		return err == nil
+	})
+	p, _ := g.Layout().Decode(after)
+	if p.Slot != 1 || g.Lease().Slot != 1 {
+		t.Fatalf("slot %d (lease %d) after the outage, want slot 1 again", p.Slot, g.Lease().Slot)
+	}
+	if after <= before {
+		t.Fatalf("ID %d after the outage is not above %d from before it", after, before)
+	}
+	if a := m.get(func(m *memLeaser) int { return m.acquires }); a != 1 {
+		t.Fatalf("%d acquisitions, want 1 (the slot is renewed, not leased again)", a)
 	}
 }

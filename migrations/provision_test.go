@@ -45,10 +45,13 @@ func TestProvision2000ShardsOn4Servers(t *testing.T) {
 	if err := Provision(ctx, e.cat, opts); err != nil {
 		t.Fatal(err)
 	}
-	took := time.Since(start)
-	t.Logf("provisioned 2000 shards x 3 tables on 4 servers in %v (%d progress calls)", took, calls)
-	if took > 30*time.Second {
-		t.Errorf("took %v, want <= 30s", took)
+	t.Logf("provisioned 2000 shards x 3 tables on 4 servers in %v (%d progress calls)", time.Since(start), calls)
+	// What keeps provisioning fast is batching: 25 schemas per transaction,
+	// so 80 batches (one progress call each) for 2000 schemas. The batch
+	// count is checked, not the wall time, which a loaded machine stretches
+	// (bench figures come from the log line above on an idle machine).
+	if want := 2000 / 25; calls != want {
+		t.Errorf("%d batches of work, want %d (25 schemas per transaction)", calls, want)
 	}
 	snap, err := e.cat.Load(ctx)
 	if err != nil {

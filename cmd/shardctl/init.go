@@ -49,6 +49,11 @@ A server not yet in an existing catalog is registered with no shards.`,
 		if err != nil {
 			return err
 		}
+		if cmd.Flags().Changed("shards") {
+			if err := checkShardCount("--shards", shards, l.MaxShards()); err != nil {
+				return err
+			}
+		}
 		specs, err := parseServers(servers, replicas)
 		if err != nil {
 			return err
@@ -86,15 +91,24 @@ A server not yet in an existing catalog is registered with no shards.`,
 }
 
 // parseServers turns --server NAME=DSN and --replica NAME=DSN into specs,
-// in the order given.
+// in the order given. A name or a DSN given twice is refused: two servers
+// cannot share a name, and one database cannot be two servers.
 func parseServers(servers, replicas []string) ([]migrations.ServerSpec, error) {
 	var specs []migrations.ServerSpec
 	index := map[string]int{}
+	dsns := map[string]string{}
 	for _, s := range servers {
 		name, dsn, ok := strings.Cut(s, "=")
 		if !ok || name == "" || dsn == "" {
 			return nil, fmt.Errorf("%w: --server %q: want NAME=DSN", errUsage, s)
 		}
+		if _, dup := index[name]; dup {
+			return nil, fmt.Errorf("%w: --server %q: server name %q given twice", errUsage, s, name)
+		}
+		if other, dup := dsns[dsn]; dup {
+			return nil, fmt.Errorf("%w: --server %q: the same DSN as server %q", errUsage, s, other)
+		}
+		dsns[dsn] = name
 		index[name] = len(specs)
 		specs = append(specs, migrations.ServerSpec{Name: name, DSN: dsn})
 	}

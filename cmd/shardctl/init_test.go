@@ -99,13 +99,21 @@ func TestInitErrors(t *testing.T) {
 		{"unreachable", []string{"init", "--catalog", catalog, "--server", "a=" + a, "--server", "z=postgres://postgres@127.0.0.1:1/x"}, 1, `server "z": server unreachable`},
 		{"duplicate", []string{"init", "--catalog", catalog, "--server", "a=" + pgtest.NewDatabase(t, 0), "--shards", "8"}, 1, "duplicate server name"},
 		{"missing sql dir", []string{"migrate", "--catalog", catalog, "--sql", "/nonexistent"}, 2, "not a directory"},
-		{"unknown server", []string{"migrate", "--catalog", catalog, "--server", "nope"}, 1, "server not in the catalog"},
+		{"unknown server", []string{"migrate", "--catalog", catalog, "--server", "nope"}, 2, `--server "nope": no such server in the catalog (servers: a)`},
+		// Values that only the catalog can refuse are still usage errors.
+		{"move shard past the count", []string{"move", "--catalog", catalog, "--shard", "8", "--to", "a"}, 2, "--shard 8: no such logical shard; the catalog has 8 (0 to 7)"},
+		{"move range past the count", []string{"move", "--catalog", catalog, "--shard", "6-9", "--to", "a"}, 2, "--shard 8: no such logical shard"},
+		{"resume shard past the count", []string{"move", "--catalog", catalog, "--shard", "64", "--resume"}, 2, "--shard 64: no such logical shard"},
+		{"move to unknown server", []string{"move", "--catalog", catalog, "--shard", "1", "--to", "zz"}, 2, `--to "zz": no such server`},
+		{"rollback shard past the count", []string{"rollback", "--catalog", catalog, "--shard", "8"}, 2, "no such logical shard"},
+		{"verify shard past the count", []string{"verify", "--catalog", catalog, "--shard", "3,8"}, 2, "--shard 8: no such logical shard"},
+		{"rebalance unknown server", []string{"rebalance", "--catalog", catalog, "--dry-run", "--servers", "a,zz"}, 2, `--servers "zz": no such server`},
 	}
 	t.Setenv(CatalogEnv, "")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			code, _, errOut := shardctl(tt.args...)
-			if code != tt.code || !strings.Contains(errOut, tt.want) || !strings.HasPrefix(errOut, "shardctl: ") {
+			if code != tt.code || !strings.Contains(errOut, tt.want) || !strings.HasPrefix(errOut, "shardctl: ") || strings.Count(errOut, "\n") != 1 {
 				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errOut, tt.code, tt.want)
 			}
 		})

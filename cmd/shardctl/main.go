@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -81,13 +82,23 @@ func runIO(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "shardctl: %v\n", err)
+		fmt.Fprintf(stderr, "shardctl: %s\n", oneLine(err.Error()))
 		if errors.Is(err, errUsage) || isCobraUsage(err) {
 			return 2
 		}
 		return 1
 	}
 	return 0
+}
+
+// lineBreaks matches a line break with the indentation around it.
+var lineBreaks = regexp.MustCompile(`[ \t]*[\r\n]+[ \t]*`)
+
+// oneLine joins the lines of a multi-line message (the driver's errors
+// list each address it tried on its own line) with "; ", so that every
+// error is one line on stderr.
+func oneLine(s string) string {
+	return lineBreaks.ReplaceAllString(strings.TrimSpace(s), "; ")
 }
 
 // isCobraUsage recognises cobra's own argument errors (unknown command,

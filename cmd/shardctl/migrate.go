@@ -35,6 +35,12 @@ while shards are moving, unless --allow-moving.`,
 	cmd.Flags().IntVar(&batch, "batch", 25, "shard schemas per transaction")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if err := checkAtLeast("--batch", batch, 1); err != nil {
+			return err
+		}
+		if err := checkNames("--server", servers); err != nil {
+			return err
+		}
 		dsn, err := catalog()
 		if err != nil {
 			return err
@@ -49,6 +55,9 @@ while shards are moving, unless --allow-moving.`,
 			return err
 		}
 		defer cat.Close()
+		if err := checkServersExist(ctx, cat, "--server", servers); err != nil {
+			return err
+		}
 		bar := newSchemaBar(cmd.ErrOrStderr(), quiet, "migrating shard schemas")
 		err = migrations.Migrate(ctx, cat, shardSQL, migrations.MigrateOptions{
 			Apply:       migrations.ApplyOptions{BatchSize: batch},

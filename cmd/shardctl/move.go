@@ -56,12 +56,26 @@ failed) is continued with --resume or undone with 'shardctl rollback'.`,
 		if modes != 1 {
 			return fmt.Errorf("%w: give exactly one of --to SERVER, --resume, --complete", errUsage)
 		}
-		mv, _, closeAll, err := openMover(cmd, getCatalog, !quiet)
+		if err := checkNonNegative("--soak", soak); err != nil {
+			return err
+		}
+		if to == "" && (offline || soak != 0) {
+			return fmt.Errorf("%w: --offline and --soak go with --to SERVER (a new move), not --resume or --complete", errUsage)
+		}
+		mv, cat, closeAll, err := openMover(cmd, getCatalog, !quiet)
 		if err != nil {
 			return err
 		}
 		defer closeAll()
 		ctx := cmd.Context()
+		if err := checkShardsExist(ctx, cat, shards); err != nil {
+			return err
+		}
+		if to != "" {
+			if err := checkServersExist(ctx, cat, "--to", []string{to}); err != nil {
+				return err
+			}
+		}
 		out := cmd.OutOrStdout()
 		for _, shard := range shards {
 			var m rebalance.Move

@@ -32,8 +32,18 @@ func newRebalanceCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&offline, "offline", false, "offline moves (see shardctl move --offline)")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bars")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		if parallel < 1 {
-			return fmt.Errorf("%w: --parallel must be at least 1", errUsage)
+		if err := checkAtLeast("--parallel", parallel, 1); err != nil {
+			return err
+		}
+		if err := checkAtLeast("--max-moves", maxMoves, 0); err != nil {
+			return err
+		}
+		var only []string
+		if cmd.Flags().Changed("servers") {
+			var err error
+			if only, err = parseNames("--servers", servers); err != nil {
+				return err
+			}
 		}
 		measure := rebalance.Measure(by)
 		if measure != rebalance.ByBytes && measure != rebalance.ByRows {
@@ -45,6 +55,9 @@ func newRebalanceCmd() *cobra.Command {
 		}
 		defer closeAll()
 		ctx := cmd.Context()
+		if err := checkServersExist(ctx, cat, "--servers", only); err != nil {
+			return err
+		}
 		sizes, err := mv.Sizes(ctx, measure)
 		if err != nil {
 			return err
@@ -53,10 +66,7 @@ func newRebalanceCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		opts := rebalance.PlanOptions{MaxMoves: maxMoves}
-		if servers != "" {
-			opts.Servers = strings.Split(servers, ",")
-		}
+		opts := rebalance.PlanOptions{MaxMoves: maxMoves, Servers: only}
 		plan, err := rebalance.Plan(snap, sizes, opts)
 		if err != nil {
 			return err

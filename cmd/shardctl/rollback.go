@@ -26,11 +26,14 @@ rollback is continued by running the command again.`,
 		if err != nil {
 			return err
 		}
-		mv, _, closeAll, err := openMover(cmd, getCatalog, false)
+		mv, cat, closeAll, err := openMover(cmd, getCatalog, false)
 		if err != nil {
 			return err
 		}
 		defer closeAll()
+		if err := checkShardsExist(cmd.Context(), cat, shards); err != nil {
+			return err
+		}
 		for _, shard := range shards {
 			m, err := mv.Rollback(cmd.Context(), shard)
 			if err != nil {

@@ -24,6 +24,9 @@ func newShardOfCmd() *cobra.Command {
 	cmd.Flags().IntVar(&shards, "shards", idgen.DefaultShards, "number of logical shards")
 	cmd.Flags().BoolVar(&str, "string", false, "hash KEY as a string key (64-bit FNV-1a) instead of reading an integer")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if err := checkShardCount("--shards", shards, maxShards); err != nil {
+			return err
+		}
 		var shard int
 		var err error
 		if str {

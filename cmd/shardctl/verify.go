@@ -26,11 +26,14 @@ func newVerifyCmd() *cobra.Command {
 		if err != nil {
 			return err
 		}
-		mv, _, closeAll, err := openMover(cmd, getCatalog, false)
+		mv, cat, closeAll, err := openMover(cmd, getCatalog, false)
 		if err != nil {
 			return err
 		}
 		defer closeAll()
+		if err := checkShardsExist(cmd.Context(), cat, shards); err != nil {
+			return err
+		}
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SHARD\tTABLE\tSOURCE ROWS\tTARGET ROWS\tSOURCE SUM\tTARGET SUM\tOK")
 		var errs []error

@@ -215,6 +215,22 @@ func (c *Cluster) Stop() error {
 	return run(ctx, c.cred, filepath.Join(c.bin, "pg_ctl"), "-D", c.Dir, "-m", "fast", "-w", "stop")
 }
 
+// Restart starts a cluster that Stop stopped, on the same port and data
+// directory, so clients reconnect to the same DSN (tests of outages).
+func (c *Cluster) Restart(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.down {
+		return nil
+	}
+	if err := run(ctx, c.cred, filepath.Join(c.bin, "pg_ctl"), "-D", c.Dir, "-w", "-t", "60",
+		"-l", filepath.Join(c.Dir, "server.log"), "start"); err != nil {
+		return fmt.Errorf("pglocal: restart cluster in %s: %w", c.Dir, err)
+	}
+	c.down = false
+	return nil
+}
+
 // Stop stops every cluster and removes the temp directory.
 func (s *Set) Stop() {
 	for _, c := range s.Clusters {

@@ -32,6 +32,16 @@ func TestStartTwoClusters(t *testing.T) {
 		}
 	}
 	c := set.Clusters[0]
+	ready := func() bool {
+		return exec.Command(filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port)).Run() == nil
+	}
+	// Stop and Restart keep the port: clients reconnect to the same DSN.
+	if err := c.Stop(); err != nil || ready() {
+		t.Fatalf("Stop: %v; still ready: %v", err, ready())
+	}
+	if err := c.Restart(ctx); err != nil || !ready() {
+		t.Fatalf("Restart: %v; ready: %v", err, ready())
+	}
 	set.Stop()
 	if err := exec.Command(filepath.Join(bin, "pg_isready"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.Port)).Run(); err == nil {
 		t.Fatal("cluster still accepts connections after Stop")

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -75,13 +76,25 @@ func (a *Admin) shardMap(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, View(a.rt.Snapshot()))
 }
 
+// rowsTimeout bounds an exact row count: one count per table of every
+// shard schema (8000 with 2000 shards), which a busy server may take tens
+// of seconds over.
+const rowsTimeout = time.Minute
+
 func (a *Admin) rows(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), rowsTimeout)
 	defer cancel()
 	rows, err := a.stats.Rows(ctx, a.rt.Snapshot())
 	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client went away
+		}
 		a.log.ErrorContext(ctx, "count rows", "err", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		code := http.StatusInternalServerError
+		if errors.Is(err, context.DeadlineExceeded) {
+			code = http.StatusServiceUnavailable // busy servers: try again
+		}
+		writeJSON(w, code, map[string]string{"error": err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, rows)

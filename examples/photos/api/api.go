@@ -3,11 +3,14 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 
 	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/plugin"
 )
 
@@ -198,7 +201,7 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, store.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, store.ErrInvalid), errors.Is(err, plugin.ErrMissingShardKey):
+	case errors.Is(err, store.ErrInvalid), errors.Is(err, plugin.ErrMissingShardKey), errors.Is(err, idgen.ErrInvalidID):
 		return http.StatusBadRequest
 	case errors.Is(err, plugin.ErrShardFenced):
 		return http.StatusServiceUnavailable
@@ -212,10 +215,30 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
+// MaxBody bounds a request body; a larger one is answered 413.
+const MaxBody = 1 << 16
+
+// decode reads the request body as one JSON object into v. A body that is
+// not exactly one JSON value of v's shape is answered 400, one over
+// MaxBody 413.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16))
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxBody))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	err := dec.Decode(v)
+	if err == nil {
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("more than one JSON value")
+			if terr != nil && !errors.Is(terr, io.EOF) {
+				err = terr
+			}
+		}
+	}
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("photos: the body is over %d bytes", MaxBody)})
+			return false
+		}
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "photos: bad JSON body: " + err.Error()})
 		return false
 	}

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) { pgtest.Main(m, 3) }
 // logical shards, behind an httptest server, plus direct connections to
 // every database for checking where rows landed.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	url     string
 	app     *app.App
 	layout  idgen.Layout
@@ -41,11 +41,14 @@ type fixture struct {
 
 var serverNames = []string{"alpha", "beta"}
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T) *fixture { return newFixtureShards(t, 2000) }
+
+// newFixtureShards is newFixture with the given number of logical shards.
+func newFixtureShards(t testing.TB, shards int) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	catDSN := pgtest.NewDatabase(t, 0)
-	cfg := app.Config{Catalog: store.CatalogDSN(catDSN), Shards: 2000, FenceWait: store.FenceWait(2 * time.Second), Provision: true}
+	cfg := app.Config{Catalog: store.CatalogDSN(catDSN), Shards: shards, FenceWait: store.FenceWait(2 * time.Second), Provision: true}
 	for i, name := range serverNames {
 		cfg.Servers = append(cfg.Servers, migrations.ServerSpec{Name: name, DSN: pgtest.NewDatabase(t, i+1)})
 	}
@@ -54,7 +57,7 @@ func newFixture(t *testing.T) *fixture {
 	if err := app.Provision(ctx, cfg, log); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
-	t.Logf("provisioned 2000 shards on 2 servers in %s", time.Since(start).Round(time.Millisecond))
+	t.Logf("provisioned %d shards on 2 servers in %s", shards, time.Since(start).Round(time.Millisecond))
 	a, cleanup, err := app.Initialize(ctx, cfg, log)
 	if err != nil {
 		t.Fatalf("initialize: %v", err)

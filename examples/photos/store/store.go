@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/plugin"
@@ -61,10 +62,14 @@ func clampLimit(n int) int {
 // shard, where the user's photos and follows will live too.
 func (s *Store) CreateUser(ctx context.Context, name string) (User, error) {
 	name = strings.TrimSpace(name)
-	if name == "" || len(name) > 100 {
-		return User{}, fmt.Errorf("%w: a user needs a name of 1 to 100 characters", ErrInvalid)
+	if err := checkText("name", name, true, MaxNameChars); err != nil {
+		return User{}, err
 	}
-	id, err := s.ids.Next(ctx, rand.IntN(s.rt.Snapshot().Shards))
+	shard := rand.IntN(s.rt.Snapshot().Shards)
+	id, err := s.ids.Next(ctx, shard)
+	if noSlot(err) {
+		return s.createUserByDefault(ctx, shard, name)
+	}
 	if err != nil {
 		return User{}, err
 	}
@@ -75,8 +80,37 @@ func (s *Store) CreateUser(ctx context.Context, name string) (User, error) {
 	return u, nil
 }
 
+// noSlot reports an ID generator that cannot issue now but whose shard's
+// next_id() can: no slot was free, or the slot's lease could not be
+// renewed in time (the catalog is unreachable). The plugin falls back the
+// same way for rows with a shard key; a user's only shard key is its ID.
+func noSlot(err error) bool {
+	return errors.Is(err, idgen.ErrNoFreeSlot) || errors.Is(err, idgen.ErrLeaseLost) || errors.Is(err, idgen.ErrLeaseExpired)
+}
+
+// insertUserSQL lets the shard's DEFAULT next_id() (slot 0, no catalog
+// needed) make the user's ID; the pinned transaction's search_path names
+// the shard's schema.
+const insertUserSQL = `INSERT INTO users (name) VALUES (?) RETURNING id, created_at`
+
+// createUserByDefault inserts a user into a shard with the ID from the
+// shard's next_id(), in a transaction pinned to the shard.
+func (s *Store) createUserByDefault(ctx context.Context, shard int, name string) (User, error) {
+	u := User{Name: name}
+	err := s.pinnedTx(ctx, plugin.Shard(int64(shard)), func(tx *gorm.DB) error {
+		return tx.Raw(insertUserSQL, name).Row().Scan(&u.ID, &u.CreatedAt)
+	})
+	if err != nil {
+		return User{}, err
+	}
+	return u, nil
+}
+
 // GetUser returns a user by ID.
 func (s *Store) GetUser(ctx context.Context, id int64) (User, error) {
+	if err := s.checkID("user id", id); err != nil {
+		return User{}, err
+	}
 	var u User
 	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&u).Error
 	if isNotFound(err) {
@@ -88,8 +122,20 @@ func (s *Store) GetUser(ctx context.Context, id int64) (User, error) {
 // CreatePhoto stores a photo's metadata on its owner's shard, in one
 // shard-pinned transaction that also checks the owner exists.
 func (s *Store) CreatePhoto(ctx context.Context, p Photo) (Photo, error) {
-	if p.URL == "" {
-		return Photo{}, fmt.Errorf("%w: a photo needs a url", ErrInvalid)
+	if err := s.checkID("user id", p.UserID); err != nil {
+		return Photo{}, err
+	}
+	if err := checkText("url", p.URL, true, MaxURLChars); err != nil {
+		return Photo{}, err
+	}
+	if err := checkText("caption", p.Caption, false, MaxCaptionChars); err != nil {
+		return Photo{}, err
+	}
+	if err := checkDimension("width", p.Width); err != nil {
+		return Photo{}, err
+	}
+	if err := checkDimension("height", p.Height); err != nil {
+		return Photo{}, err
 	}
 	err := s.shardTx(ctx, p.UserID, func(tx *gorm.DB) error {
 		p.ID = 0
@@ -115,9 +161,14 @@ const txAttempts = 3
 // plugin has reloaded the map, so the whole transaction is run again on
 // the shard's new server.
 func (s *Store) shardTx(ctx context.Context, id int64, fn func(tx *gorm.DB) error) error {
+	return s.pinnedTx(ctx, plugin.ShardOfID(id), fn)
+}
+
+// pinnedTx is shardTx for any plugin scope naming one shard.
+func (s *Store) pinnedTx(ctx context.Context, shard clause.Expression, fn func(tx *gorm.DB) error) error {
 	var err error
 	for range txAttempts {
-		err = s.db.WithContext(ctx).Clauses(plugin.ShardOfID(id)).Transaction(fn)
+		err = s.db.WithContext(ctx).Clauses(shard).Transaction(fn)
 		if !errors.Is(err, plugin.ErrShardMoved) {
 			return err
 		}
@@ -127,6 +178,9 @@ func (s *Store) shardTx(ctx context.Context, id int64, fn func(tx *gorm.DB) erro
 
 // GetPhoto returns a photo by ID: the shard comes from the ID's bits.
 func (s *Store) GetPhoto(ctx context.Context, id int64) (Photo, error) {
+	if err := s.checkID("photo id", id); err != nil {
+		return Photo{}, err
+	}
 	var p Photo
 	err := s.db.WithContext(ctx).Where("id = ?", id).Take(&p).Error
 	if isNotFound(err) {
@@ -138,6 +192,9 @@ func (s *Store) GetPhoto(ctx context.Context, id int64) (Photo, error) {
 // ListPhotos returns a user's photos newest first (IDs grow with time),
 // those with an ID below before when it is not zero, at most limit.
 func (s *Store) ListPhotos(ctx context.Context, userID, before int64, limit int) ([]Photo, error) {
+	if err := s.checkID("user id", userID); err != nil {
+		return nil, err
+	}
 	q := s.db.WithContext(ctx).Where("user_id = ?", userID)
 	if before > 0 {
 		q = q.Where("id < ?", before)
@@ -149,6 +206,12 @@ func (s *Store) ListPhotos(ctx context.Context, userID, before int64, limit int)
 
 // Like records that userID likes a photo, on the photo's shard.
 func (s *Store) Like(ctx context.Context, photoID, userID int64) (Like, error) {
+	if err := s.checkID("photo id", photoID); err != nil {
+		return Like{}, err
+	}
+	if err := s.checkID("user_id", userID); err != nil {
+		return Like{}, err
+	}
 	if _, err := s.GetPhoto(ctx, photoID); err != nil {
 		return Like{}, err
 	}
@@ -165,6 +228,9 @@ func (s *Store) Like(ctx context.Context, photoID, userID int64) (Like, error) {
 
 // Likes returns a photo's likes, newest first.
 func (s *Store) Likes(ctx context.Context, photoID, before int64, limit int) ([]Like, error) {
+	if err := s.checkID("photo id", photoID); err != nil {
+		return nil, err
+	}
 	q := s.db.WithContext(ctx).Where("photo_id = ?", photoID)
 	if before > 0 {
 		q = q.Where("id < ?", before)
@@ -176,6 +242,12 @@ func (s *Store) Likes(ctx context.Context, photoID, before int64, limit int) ([]
 
 // Follow records that follower follows followee, on the follower's shard.
 func (s *Store) Follow(ctx context.Context, follower, followee int64) (Follow, error) {
+	if err := s.checkID("user id", follower); err != nil {
+		return Follow{}, err
+	}
+	if err := s.checkID("followee_id", followee); err != nil {
+		return Follow{}, err
+	}
 	if follower == followee {
 		return Follow{}, fmt.Errorf("%w: a user cannot follow themselves", ErrInvalid)
 	}
@@ -194,6 +266,9 @@ func (s *Store) Follow(ctx context.Context, follower, followee int64) (Follow, e
 
 // Following returns the IDs of the users userID follows.
 func (s *Store) Following(ctx context.Context, userID int64) ([]int64, error) {
+	if err := s.checkID("user id", userID); err != nil {
+		return nil, err
+	}
 	ids := []int64{}
 	err := s.db.WithContext(ctx).Model(&Follow{}).Where("follower_id = ?", userID).
 		Order("id").Pluck("followee_id", &ids).Error
