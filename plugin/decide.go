@@ -98,11 +98,15 @@ func (m *model) valueShards(db *gorm.DB, o op, snap *router.Snapshot) (shardSet,
 }
 
 // createShards groups the rows of a Create by shard. rows is nil when
-// they all belong to one shard.
-func (m *model) createShards(db *gorm.DB, snap *router.Snapshot) (shardSet, map[int][]int, error) {
+// they all belong to one shard. own is the shard of new rows keyed by
+// their own (still zero) ID, or -1 (see ownShard).
+func (m *model) createShards(db *gorm.DB, snap *router.Snapshot, own int) (shardSet, map[int][]int, error) {
 	rv := db.Statement.ReflectValue
 	if rv.Kind() == reflect.Struct {
 		s, err := m.shardOfRow(db, rv, snap)
+		if errors.Is(err, errZeroKey) && own >= 0 {
+			s, err = own, nil
+		}
 		if err != nil {
 			return shardSet{}, nil, zeroKey(err)
 		}
@@ -116,6 +120,9 @@ func (m *model) createShards(db *gorm.DB, snap *router.Snapshot) (shardSet, map[
 	first := -1
 	for i := 0; i < rv.Len(); i++ {
 		s, err := m.shardOfRow(db, reflect.Indirect(rv.Index(i)), snap)
+		if errors.Is(err, errZeroKey) && own >= 0 {
+			s, err = own, nil
+		}
 		if err != nil {
 			return shardSet{}, nil, zeroKey(err)
 		}

@@ -136,7 +136,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.p = Register(cfg, &Photo{}, &Like{}, &Album{})
+	e.p = Register(cfg, &Photo{}, &Like{}, &Album{}, &Account{})
 	if err := e.db.Use(e.p); err != nil {
 		t.Fatal(err)
 	}

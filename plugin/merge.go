@@ -524,21 +524,6 @@ func selectedColumn(stmt *gorm.Statement) string {
 	return ""
 }
 
-// mapRows reports whether the statement scans into maps.
-func mapRows(stmt *gorm.Statement) bool {
-	rv := reflect.Indirect(stmt.ReflectValue)
-	if !rv.IsValid() {
-		return false
-	}
-	t := rv.Type()
-	if t.Kind() == reflect.Slice {
-		t = t.Elem()
-	}
-	for t.Kind() == reflect.Ptr {
-		t = t.Elem()
-	}
-	return t.Kind() == reflect.Map
-}
 
 // sortRows sorts merged rows (structs of the model, pointers to them, or
 // maps) by the ORDER BY keys.

@@ -382,3 +382,35 @@ func TestMultiShardWriteFailsWhole(t *testing.T) {
 		t.Fatalf("likes %d after a failed update across shards (err %v)", got.Likes, err)
 	}
 }
+
+// Account is keyed by its own ID: a new account's shard comes from the
+// statement's scope or pinned transaction.
+type Account struct {
+	ID   int64 `gorm:"primaryKey;autoIncrement:false" shard:"id"`
+	Name string
+}
+
+func TestCreateKeyedByOwnID(t *testing.T) {
+	for _, noIDs := range []bool{false, true} {
+		t.Run(map[bool]string{false: "ID from the generator", true: "ID from next_id()"}[noIDs], func(t *testing.T) {
+			e := newEnv(t, envOpts{noIDs: noIDs})
+			a := Account{Name: "a"}
+			if err := e.db.Clauses(Shard(int64(5))).Create(&a).Error; err != nil {
+				t.Fatal(err)
+			}
+			e.assertAt(t, "accounts", a.ID, 5)
+			var b Account
+			err := e.db.Clauses(Shard(int64(9))).Transaction(func(tx *gorm.DB) error {
+				b = Account{Name: "b"}
+				return tx.Create(&b).Error
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.assertAt(t, "accounts", b.ID, 9)
+			if err := e.db.Create(&Account{Name: "nowhere"}).Error; !errors.Is(err, ErrMissingShardKey) {
+				t.Fatalf("no scope: err = %v", err)
+			}
+		})
+	}
+}

@@ -83,7 +83,7 @@ func (p *Plugin) assignID(db *gorm.DB) {
 	if m == nil {
 		return
 	}
-	if !writes(db.Statement, m.key.DBName) {
+	if m.key != m.pk && !writes(db.Statement, m.key.DBName) {
 		fail(db, m, -1, fmt.Errorf("%w: Create of %s leaves out the shard key %s (Select/Omit); the row would be stored without its key", ErrUnroutableSQL, m.schema.Name, m.key.DBName))
 		return
 	}
@@ -92,7 +92,7 @@ func (p *Plugin) assignID(db *gorm.DB) {
 	// With the ID column left out by Select/Omit, the database's
 	// DEFAULT next_id() gives the ID (read back with RETURNING), so that
 	// the struct and the row agree.
-	n := idCounts{dbOnly: !writes(db.Statement, m.pk.DBName)}
+	n := idCounts{dbOnly: !writes(db.Statement, m.pk.DBName), own: p.ownShard(db.Statement, m, snap)}
 	switch rv.Kind() {
 	case reflect.Struct:
 		p.assignRow(db, m, rv, snap, &n)
@@ -128,11 +128,35 @@ func (p *Plugin) assignID(db *gorm.DB) {
 type idCounts struct {
 	given, fallback int
 	dbOnly          bool // the INSERT leaves the ID column out
+	own             int  // shard of new rows whose shard key is their own ID, or -1
+}
+
+// ownShard returns the shard of new rows of a model whose shard key is
+// its own primary key (shard:"id" on the ID): the statement's Shard or
+// ShardOfID scope, or the shard its transaction is pinned to; -1 if
+// neither names one (or the model has another key).
+func (p *Plugin) ownShard(stmt *gorm.Statement, m *model, snap *router.Snapshot) int {
+	if m.key != m.pk {
+		return -1
+	}
+	if sc, ok := scopeOf(stmt); ok && sc.kind != scopeAll {
+		if s, err := p.shardOfScope(sc, snap); err == nil {
+			return s
+		}
+	}
+	if t := txOf(stmt.ConnPool); t != nil && !t.statement {
+		s, _ := t.pinned()
+		return s
+	}
+	return -1
 }
 
 func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *router.Snapshot, n *idCounts) {
 	ctx := db.Statement.Context
 	shard, err := m.shardOfRow(db, row, snap)
+	if errors.Is(err, errZeroKey) && n.own >= 0 {
+		shard, err = n.own, nil // a new row keyed by its own ID, in the scope's shard
+	}
 	if err != nil {
 		if errors.Is(err, errZeroKey) {
 			err = ErrMissingShardKey
@@ -238,7 +262,7 @@ func (p *Plugin) decide(db *gorm.DB, o op) (*decision, error) {
 	d.snap = p.router.Snapshot()
 	var set shardSet
 	if o == opCreate {
-		set, d.rows, err = m.createShards(db, d.snap)
+		set, d.rows, err = m.createShards(db, d.snap, p.ownShard(stmt, m, d.snap))
 	} else {
 		set, err = m.shardsOf(db, o, d.snap)
 	}

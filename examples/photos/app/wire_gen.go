@@ -45,7 +45,7 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 		cleanup()
 		return nil, nil, err
 	}
-	storeStore := store.New(db, router, generator)
+	storeStore := store.New(db, router)
 	apiAPI := api.NewAPI(storeStore, log)
 	stats, cleanup5 := store.NewStats()
 	admin := api.NewAdmin(router, stats, storeStore, log)

@@ -7,7 +7,7 @@
 // so a user's row, photos and follows share one schema on one server; a
 // like is tagged shard:"id" on its photo ID and lives with the photo.
 //
-//	st := store.New(db, rt, ids) // db uses plugin.Register(plugin.Config{Router: rt, IDs: ids}, store.Models()...)
+//	st := store.New(db, rt) // db uses plugin.Register(plugin.Config{Router: rt, IDs: ids}, store.Models()...)
 //	u, err := st.CreateUser(ctx, "ada")
 //	p, err := st.CreatePhoto(ctx, store.Photo{UserID: u.ID, URL: "https://…"})
 //	feed, err := st.Feed(ctx, followerID, 0, 20)

@@ -12,7 +12,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
-	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
@@ -25,23 +24,19 @@ const (
 	feedFanout = 8
 )
 
-// UserIDs issues the IDs of new users. *idgen.Generator satisfies it.
-type UserIDs interface {
-	Next(ctx context.Context, shard int) (int64, error)
-}
 
 // Store is the photo service's data access, through GORM and the shardkit
 // plugin: every statement names a shard key or an ID, so the plugin sends
 // it to the right server and schema.
 type Store struct {
-	db  *gorm.DB
-	rt  *router.Router
-	ids UserIDs
+	db *gorm.DB
+	rt *router.Router
 }
 
 // New returns a store over a GORM handle on which the shardkit plugin is registered.
-func New(db *gorm.DB, rt *router.Router, ids *idgen.Generator) *Store {
-	return &Store{db: db, rt: rt, ids: ids}
+// New IDs come from the plugin (see OpenDB).
+func New(db *gorm.DB, rt *router.Router) *Store {
+	return &Store{db: db, rt: rt}
 }
 
 // DB returns the store's GORM handle.
@@ -65,42 +60,13 @@ func (s *Store) CreateUser(ctx context.Context, name string) (User, error) {
 	if err := checkText("name", name, true, MaxNameChars); err != nil {
 		return User{}, err
 	}
+	// A user's shard key is its own ID: the Shard scope places the new
+	// row, and the plugin makes its ID there (in Go from the leased slot,
+	// or, with no usable slot — the catalog down —, by the shard's
+	// next_id(), read back).
 	shard := rand.IntN(s.rt.Snapshot().Shards)
-	id, err := s.ids.Next(ctx, shard)
-	if noSlot(err) {
-		return s.createUserByDefault(ctx, shard, name)
-	}
-	if err != nil {
-		return User{}, err
-	}
-	u := User{ID: id, Name: name}
-	if err := s.db.WithContext(ctx).Create(&u).Error; err != nil {
-		return User{}, err
-	}
-	return u, nil
-}
-
-// noSlot reports an ID generator that cannot issue now but whose shard's
-// next_id() can: no slot was free, or the slot's lease could not be
-// renewed in time (the catalog is unreachable). The plugin falls back the
-// same way for rows with a shard key; a user's only shard key is its ID.
-func noSlot(err error) bool {
-	return errors.Is(err, idgen.ErrNoFreeSlot) || errors.Is(err, idgen.ErrLeaseLost) || errors.Is(err, idgen.ErrLeaseExpired)
-}
-
-// insertUserSQL lets the shard's DEFAULT next_id() (slot 0, no catalog
-// needed) make the user's ID; the pinned transaction's search_path names
-// the shard's schema.
-const insertUserSQL = `INSERT INTO users (name) VALUES (?) RETURNING id, created_at`
-
-// createUserByDefault inserts a user into a shard with the ID from the
-// shard's next_id(), in a transaction pinned to the shard.
-func (s *Store) createUserByDefault(ctx context.Context, shard int, name string) (User, error) {
 	u := User{Name: name}
-	err := s.pinnedTx(ctx, plugin.Shard(int64(shard)), func(tx *gorm.DB) error {
-		return tx.Raw(insertUserSQL, name).Row().Scan(&u.ID, &u.CreatedAt)
-	})
-	if err != nil {
+	if err := s.db.WithContext(ctx).Clauses(plugin.Shard(int64(shard))).Create(&u).Error; err != nil {
 		return User{}, err
 	}
 	return u, nil
