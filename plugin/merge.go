@@ -524,7 +524,6 @@ func selectedColumn(stmt *gorm.Statement) string {
 	return ""
 }
 
-
 // sortRows sorts merged rows (structs of the model, pointers to them, or
 // maps) by the ORDER BY keys.
 func sortRows(rows reflect.Value, keys []orderKey) {

@@ -24,7 +24,6 @@ const (
 	feedFanout = 8
 )
 
-
 // Store is the photo service's data access, through GORM and the shardkit
 // plugin: every statement names a shard key or an ID, so the plugin sends
 // it to the right server and schema.
