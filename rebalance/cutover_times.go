@@ -19,6 +19,13 @@ type CutoverTimes struct {
 	Carry   time.Duration // sequences carried, replica LSN, newest ID and clock read (one statement)
 	Clock   time.Duration // until the replica's clock passed the newest ID's millisecond
 	Flip    time.Duration // shard map flipped, journal updated (one catalog statement)
+
+	// Attempts counts fences: an attempt whose barrier could not get its
+	// locks within Config.BarrierWait was unfenced and tried again.
+	// Aborted is the longest write pause of such an attempt (fence to
+	// unfence), 0 when the first attempt went through.
+	Attempts int
+	Aborted  time.Duration
 }
 
 // Fenced is the sum of the steps inside the fenced window.
@@ -57,6 +64,9 @@ func (c CutoverTimes) String() string {
 		fmt.Fprintf(&b, "%s %s", p.Name, fmtMs(p.D))
 	}
 	fmt.Fprintf(&b, " ms (before the fence: queue %s, lag gate %s ms)", fmtMs(c.Queue), fmtMs(c.Gate))
+	if c.Attempts > 1 {
+		fmt.Fprintf(&b, "; %d attempts, the longest aborted one paused writes %s ms", c.Attempts, fmtMs(c.Aborted))
+	}
 	return b.String()
 }
 
@@ -68,20 +78,24 @@ func fromMs(v float64) time.Duration { return time.Duration(v * float64(time.Mil
 
 // cutoverJSON is CutoverTimes as stored in the journal (shardkit.moves.cutover).
 type cutoverJSON struct {
-	Queue   float64 `json:"queue_ms"`
-	Gate    float64 `json:"gate_ms"`
-	Fence   float64 `json:"fence_ms"`
-	Barrier float64 `json:"barrier_ms"`
-	Apply   float64 `json:"apply_ms"`
-	Carry   float64 `json:"carry_ms"`
-	Clock   float64 `json:"clock_ms"`
-	Flip    float64 `json:"flip_ms"`
+	Queue    float64 `json:"queue_ms"`
+	Gate     float64 `json:"gate_ms"`
+	Fence    float64 `json:"fence_ms"`
+	Barrier  float64 `json:"barrier_ms"`
+	Apply    float64 `json:"apply_ms"`
+	Carry    float64 `json:"carry_ms"`
+	Clock    float64 `json:"clock_ms"`
+	Flip     float64 `json:"flip_ms"`
+	Attempts int     `json:"attempts,omitempty"`
+	Aborted  float64 `json:"aborted_ms,omitempty"`
 }
 
 // MarshalJSON writes the durations as milliseconds (queue_ms, gate_ms,
-// fence_ms, barrier_ms, apply_ms, carry_ms, clock_ms, flip_ms).
+// fence_ms, barrier_ms, apply_ms, carry_ms, clock_ms, flip_ms, aborted_ms)
+// and the attempts.
 func (c CutoverTimes) MarshalJSON() ([]byte, error) {
-	return json.Marshal(cutoverJSON{millis(c.Queue), millis(c.Gate), millis(c.Fence), millis(c.Barrier), millis(c.Apply), millis(c.Carry), millis(c.Clock), millis(c.Flip)})
+	return json.Marshal(cutoverJSON{millis(c.Queue), millis(c.Gate), millis(c.Fence), millis(c.Barrier), millis(c.Apply),
+		millis(c.Carry), millis(c.Clock), millis(c.Flip), c.Attempts, millis(c.Aborted)})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote.
@@ -90,6 +104,7 @@ func (c *CutoverTimes) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*c = CutoverTimes{fromMs(j.Queue), fromMs(j.Gate), fromMs(j.Fence), fromMs(j.Barrier), fromMs(j.Apply), fromMs(j.Carry), fromMs(j.Clock), fromMs(j.Flip)}
+	*c = CutoverTimes{fromMs(j.Queue), fromMs(j.Gate), fromMs(j.Fence), fromMs(j.Barrier), fromMs(j.Apply),
+		fromMs(j.Carry), fromMs(j.Clock), fromMs(j.Flip), j.Attempts, fromMs(j.Aborted)}
 	return nil
 }

@@ -150,7 +150,7 @@ const (
 	// window has closed (it is not part of it).
 	sqlCutoverTimes = `UPDATE shardkit.moves SET fenced_ms = $2, cutover = $3::jsonb,
 		target_lsn = coalesce(nullif($4, '')::pg_lsn, target_lsn), updated_at = now() WHERE id = $1`
-	sqlSetState     = `UPDATE shardkit.moves SET state = $2, updated_at = now(),
+	sqlSetState = `UPDATE shardkit.moves SET state = $2, updated_at = now(),
 		finished_at = CASE WHEN $2 IN ('completed', 'rolled_back') THEN now() END WHERE id = $1`
 )
 
