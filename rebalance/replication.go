@@ -309,11 +309,17 @@ func waitCurrentOn(ctx context.Context, conn *pgxpool.Conn, slot string, timeout
 // round trip plus the replica's confirmation of a probe written on the
 // serving side, back to back, take at most Config.CutoverLag. The probe is
 // what the fenced window's wait for the final LSN will see, and the round
-// trip what its map changes will. Each probe waits at most CutoverTimeout;
+// trip what its map changes will. It opens after gateCalm such tries in a
+// row: on a machine short of CPU one quick try is often luck, while a few
+// in a row mean the servers get scheduled. Each probe waits at most CutoverTimeout;
 // the gate gives up after GateTimeout with a *LagGateError.
+// gateCalm is how many quick tries in a row open the lag gate.
+const gateCalm = 2
+
 func (mv *Mover) lagGate(ctx context.Context, cat, from *pgxpool.Conn, slot string) error {
 	deadline := time.Now().Add(mv.cfg.GateTimeout)
 	best := time.Duration(-1)
+	calm := 0
 	for tries := 1; ; tries++ {
 		start := time.Now()
 		if err := cat.Ping(ctx); err != nil {
@@ -325,8 +331,12 @@ func (mv *Mover) lagGate(ctx context.Context, cat, from *pgxpool.Conn, slot stri
 			return fmt.Errorf("lag gate: %w", err)
 		}
 		if err == nil && d <= mv.cfg.CutoverLag {
-			return nil
+			if calm++; calm >= gateCalm {
+				return nil
+			}
+			continue
 		}
+		calm = 0
 		if err == nil && (best < 0 || d < best) {
 			best = d
 		}
