@@ -124,9 +124,9 @@ func (mv *Mover) waitReplicated(ctx context.Context, mc *moveCtx) error {
 	if err := serving.QueryRow(ctx, sqlSlotExists, slot).Scan(&exists); err != nil || !exists {
 		return err // no replication running (offline move): compare as is
 	}
-	// A probe, not the current WAL position: on an idle server that
-	// position can lie past the end of the last record (after a page
-	// header), which no consumer ever confirms until more WAL comes.
+	// A probe written and flushed now, as the lag gate uses: the
+	// servers may commit asynchronously, and a walsender sends only WAL
+	// that is flushed.
 	if _, err := waitCurrent(ctx, serving, slot, time.Minute); errors.Is(err, ErrCutoverTimeout) {
 		return fmt.Errorf("shardkit: verify: replication slot %s did not catch up within a minute (%w); check the subscription's worker in the server log", slot, err)
 	} else if err != nil {
