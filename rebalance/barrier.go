@@ -2,12 +2,14 @@ package rebalance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/idgen"
@@ -218,7 +220,7 @@ type barrierResult struct {
 
 // barrierSQL builds the barrier statement of schema from its tables, and
 // creates the trigger function, before the fenced window.
-func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, []string, error) {
+func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait time.Duration) (string, []string, error) {
 	tables, err := listTables(ctx, p, schema)
 	if err != nil {
 		return "", nil, err
@@ -239,8 +241,22 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, []
 		quoted[i] = ident(schema, t)
 		pre = append(pre, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), quoted[i], fn))
 	}
-	if _, err := p.Exec(ctx, strings.Join(pre, ";\n"), pgx.QueryExecModeSimpleProtocol); err != nil {
-		return "", nil, fmt.Errorf("prepare the write barrier on %s: %w", schema, err)
+	// Creating a trigger takes the same lock as the barrier: it waits for
+	// running writes and holds new ones behind it. So it waits at most
+	// lockWait per try, like the barrier, and tries again.
+	preSQL := fmt.Sprintf("SET LOCAL lock_timeout = '%dms';\n", max(lockWait.Milliseconds(), 1)) + strings.Join(pre, ";\n")
+	for {
+		_, err := p.Exec(ctx, preSQL, pgx.QueryExecModeSimpleProtocol)
+		var pe *pgconn.PgError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &pe) || pe.Code != "55P03" {
+			return "", nil, fmt.Errorf("prepare the write barrier on %s: %w", schema, err)
+		}
+		if err := sleep(ctx, lockWait); err != nil {
+			return "", nil, fmt.Errorf("prepare the write barrier on %s: running writes kept its locks: %w", schema, err)
+		}
 	}
 	stmts := []string{sqlBarrierSettings, "LOCK TABLE " + strings.Join(quoted, ", ") + " IN SHARE ROW EXCLUSIVE MODE",
 		fmt.Sprintf(sqlFenceFunc, fn)}

@@ -84,23 +84,27 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, p cutoverPlan, c
 }
 
 // fencedWindow runs the cutover's steps. Everything it can prepare is
-// prepared before the fence (statements built, tables listed); then it
+// prepared before the fence (statements built and prepared, tables
+// listed, pass-through triggers installed, connections held); then it
 // waits its turn (one cutover at a time per Mover, so two moves' windows
 // never overlap) and for the lag gate, and runs the fenced steps with one
 // round trip each: fence (catalog, journal included), barrier (serving
-// side: triggers, final LSN, sequences), wait for the replica to confirm
-// the final LSN, carry (replica: its LSN, sequences, newest ID, clock), a
-// clock wait only when the newest ID is ahead of the replica's clock, and
-// flip (catalog, journal included). The steps between the fence and the
-// flip are not journalled on their own: a resume from the fence runs them
-// again, and each is idempotent. The breakdown is recorded after the flip.
+// side: locks, refusing trigger body, final LSN, sequences, newest ID),
+// the wait for the replica to confirm the final LSN while the sequences
+// are carried to it (with a reading of its clock), a clock wait only when
+// the newest ID is ahead of that clock, and the flip (catalog, journal
+// included). The steps between the fence and the flip are not journalled
+// on their own: a resume from the fence runs them again, and each is
+// idempotent. The breakdown is recorded after the flip.
 func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) error {
 	m := mc.m
 	if mc.done(p.flipped) {
 		return nil
 	}
 	var ct CutoverTimes
-	barSQL, tables, err := barrierSQL(ctx, p.from, mc.schema)
+	pctx, cancel := context.WithTimeout(ctx, mv.cfg.GateTimeout)
+	barSQL, tables, err := barrierSQL(pctx, p.from, mc.schema, mv.cfg.BarrierWait)
+	cancel()
 	if err != nil {
 		return mv.stepFailed(ctx, m, p.fenced, err)
 	}
