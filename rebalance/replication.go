@@ -31,7 +31,6 @@ const (
 	sqlDropSlot      = `SELECT pg_drop_replication_slot($1)`
 	sqlSlotActivePID = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
 	sqlTerminate     = `SELECT pg_terminate_backend($1)`
-	sqlCurrentLSN    = `SELECT pg_current_wal_lsn()::text`
 	sqlAdvanceSlot   = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
 		FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
 )
@@ -215,20 +214,10 @@ func slotLag(ctx context.Context, p *pgxpool.Pool, slot string) (int64, error) {
 	return lag, err
 }
 
-// waitSlotReached polls until the slot's consumer confirmed lsn, or the
-// timeout passes (ErrCutoverTimeout). It polls on one connection every
-// millisecond: PostgreSQL has no event for a slot's progress, and this
-// wait sits inside the fenced window.
-func waitSlotReached(ctx context.Context, p *pgxpool.Pool, slot, lsn string, timeout time.Duration) error {
-	conn, err := p.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("wait for slot %s to confirm %s: %w", slot, lsn, err)
-	}
-	defer conn.Release()
-	return waitSlotReachedOn(ctx, conn, slot, lsn, timeout)
-}
-
-// waitSlotReachedOn is waitSlotReached on a connection held already.
+// waitSlotReachedOn polls, on a connection held already, until the slot's
+// consumer confirmed lsn, or the timeout passes (ErrCutoverTimeout). It
+// polls every millisecond: PostgreSQL has no event for a slot's progress,
+// and this wait sits inside the fenced window.
 func waitSlotReachedOn(ctx context.Context, conn *pgxpool.Conn, slot, lsn string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
@@ -347,12 +336,6 @@ func (mv *Mover) lagGate(ctx context.Context, cat, from *pgxpool.Conn, slot stri
 			return &LagGateError{Best: best, Bound: mv.cfg.CutoverLag, Tries: tries}
 		}
 	}
-}
-
-func currentLSN(ctx context.Context, p *pgxpool.Pool) (string, error) {
-	var lsn string
-	err := p.QueryRow(ctx, sqlCurrentLSN).Scan(&lsn)
-	return lsn, err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
