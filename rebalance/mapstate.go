@@ -12,21 +12,23 @@ import (
 )
 
 const (
-	sqlMapState = `UPDATE shardkit.shard_map SET state = $3, version = $4, updated_at = now()
-		WHERE shard = $1 AND server = $2`
 	sqlMapFlip = `UPDATE shardkit.shard_map SET server = $3, state = 'active', version = $4, updated_at = now()
 		WHERE shard = $1 AND server IN ($2, $3)`
 )
+
+// sqlMapStateBump sets the state of shard $1 on server $2 to $3 in a new
+// map version, in one statement: the configuration row's lock, which every
+// map change takes, is held for the statement alone, not across round
+// trips from the client (a cutover's fence waits on it).
+const sqlMapStateBump = `WITH v AS (UPDATE shardkit.config SET map_version = map_version + 1 RETURNING map_version)
+	UPDATE shardkit.shard_map SET state = $3, version = (SELECT map_version FROM v), updated_at = now()
+	WHERE shard = $1 AND server = $2`
 
 // setMapState sets the state of a shard placed on server and bumps the map
 // version (routers are notified at commit). A shard no longer on server is
 // left alone.
 func setMapState(ctx context.Context, cat *router.Catalog, shard int, server string, st router.ShardState) error {
-	_, err := cat.ChangeMap(ctx, func(ctx context.Context, tx pgx.Tx, v int64) error {
-		_, err := tx.Exec(ctx, sqlMapState, shard, server, string(st), v)
-		return err
-	})
-	if err != nil {
+	if _, err := cat.Pool().Exec(ctx, sqlMapStateBump, shard, server, string(st)); err != nil {
 		return fmt.Errorf("set shard %d %s: %w", shard, st, err)
 	}
 	return nil
