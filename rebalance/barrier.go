@@ -2,11 +2,14 @@ package rebalance
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/idgen"
@@ -43,6 +46,12 @@ const (
 BEGIN
     RAISE EXCEPTION 'shardkit: shard schema %% has moved to another server; reload the shard map and retry there', TG_TABLE_SCHEMA
         USING ERRCODE = '` + router.FenceSQLState + `';
+END $fn$`
+	// sqlFenceFuncPass is the barrier's function before the barrier: it
+	// lets every write through (a statement trigger's result is ignored).
+	sqlFenceFuncPass = `CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    RETURN NULL;
 END $fn$`
 	sqlFenceTrigger = `CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
     FOR EACH STATEMENT EXECUTE FUNCTION %s()`
@@ -185,4 +194,287 @@ func waitClockPastNewestID(ctx context.Context, p *pgxpool.Pool, schema string, 
 			return err
 		}
 	}
+}
+
+// A barrier as one round trip (the cutover's fenced window): the statements
+// go as one simple-protocol query, which PostgreSQL runs as one implicit
+// transaction, so SET LOCAL holds to its end and a failure rolls all back.
+// The schema is set as search_path (an identifier, quoted), and the result
+// names it back, so a barrier that ran elsewhere cannot pass unnoticed.
+const (
+	sqlBarrierSettings = `SET LOCAL lock_timeout = '%dms'; SET LOCAL synchronous_commit = on; SET LOCAL search_path = %s`
+	sqlBarrierLSN      = `SELECT current_schema()::text, pg_current_wal_lsn()::text`
+	sqlBarrierSeqs     = `SELECT sequencename::text, coalesce(last_value, 0)::text FROM pg_sequences
+	WHERE schemaname = current_schema() ORDER BY sequencename`
+)
+
+// barrierResult is what the barrier statement returns: the final WAL
+// position, the schema's sequences and its newest ID, all read after every
+// table's trigger was in place (no write commits after them).
+type barrierResult struct {
+	lsn      string
+	names    []string
+	vals     []int64
+	newestID int64 // 0 when the schema has no row with an id
+}
+
+// barrierSQL builds the barrier statement of schema from its tables, and
+// creates the trigger function, before the fenced window.
+func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait time.Duration) (string, []string, error) {
+	tables, err := listTables(ctx, p, schema)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(tables) == 0 {
+		return "", nil, fmt.Errorf("install write barrier on %s: the schema has no tables", schema)
+	}
+	// The triggers go in before the window, with a function that lets
+	// every write through; inside the window the barrier only locks the
+	// tables (waiting for running writes) and replaces the function's body
+	// with one that refuses: no DDL on the tables there. A write that gets
+	// its table lock after the barrier committed sees the new body (taking
+	// the lock processes the invalidation).
+	fn := ident(schema, barrierName)
+	pre := []string{fmt.Sprintf(sqlFenceFuncPass, fn)}
+	quoted := make([]string, len(tables))
+	for i, t := range tables {
+		quoted[i] = ident(schema, t)
+		pre = append(pre, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), quoted[i], fn))
+	}
+	// Creating a trigger takes the same lock as the barrier: it waits for
+	// running writes and holds new ones behind it. So it waits at most
+	// lockWait per try, like the barrier, and tries again.
+	preSQL := fmt.Sprintf("SET LOCAL lock_timeout = '%dms';\n", max(lockWait.Milliseconds(), 1)) + strings.Join(pre, ";\n")
+	for {
+		_, err := p.Exec(ctx, preSQL, pgx.QueryExecModeSimpleProtocol)
+		var pe *pgconn.PgError
+		if err == nil {
+			break
+		}
+		if !errors.As(err, &pe) || pe.Code != "55P03" {
+			return "", nil, fmt.Errorf("prepare the write barrier on %s: %w", schema, err)
+		}
+		if err := sleep(ctx, lockWait); err != nil {
+			return "", nil, fmt.Errorf("prepare the write barrier on %s: running writes kept its locks: %w", schema, err)
+		}
+	}
+	stmts := []string{sqlBarrierSettings, "LOCK TABLE " + strings.Join(quoted, ", ") + " IN SHARE ROW EXCLUSIVE MODE",
+		fmt.Sprintf(sqlFenceFunc, fn)}
+	newest, err := newestIDSQL(ctx, p, schema)
+	if err != nil {
+		return "", nil, err
+	}
+	stmts = append(stmts, sqlBarrierLSN, sqlBarrierSeqs, newest)
+	return strings.Join(stmts, ";\n"), tables, nil
+}
+
+// runBarrier runs a statement built by barrierSQL in one round trip. A
+// lock it waits for longer than lockTimeout (a write transaction still
+// running) fails it with SQLSTATE 55P03, and nothing is installed.
+func runBarrier(ctx context.Context, conn *pgxpool.Conn, schema, sql string, lockTimeout time.Duration) (barrierResult, error) {
+	var res barrierResult
+	sql = strings.Replace(sql, sqlBarrierSettings, fmt.Sprintf(sqlBarrierSettings, max(lockTimeout.Milliseconds(), 1), ident(schema)), 1)
+	results, err := conn.Conn().PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		return res, fmt.Errorf("install write barrier on %s: %w", schema, err)
+	}
+	n := len(results)
+	if n < 3 || len(results[n-3].Rows) != 1 || len(results[n-1].Rows) != 1 {
+		return res, fmt.Errorf("install write barrier on %s: unexpected reply (%d results)", schema, n)
+	}
+	row := results[n-3].Rows[0]
+	if got := string(row[0]); got != schema {
+		return res, fmt.Errorf("install write barrier on %s: ran with current_schema %q", schema, got)
+	}
+	res.lsn = string(row[1])
+	if res.newestID, err = strconv.ParseInt(string(results[n-1].Rows[0][0]), 10, 64); err != nil {
+		return res, fmt.Errorf("install write barrier on %s: newest id: %w", schema, err)
+	}
+	for _, r := range results[n-2].Rows {
+		v, err := strconv.ParseInt(string(r[1]), 10, 64)
+		if err != nil {
+			return res, fmt.Errorf("install write barrier on %s: sequence %s: %w", schema, r[0], err)
+		}
+		res.names, res.vals = append(res.names, string(r[0])), append(res.vals, v)
+	}
+	return res, nil
+}
+
+// removeBarrierSQL drops the barrier of schema's tables (listed beforehand)
+// in one round trip.
+func removeBarrierSQL(schema string, tables []string) string {
+	stmts := make([]string, 0, len(tables)+1)
+	for _, t := range tables {
+		stmts = append(stmts, "DROP TRIGGER IF EXISTS "+ident(barrierName)+" ON "+ident(schema, t))
+	}
+	stmts = append(stmts, "DROP FUNCTION IF EXISTS "+ident(schema, barrierName)+"()")
+	return strings.Join(stmts, ";\n")
+}
+
+// sqlCarryAndClock runs on the replica once it applied the final LSN, in
+// one round trip: its WAL position (reverse replication starts there), the
+// sequences carried as sqlCarry does, the newest ID and the clock. The
+// UNION of max(id) over the schema's tables is appended.
+const sqlCarryAndClock = `SELECT pg_current_wal_lsn()::text,
+	coalesce((SELECT max(setval(q.seq, greatest(u.val + $4, coalesce(pg_sequence_last_value(q.seq), 0)), true))
+		FROM unnest($2::text[], $3::bigint[]) AS u(name, val),
+		LATERAL (SELECT format('%%I.%%I', $1::text, u.name)::regclass AS seq) q), 0),
+	(SELECT coalesce(max(x), 0) FROM (%s) AS m(x)),
+	` + sqlClockMsExpr
+
+// carryAndClockSQL builds sqlCarryAndClock for the ID tables of schema.
+func carryAndClockSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
+	rows, err := p.Query(ctx, sqlIDTables, schema)
+	if err != nil {
+		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
+	}
+	parts := []string{"SELECT 0::bigint"}
+	for _, t := range tables {
+		parts = append(parts, "SELECT max(id) FROM "+ident(schema, t))
+	}
+	return fmt.Sprintf(sqlCarryAndClock, strings.Join(parts, " UNION ALL ")), nil
+}
+
+// carried is what sqlCarryAndClock returns.
+type carried struct {
+	lsn           string
+	seq           int64
+	newestMs, now int64
+}
+
+func carryAndClock(ctx context.Context, p *pgxpool.Conn, sql, schema string, b barrierResult, margin int64, layout idgen.Layout) (carried, error) {
+	var c carried
+	var id int64
+	names, vals := b.names, b.vals
+	if names == nil {
+		names, vals = []string{}, []int64{}
+	}
+	err := p.QueryRow(ctx, sql, pgx.QueryExecModeExec, schema, names, vals, margin).Scan(&c.lsn, &c.seq, &id, &c.now)
+	if err != nil {
+		return c, fmt.Errorf("carry sequences of %s: %w", schema, err)
+	}
+	if id > 0 {
+		c.newestMs = layout.UnixMsOf(id)
+	}
+	return c, nil
+}
+
+// waitClockPast waits until the server's clock is past ms, asking it again
+// after sleeping the difference.
+func waitClockPast(ctx context.Context, p *pgxpool.Conn, newestMs, now int64) error {
+	for now <= newestMs {
+		if err := sleep(ctx, time.Duration(newestMs-now+1)*time.Millisecond); err != nil {
+			return fmt.Errorf("wait for the clock to pass the newest ID (%d ms): %w", newestMs, err)
+		}
+		if err := p.QueryRow(ctx, `SELECT `+sqlClockMsExpr).Scan(&now); err != nil {
+			return fmt.Errorf("read the clock: %w", err)
+		}
+	}
+	return nil
+}
+
+// readSequences reads the schema's sequences on the serving side, for a
+// cutover resumed past its barrier (which read them the first time).
+func readSequences(ctx context.Context, p *pgxpool.Pool, schema string) (barrierResult, error) {
+	var res barrierResult
+	rows, err := p.Query(ctx, sqlSequences, schema)
+	if err != nil {
+		return res, fmt.Errorf("read sequences of %s: %w", schema, err)
+	}
+	var name string
+	var v int64
+	if _, err := pgx.ForEachRow(rows, []any{&name, &v}, func() error {
+		res.names, res.vals = append(res.names, name), append(res.vals, v)
+		return nil
+	}); err != nil {
+		return res, fmt.Errorf("read sequences of %s: %w", schema, err)
+	}
+	res.lsn = "resumed"
+	return res, nil
+}
+
+// newestIDSQL builds a query for the largest id over the schema's tables
+// with a bigint id column (0 when none has a row).
+func newestIDSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
+	rows, err := p.Query(ctx, sqlIDTables, schema)
+	if err != nil {
+		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
+	}
+	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
+	}
+	parts := []string{"SELECT 0::bigint"}
+	for _, t := range tables {
+		parts = append(parts, "SELECT max(id) FROM "+ident(schema, t))
+	}
+	return "SELECT coalesce(max(x), 0)::text FROM (" + strings.Join(parts, " UNION ALL ") + ") AS m(x)", nil
+}
+
+// sqlCarryClock sets each named sequence of schema $1 to value + $4 unless
+// it is higher already, and returns the largest value set and the server's
+// clock, in one round trip.
+const sqlCarryClock = `SELECT coalesce((SELECT max(setval(q.seq, greatest(u.val + $4, coalesce(pg_sequence_last_value(q.seq), 0)), true))
+		FROM unnest($2::text[], $3::bigint[]) AS u(name, val),
+		LATERAL (SELECT format('%I.%I', $1::text, u.name)::regclass AS seq) q), 0), ` + sqlClockMsExpr
+
+// carriedClock is the replica's state after carryClock: the largest
+// sequence value set, and a reading of its clock with the local time it
+// arrived.
+type carriedClock struct {
+	top     int64
+	clockMs int64     // the replica's clock, read before at
+	at      time.Time // local time the reading arrived
+}
+
+// carryClock carries the final sequence values of the barrier to the
+// replica and reads its clock. It needs nothing the replica has yet to
+// apply, so it runs while the window waits for the final LSN.
+func carryClock(ctx context.Context, to *pgxpool.Conn, schema string, b barrierResult, margin int64) (carriedClock, error) {
+	var c carriedClock
+	names, vals := b.names, b.vals
+	if names == nil {
+		names, vals = []string{}, []int64{}
+	}
+	err := to.QueryRow(ctx, sqlCarryClock, pgx.QueryExecModeExec, schema, names, vals, margin).Scan(&c.top, &c.clockMs)
+	if err != nil {
+		return c, fmt.Errorf("carry sequences of %s: %w", schema, err)
+	}
+	c.at = time.Now()
+	return c, nil
+}
+
+// clockPast waits until the replica's clock, as estimated from the reading
+// carryClock took (it can only have advanced since), is past ms.
+func (c carriedClock) clockPast(ctx context.Context, ms int64) error {
+	ahead := ms - (c.clockMs + time.Since(c.at).Milliseconds())
+	if ahead < 0 {
+		return nil
+	}
+	if err := sleep(ctx, time.Duration(ahead+1)*time.Millisecond); err != nil {
+		return fmt.Errorf("wait for the clock to pass the newest ID (%d ms): %w", ms, err)
+	}
+	return nil
+}
+
+// sqlOriginLSN is the replica's own WAL position at the end of the last
+// transaction its subscription applied (pg_replication_origin_status of
+// the subscription's origin, named pg_<oid>). Once the subscription
+// applied the final LSN, every forward change is before it and every
+// write of the application after it: reverse replication starts there.
+const sqlOriginLSN = `SELECT coalesce(o.local_lsn, '0/0')::text FROM pg_subscription s
+	LEFT JOIN pg_replication_origin_status o ON o.external_id = 'pg_' || s.oid
+	WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// originLSN reads sqlOriginLSN for subscription sub.
+func originLSN(ctx context.Context, p *pgxpool.Pool, sub string) (string, error) {
+	var lsn string
+	if err := p.QueryRow(ctx, sqlOriginLSN, sub).Scan(&lsn); err != nil {
+		return "", fmt.Errorf("read where subscription %s stands: %w", sub, err)
+	}
+	return lsn, nil
 }

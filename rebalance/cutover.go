@@ -2,9 +2,13 @@ package rebalance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/router"
@@ -21,8 +25,13 @@ type cutoverPlan struct {
 	// The journal steps of this direction.
 	fenced, barrier, applied, sequences, flipped Step
 
-	afterApplied func(context.Context) error // optional, inside the applied step
-	beforeFlip   func(context.Context) error // optional, inside the flipped step
+	// captureTargetLSN records, after the flip, to's WAL position at the end
+	// of the last change its subscription (named slot) applied, as
+	// Move.TargetLSN: where reverse replication starts.
+	captureTargetLSN bool
+	// removeOnTo drops the write barrier that to still carries from an
+	// earlier cutover, just before the flip.
+	removeOnTo bool
 
 	// On an abort the shard goes back to abortState on from, and the
 	// journal back to abortStep; afterAbort (optional) runs last.
@@ -74,58 +83,261 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, p cutoverPlan, c
 	return mv.j.exec(ctx, sqlFailStep, m.ID, p.what+" aborted: "+cause.Error())
 }
 
-// fencedWindow runs the journalled steps of the cutover.
+// fencedWindow runs the cutover's steps. Everything it can prepare is
+// prepared before the fence (statements built and prepared, tables
+// listed, pass-through triggers installed, connections held); then it
+// waits its turn (one cutover at a time per Mover, so two moves' windows
+// never overlap) and for the lag gate, and runs the fenced steps with one
+// round trip each: fence (catalog, journal included), barrier (serving
+// side: locks, refusing trigger body, final LSN, sequences, newest ID),
+// the wait for the replica to confirm the final LSN while the sequences
+// are carried to it (with a reading of its clock), a clock wait only when
+// the newest ID is ahead of that clock, and the flip (catalog, journal
+// included). The steps between the fence and the flip are not journalled
+// on their own: a resume from the fence runs them again, and each is
+// idempotent. The breakdown is recorded after the flip.
 func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) error {
 	m := mc.m
-	fencedAt := time.Now()
-	err := mv.step(ctx, mc, p.fenced, func(ctx context.Context) error {
+	if mc.done(p.flipped) {
+		return nil
+	}
+	var ct CutoverTimes
+	pctx, cancel := context.WithTimeout(ctx, mv.cfg.GateTimeout)
+	barSQL, tables, err := barrierSQL(pctx, p.from, mc.schema, mv.cfg.BarrierWait)
+	cancel()
+	if err != nil {
+		return mv.stepFailed(ctx, m, p.fenced, err)
+	}
+	carrySQL, err := carryAndClockSQL(ctx, p.to, mc.schema)
+	if err != nil {
+		return mv.stepFailed(ctx, m, p.fenced, err)
+	}
+	var removeSQL string
+	if p.removeOnTo {
+		removeSQL = removeBarrierSQL(mc.schema, tables)
+	}
+	if !mc.done(p.fenced) && m.Doing != p.fenced {
+		if err := mv.j.exec(ctx, sqlBeginStep, m.ID, string(p.fenced)); err != nil {
+			return err
+		}
+		m.Doing = p.fenced
+	}
+
+	t := time.Now()
+	release, err := mv.cutoverTurn(ctx)
+	if err != nil {
+		return mv.stepFailed(ctx, m, p.fenced, err)
+	}
+	defer release()
+	ct.Queue = time.Since(t)
+	// The window's connections, held from before the gate to the end: no
+	// pool wait or new connection inside the window.
+	var cat, from, to *pgxpool.Conn
+	for _, c := range []struct {
+		dst  **pgxpool.Conn
+		pool *pgxpool.Pool
+		what string
+	}{{&cat, mv.cfg.Catalog.Pool(), "the catalog"}, {&from, p.from, p.fromName}, {&to, p.to, p.toName}} {
+		if *c.dst, err = c.pool.Acquire(ctx); err != nil {
+			return mv.stepFailed(ctx, m, p.fenced, fmt.Errorf("connect to %s: %w", c.what, err))
+		}
+		defer (*c.dst).Release()
+	}
+	if err := prepareWindow(ctx, cat); err != nil {
+		return mv.stepFailed(ctx, m, p.fenced, err)
+	}
+	// Fence and barrier, attempted until the barrier gets its locks
+	// within BarrierWait: a write transaction still running on the shard
+	// would otherwise hold the barrier, and every write queued behind it,
+	// for as long as it runs. A failed attempt unfences at once (writes
+	// paused for about BarrierWait) and goes back to the lag gate. Past
+	// GateTimeout, one last attempt waits up to 5s.
+	var fencedAt time.Time
+	var bar barrierResult
+	deadline := time.Now().Add(mv.cfg.GateTimeout)
+	for !mc.done(p.barrier) {
+		if !mc.done(p.fenced) {
+			t = time.Now()
+			if err := mv.lagGate(ctx, cat, from, p.slot); err != nil {
+				return mv.stepFailed(ctx, m, p.fenced, err)
+			}
+			ct.Gate += time.Since(t)
+		}
+		ct.Attempts++
 		fencedAt = time.Now()
-		return setMapState(ctx, mv.cfg.Catalog, m.Shard, p.fromName, router.StateFenced)
-	})
+		err = mv.windowStep(ctx, mc, p.fenced, true, &ct.Fence, func(ctx context.Context) error {
+			return fenceJournalled(ctx, cat, m, p.fromName, router.StateFenced, p.fenced, p.barrier)
+		})
+		if err != nil {
+			return err
+		}
+		wait, last := mv.cfg.BarrierWait, time.Now().After(deadline)
+		if last {
+			wait = 5 * time.Second
+		}
+		if mv.cfg.Hook != nil {
+			mv.cfg.Hook(*m, p.barrier, false)
+		}
+		t = time.Now()
+		bar, err = runBarrier(ctx, from, mc.schema, barSQL, wait)
+		ct.Barrier = time.Since(t)
+		var pe *pgconn.PgError
+		if err != nil && !last && errors.As(err, &pe) && pe.Code == "55P03" {
+			// Back to where the fence found the shard, in one statement.
+			prev := mc.steps[stepIndex(mc.steps, p.fenced)-1]
+			if err := fenceJournalled(ctx, cat, m, p.fromName, p.abortState, prev, p.fenced); err != nil {
+				return mv.stepFailed(ctx, m, p.fenced, err)
+			}
+			m.Step, m.Doing = prev, p.fenced
+			ct.Aborted = max(ct.Aborted, time.Since(fencedAt))
+			mv.log.Info("shardkit: barrier waited too long for a running write; unfenced, trying again",
+				"move", m.ID, "shard", m.Shard, "attempt", ct.Attempts, "paused", time.Since(fencedAt).Round(time.Microsecond))
+			continue
+		}
+		if err != nil {
+			return mv.stepFailed(ctx, m, p.barrier, err)
+		}
+		m.FinalLSN = bar.lsn
+		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", p.barrier, "took", ct.Barrier.Round(time.Microsecond))
+		if mv.cfg.Hook != nil {
+			mv.cfg.Hook(*m, p.barrier, true)
+		}
+		break
+	}
+	if fencedAt.IsZero() {
+		fencedAt = time.Now() // resumed inside the window
+	}
+	// The sequences go to the replica while it applies the final LSN.
+	type carryResult struct {
+		c   carriedClock
+		err error
+	}
+	var carry chan carryResult
+	if err == nil && bar.lsn != "" {
+		carry = make(chan carryResult, 1)
+		go func() {
+			cctx, cancel := context.WithTimeout(ctx, mv.cfg.CutoverTimeout)
+			defer cancel()
+			c, err := carryClock(cctx, to, mc.schema, bar, mv.cfg.SequenceMargin)
+			carry <- carryResult{c, err}
+		}()
+		defer func() {
+			if carry != nil {
+				<-carry // the connection goes back to the pool only once done
+			}
+		}()
+	}
 	if err == nil {
-		err = mv.step(ctx, mc, p.barrier, func(ctx context.Context) error {
-			lsn, err := installBarrier(ctx, p.from, mc.schema)
+		err = mv.windowStep(ctx, mc, p.applied, false, &ct.Apply, func(ctx context.Context) error {
+			return waitSlotReachedOn(ctx, from, p.slot, m.FinalLSN, mv.cfg.CutoverTimeout)
+		})
+	}
+	if err == nil {
+		err = mv.windowStep(ctx, mc, p.sequences, false, &ct.Carry, func(ctx context.Context) error {
+			if carry != nil {
+				r := <-carry
+				carry = nil
+				if r.err != nil {
+					return r.err
+				}
+				m.SeqValue = r.c.top
+				t := time.Now()
+				err := r.c.clockPast(ctx, mc.layout.UnixMsOf(bar.newestID))
+				ct.Clock = time.Since(t)
+				return err
+			}
+			// Resumed inside the window past the barrier: read the
+			// sequences (the barrier is in place) and carry them now.
+			var err error
+			if bar, err = readSequences(ctx, p.from, mc.schema); err != nil {
+				return err
+			}
+			c, err := carryAndClock(ctx, to, carrySQL, mc.schema, bar, mv.cfg.SequenceMargin, mc.layout)
 			if err != nil {
 				return err
 			}
-			m.FinalLSN = lsn
-			return nil
+			m.SeqValue = c.seq
+			t := time.Now()
+			err = waitClockPast(ctx, to, c.newestMs, c.now)
+			ct.Clock = time.Since(t)
+			return err
 		})
+		ct.Carry -= ct.Clock
 	}
 	if err == nil {
-		err = mv.step(ctx, mc, p.applied, func(ctx context.Context) error {
-			if err := waitSlotReached(ctx, p.from, p.slot, m.FinalLSN, mv.cfg.CutoverTimeout); err != nil {
-				return err
-			}
-			if p.afterApplied != nil {
-				return p.afterApplied(ctx)
-			}
-			return nil
-		})
-	}
-	if err == nil {
-		err = mv.step(ctx, mc, p.sequences, func(ctx context.Context) error {
-			v, err := carrySequences(ctx, p.from, p.to, mc.schema, mv.cfg.SequenceMargin)
-			if err != nil {
-				return err
-			}
-			m.SeqValue = v
-			return waitClockPastNewestID(ctx, p.to, mc.schema, mc.layout)
-		})
-	}
-	if err == nil {
-		err = mv.step(ctx, mc, p.flipped, func(ctx context.Context) error {
-			if p.beforeFlip != nil {
-				if err := p.beforeFlip(ctx); err != nil {
-					return err
+		err = mv.windowStep(ctx, mc, p.flipped, true, &ct.Flip, func(ctx context.Context) error {
+			if removeSQL != "" {
+				if _, err := to.Exec(ctx, removeSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+					return fmt.Errorf("remove write barrier on %s: %w", mc.schema, err)
 				}
 			}
-			if err := flipMap(ctx, mv.cfg.Catalog, m.Shard, p.fromName, p.toName); err != nil {
-				return err
-			}
-			m.FencedFor = time.Since(fencedAt)
-			return nil
+			return flipJournalled(ctx, cat, m, p.fromName, p.toName, p.flipped, mc.next(p.flipped))
 		})
+		if err == nil {
+			m.FencedFor = time.Since(fencedAt)
+		}
 	}
-	return err
+	if err != nil || !mc.done(p.flipped) {
+		return err
+	}
+	m.Cutover = ct
+	if p.captureTargetLSN {
+		if m.TargetLSN, err = originLSN(ctx, p.to, p.slot); err != nil {
+			return err
+		}
+	}
+	mv.log.Info("shardkit: "+p.what+" fenced window", "move", m.ID, "shard", m.Shard,
+		"fenced", m.FencedFor.Round(time.Microsecond), "steps", ct.String())
+	b, err := json.Marshal(ct)
+	if err != nil {
+		return err
+	}
+	return mv.j.exec(ctx, sqlCutoverTimes, m.ID, millis(m.FencedFor), string(b), m.TargetLSN)
+}
+
+// windowStep runs fn as step s of the fenced window unless the journal
+// says it finished, and stores its duration in d. Only the fence and the
+// flip are journalled (by fn, in the same statement as the map change);
+// the other steps leave Move.Step where it is. The Hook sees every step.
+func (mv *Mover) windowStep(ctx context.Context, mc *moveCtx, s Step, journalled bool, d *time.Duration, fn func(ctx context.Context) error) error {
+	if mc.done(s) {
+		return nil
+	}
+	m := mc.m
+	if mv.cfg.Hook != nil {
+		mv.cfg.Hook(*m, s, false)
+	}
+	start := time.Now()
+	// Every wait inside has its own bound (CutoverTimeout for the final
+	// LSN); this one catches a statement stuck on a lock.
+	sctx, cancel := context.WithTimeout(ctx, mv.cfg.CutoverTimeout+5*time.Second)
+	err := fn(sctx)
+	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
+		err = &TimeoutError{What: "cutover step " + string(s), After: mv.cfg.CutoverTimeout + 5*time.Second, Err: err}
+	}
+	cancel()
+	if err != nil {
+		return mv.stepFailed(ctx, m, s, err)
+	}
+	*d = time.Since(start)
+	if journalled {
+		m.Step, m.Doing, m.Error = s, mc.next(s), ""
+	}
+	mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", s, "took", d.Round(time.Microsecond))
+	if mv.cfg.Hook != nil {
+		mv.cfg.Hook(*m, s, true)
+	}
+	return nil
+}
+
+// cutoverTurn waits until no other cutover of this Mover is under way, so
+// that two moves' fenced windows never overlap (each would slow the other
+// down: the same catalog row lock, the same CPUs). release ends the turn.
+func (mv *Mover) cutoverTurn(ctx context.Context) (release func(), err error) {
+	select {
+	case mv.turn <- struct{}{}:
+		return func() { <-mv.turn }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("wait for another move's cutover to finish: %w", ctx.Err())
+	}
 }

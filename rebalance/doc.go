@@ -22,15 +22,26 @@
 //     with copy_data on the target; wait until every table is ready; build
 //     the deferred indexes; wait until the replication lag is small;
 //  5. a publication and slot on the target for reverse replication;
-//  6. cutover: the map fences the shard (the plugin holds writes, bounded);
-//     one transaction on the source installs a statement trigger on every
-//     table that raises router.FenceSQLState and captures the WAL position
-//     (the apply worker of logical replication runs as a replica and does
-//     not fire it); wait until the target confirmed that position (abort on
-//     timeout: barrier removed, shard unfenced); capture the target's WAL
-//     position; carry the sequences by last_value plus a margin; wait until
-//     the target's clock is past the newest ID's millisecond; flip the map
-//     (routers are notified). The fenced window is measured (Move.FencedFor);
+//  6. cutover, one at a time per Mover: a lag gate waits until a catalog
+//     round trip plus the target's confirmation of a freshly flushed
+//     probe take at most Config.CutoverLag; then the fenced window, one
+//     round trip per step: the map fences the shard (the plugin holds
+//     writes, bounded; the journal is updated in the same statement); one
+//     statement on the source locks every table (waiting at most
+//     Config.BarrierWait for running writes, else the attempt is unfenced
+//     and retried), turns the statement triggers installed beforehand
+//     into ones that raise router.FenceSQLState (the apply worker of
+//     logical replication runs as a replica and does not fire them), and
+//     reads the final WAL position, the sequences and the newest ID; the
+//     sequences are carried to the target (last_value plus a margin)
+//     while the mover waits for the target to confirm the final position
+//     (abort on timeout: barrier removed, shard unfenced); a wait until
+//     the target's clock is past the newest ID's millisecond, only if it
+//     is not already; the map flips (routers are notified; journal in the
+//     same statement). The window and each step's duration are recorded
+//     (Move.FencedFor, Move.Cutover); the target's position where reverse
+//     replication starts is read after the flip from its subscription's
+//     replication origin;
 //  7. the forward subscription is dropped; the reverse slot is advanced to
 //     the captured target position and a subscription on the source
 //     follows the target, so Rollback can cut the shard back;

@@ -3,13 +3,14 @@ package rebalance
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Sentinel errors of package rebalance. Test with errors.Is.
 var (
 	// ErrMoveInProgress reports a shard that already has an unfinished move:
-	// resume it (`shardctl move --resume`), complete it or roll it back.
-	ErrMoveInProgress = errors.New("shard already has an unfinished move; resume, complete or roll it back")
+	// resume it (Mover.Resume), complete it or roll it back.
+	ErrMoveInProgress = errors.New("shard already has an unfinished move; Mover.Resume, Mover.Complete or Mover.Rollback it")
 	// ErrNoMove reports that there is no (unfinished) move to act on.
 	ErrNoMove = errors.New("no unfinished move for this shard")
 	// ErrSameServer reports a move whose target is the shard's current server.
@@ -24,6 +25,16 @@ var (
 	// apply the source's final LSN in time; the barrier was removed and the
 	// shard unfenced. Resume to try again.
 	ErrCutoverTimeout = errors.New("cutover timed out waiting for the target to apply the final LSN; barrier removed, shard unfenced; resume to retry")
+	// ErrLagGate reports a cutover that did not start because the replica
+	// never confirmed the serving side's position within
+	// Config.CutoverLag before Config.GateTimeout; nothing was fenced.
+	// Retry with Mover.Resume when the servers are less busy, or raise
+	// Config.CutoverLag (a longer fenced window).
+	ErrLagGate = errors.New("replica did not keep up closely enough to start the cutover; nothing fenced; retry with Mover.Resume or raise Config.CutoverLag")
+	// ErrStepTimeout reports a step (or Verify, or Complete) that did not
+	// finish within Config.StepTimeout; the *TimeoutError says what it
+	// waited for. Fix the cause and retry (Mover.Resume, Mover.Complete).
+	ErrStepTimeout = errors.New("step did not finish in time")
 	// ErrWrongState reports an action the move's state does not allow (for
 	// example --complete on a move that has not cut over).
 	ErrWrongState = errors.New("move is not in a state that allows this")
@@ -59,9 +70,38 @@ type MoveError struct {
 }
 
 func (e *MoveError) Error() string {
-	return fmt.Sprintf("shardkit: move %d of shard %d stopped at step %s: %v (fix the cause, then `shardctl move --resume --shard %d` or `shardctl rollback --shard %d`)",
-		e.ID, e.Shard, e.Step, e.Err, e.Shard, e.Shard)
+	return fmt.Sprintf("shardkit: move %d of shard %d stopped at step %s: %v (fix the cause, then Mover.Resume or Mover.Rollback of shard %d)",
+		e.ID, e.Shard, e.Step, e.Err, e.Shard)
 }
 
 // Unwrap returns the cause.
 func (e *MoveError) Unwrap() error { return e.Err }
+
+// TimeoutError is a step, Verify or Complete that ran past its deadline;
+// Err says what it was waiting for.
+type TimeoutError struct {
+	What  string
+	After time.Duration
+	Err   error
+}
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("shardkit: %s: %v after %v: %v", e.What, ErrStepTimeout, e.After, e.Err)
+}
+
+// Unwrap returns ErrStepTimeout and the cause.
+func (e *TimeoutError) Unwrap() []error { return []error{ErrStepTimeout, e.Err} }
+
+// LagGateError is a cutover whose lag gate did not open: the fastest
+// confirmation seen, against the bound.
+type LagGateError struct {
+	Best, Bound time.Duration
+	Tries       int
+}
+
+func (e *LagGateError) Error() string {
+	return fmt.Sprintf("%v (fastest confirmation %v over %d tries, bound Config.CutoverLag %v)", ErrLagGate, e.Best, e.Tries, e.Bound)
+}
+
+// Unwrap returns ErrLagGate.
+func (e *LagGateError) Unwrap() error { return ErrLagGate }

@@ -104,6 +104,7 @@ func TestMoveFigures(t *testing.T) {
 		total.Round(time.Millisecond), copyTime.Round(time.Millisecond), float64(rows)/copyTime.Seconds(),
 		indexTime.Round(time.Millisecond), m.FencedFor.Round(time.Microsecond), w.ops, len(w.failures), w.maxWait.Round(time.Microsecond))
 	t.Logf("longest write overlapping the fenced window: %v", w.longestDuring(stepAt["fenced/false"], stepAt["flipped/true"]).Round(time.Microsecond))
+	t.Logf("fenced window %v: %s", m.FencedFor.Round(time.Microsecond), m.Cutover)
 	t.Logf("copy+indexes vs pg_dump|psql: %.2fx the time", (copyTime+indexTime).Seconds()/dumpTime.Seconds())
 	if _, err := mv.Complete(ctx, 0); err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package rebalance
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -98,6 +99,7 @@ type Move struct {
 	TargetLSN string // target's WAL position after it applied FinalLSN, "" until then
 	SeqValue  int64
 	FencedFor time.Duration // fenced window at cutover (0 until cut over)
+	Cutover   CutoverTimes  // where the last cutover's time went (zero until cut over)
 	Started   time.Time
 	Updated   time.Time
 	Finished  *time.Time
@@ -109,16 +111,23 @@ func (m Move) Open() bool {
 }
 
 const moveColumns = `id, shard, source, target, mode, state, step, coalesce(doing, ''), coalesce(error, ''),
-	coalesce(final_lsn::text, ''), coalesce(target_lsn::text, ''), coalesce(seq_value, 0), coalesce(fenced_ms, 0), started_at, updated_at, finished_at`
+	coalesce(final_lsn::text, ''), coalesce(target_lsn::text, ''), coalesce(seq_value, 0), coalesce(fenced_ms, 0), coalesce(cutover::text, ''),
+	started_at, updated_at, finished_at`
 
 func scanMove(r pgx.Row) (Move, error) {
 	var m Move
 	var mode, state, step, doing string
 	var fencedMs float64
+	var cutover string
 	err := r.Scan(&m.ID, &m.Shard, &m.Source, &m.Target, &mode, &state, &step, &doing, &m.Error,
-		&m.FinalLSN, &m.TargetLSN, &m.SeqValue, &fencedMs, &m.Started, &m.Updated, &m.Finished)
+		&m.FinalLSN, &m.TargetLSN, &m.SeqValue, &fencedMs, &cutover, &m.Started, &m.Updated, &m.Finished)
 	m.Mode, m.State, m.Step, m.Doing = Mode(mode), State(state), Step(step), Step(doing)
-	m.FencedFor = time.Duration(fencedMs * float64(time.Millisecond))
+	m.FencedFor = fromMs(fencedMs)
+	if err == nil && cutover != "" {
+		if jerr := json.Unmarshal([]byte(cutover), &m.Cutover); jerr != nil {
+			err = fmt.Errorf("move %d: cutover times %q: %w", m.ID, cutover, jerr)
+		}
+	}
 	return m, err
 }
 
@@ -137,6 +146,10 @@ const (
 		final_lsn = nullif($4, '')::pg_lsn, target_lsn = nullif($5, '')::pg_lsn,
 		seq_value = nullif($6::bigint, 0), fenced_ms = nullif($7::float8, 0), updated_at = now() WHERE id = $1`
 	sqlFailStep = `UPDATE shardkit.moves SET error = $2, updated_at = now() WHERE id = $1`
+	// sqlCutoverTimes records the fenced window and its breakdown once the
+	// window has closed (it is not part of it).
+	sqlCutoverTimes = `UPDATE shardkit.moves SET fenced_ms = $2, cutover = $3::jsonb,
+		target_lsn = coalesce(nullif($4, '')::pg_lsn, target_lsn), updated_at = now() WHERE id = $1`
 	sqlSetState = `UPDATE shardkit.moves SET state = $2, updated_at = now(),
 		finished_at = CASE WHEN $2 IN ('completed', 'rolled_back') THEN now() END WHERE id = $1`
 )

@@ -28,9 +28,29 @@ type Config struct {
 	// final LSN while writes are fenced; past it the cutover is aborted
 	// (barrier removed, shard unfenced). 0 means 10s.
 	CutoverTimeout time.Duration
-	// CatchUpBytes is the replication lag under which the cutover starts.
-	// 0 means 1 MiB.
+	// CatchUpBytes is the replication lag under which the catch-up step
+	// ends and the cutover prepares. 0 means 1 MiB.
 	CatchUpBytes int64
+	// CutoverLag is the lag gate in front of the fence: the shard is fenced
+	// only once a catalog round trip and the replica's confirmation of a
+	// position written just then on the serving side took at most
+	// CutoverLag together, so the same steps inside the fenced window are
+	// as quick. 0 means 15ms.
+	CutoverLag time.Duration
+	// BarrierWait bounds how long the barrier waits, with the shard
+	// fenced, for write transactions still running on it; past it the
+	// attempt is unfenced and tried again after the lag gate (gh-ost and
+	// Vitess retry their cut-over locks the same way). 0 means 40ms.
+	BarrierWait time.Duration
+	// GateTimeout bounds the wait for the lag gate, past which the move
+	// stops with ErrLagGate (nothing fenced; Mover.Resume tries again),
+	// and the short barrier attempts, past which one last attempt waits
+	// up to 5s for running writes. 0 means 2 minutes.
+	GateTimeout time.Duration
+	// StepTimeout bounds every step of a move, and Verify and Complete;
+	// past it the step fails with ErrStepTimeout naming what it waited for.
+	// 0 means 15 minutes.
+	StepTimeout time.Duration
 	// SequenceMargin is added to the source's sequence values when they are
 	// carried to the target, to cover values drawn by writes that the
 	// barrier then refused. 0 means 1024.
@@ -64,6 +84,7 @@ type Mover struct {
 
 	mu    sync.Mutex
 	pools map[string]*pgxpool.Pool
+	turn  chan struct{} // held by the cutover under way (cutoverTurn)
 }
 
 // New returns a Mover with cfg's defaults filled in.
@@ -77,6 +98,18 @@ func New(cfg Config) (*Mover, error) {
 	if cfg.CatchUpBytes <= 0 {
 		cfg.CatchUpBytes = 1 << 20
 	}
+	if cfg.CutoverLag <= 0 {
+		cfg.CutoverLag = 15 * time.Millisecond
+	}
+	if cfg.BarrierWait <= 0 {
+		cfg.BarrierWait = 40 * time.Millisecond
+	}
+	if cfg.GateTimeout <= 0 {
+		cfg.GateTimeout = 2 * time.Minute
+	}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = 15 * time.Minute
+	}
 	if cfg.SequenceMargin <= 0 {
 		cfg.SequenceMargin = 1024
 	}
@@ -84,7 +117,8 @@ func New(cfg Config) (*Mover, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Mover{cfg: cfg, j: journal{cfg.Catalog}, log: log, pools: map[string]*pgxpool.Pool{}}, nil
+	return &Mover{cfg: cfg, j: journal{cfg.Catalog}, log: log, pools: map[string]*pgxpool.Pool{},
+		turn: make(chan struct{}, 1)}, nil
 }
 
 // Close closes the Mover's connections to the servers.
@@ -176,6 +210,14 @@ func (mv *Mover) loadShardSQL(ctx context.Context) error {
 	return nil
 }
 
+// next returns the step after s in the move's order, "" if none.
+func (mc *moveCtx) next(s Step) Step {
+	if i := stepIndex(mc.steps, s); i >= 0 && i+1 < len(mc.steps) {
+		return mc.steps[i+1]
+	}
+	return ""
+}
+
 // done reports whether step s of the move has finished.
 func (mc *moveCtx) done(s Step) bool {
 	return stepIndex(mc.steps, mc.m.Step) >= stepIndex(mc.steps, s)
@@ -184,15 +226,10 @@ func (mc *moveCtx) done(s Step) bool {
 // step runs fn as step s unless the journal says it finished, recording it
 // before and after. fn must be idempotent: a killed mover runs it again.
 func (mv *Mover) step(ctx context.Context, mc *moveCtx, s Step, fn func(ctx context.Context) error) error {
-	i := stepIndex(mc.steps, s)
-	if i >= 0 && mc.done(s) {
+	if stepIndex(mc.steps, s) >= 0 && mc.done(s) {
 		return nil
 	}
-	var next Step
-	if i >= 0 && i+1 < len(mc.steps) {
-		next = mc.steps[i+1]
-	}
-	return mv.record(ctx, mc.m, s, next, fn)
+	return mv.record(ctx, mc.m, s, mc.next(s), fn)
 }
 
 // record runs fn as step s, with the journal updated before and after. The
@@ -210,14 +247,8 @@ func (mv *Mover) record(ctx context.Context, m *Move, s, next Step, fn func(ctx 
 		mv.cfg.Hook(*m, s, false)
 	}
 	start := time.Now()
-	if err := fn(ctx); err != nil {
-		// Record the failure even if ctx was cancelled.
-		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = mv.j.exec(bg, sqlFailStep, m.ID, err.Error())
-		cancel()
-		m.Error = err.Error()
-		mv.log.Warn("shardkit: move step failed", "move", m.ID, "shard", m.Shard, "step", s, "err", err)
-		return &MoveError{ID: m.ID, Shard: m.Shard, Step: s, Err: err}
+	if err := mv.bounded(ctx, "step "+string(s), fn); err != nil {
+		return mv.stepFailed(ctx, m, s, err)
 	}
 	if err := mv.j.exec(ctx, sqlStepDone, m.ID, string(s), string(next), m.FinalLSN, m.TargetLSN, m.SeqValue,
 		float64(m.FencedFor)/float64(time.Millisecond)); err != nil {
@@ -229,6 +260,33 @@ func (mv *Mover) record(ctx context.Context, m *Move, s, next Step, fn func(ctx 
 		mv.cfg.Hook(*m, s, true)
 	}
 	return nil
+}
+
+// stepFailed records err as the failure of step s (even if ctx was
+// cancelled) and returns it as a *MoveError.
+func (mv *Mover) stepFailed(ctx context.Context, m *Move, s Step, err error) error {
+	var me *MoveError
+	if errors.As(err, &me) {
+		return err
+	}
+	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	_ = mv.j.exec(bg, sqlFailStep, m.ID, err.Error())
+	cancel()
+	m.Error = err.Error()
+	mv.log.Warn("shardkit: move step failed", "move", m.ID, "shard", m.Shard, "step", s, "err", err)
+	return &MoveError{ID: m.ID, Shard: m.Shard, Step: s, Err: err}
+}
+
+// bounded runs fn with Config.StepTimeout as its deadline. Past it the
+// error is ErrStepTimeout, wrapping fn's, which says what fn waited for.
+func (mv *Mover) bounded(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	sctx, cancel := context.WithTimeout(ctx, mv.cfg.StepTimeout)
+	defer cancel()
+	err := fn(sctx)
+	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
+		return &TimeoutError{What: what, After: mv.cfg.StepTimeout, Err: err}
+	}
+	return err
 }
 
 func (mv *Mover) setState(ctx context.Context, m *Move, st State) error {

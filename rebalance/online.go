@@ -49,6 +49,18 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 		return err
 	}
 	if err := mv.step(ctx, mc, StepReverse, func(ctx context.Context) error {
+		if m.TargetLSN == "" {
+			// Stopped between the flip and recording where reverse
+			// replication starts: read it while the subscription is there.
+			lsn, err := originLSN(ctx, mc.tgt, mc.n.fwd)
+			if err != nil {
+				return err
+			}
+			if err := mv.j.exec(ctx, sqlCutoverTimes, m.ID, millis(m.FencedFor), m.Cutover, lsn); err != nil {
+				return err
+			}
+			m.TargetLSN = lsn
+		}
 		// The forward subscription goes first: both at once would loop.
 		if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
 			return err
@@ -107,17 +119,7 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 	err := mv.runCutover(ctx, mc, cutoverPlan{
 		from: mc.src, to: mc.tgt, fromName: m.Source, toName: m.Target, slot: mc.n.fwd,
 		fenced: StepFenced, barrier: StepBarrier, applied: StepApplied, sequences: StepSequences, flipped: StepFlipped,
-		afterApplied: func(ctx context.Context) error {
-			// Every forward change is committed on the target before this
-			// position, and no write of the application comes before the
-			// flip: reverse replication starts here.
-			lsn, err := currentLSN(ctx, mc.tgt)
-			if err != nil {
-				return err
-			}
-			m.TargetLSN = lsn
-			return nil
-		},
+		captureTargetLSN: true,
 		// The reverse slot stays: the next cutover captures a new target LSN.
 		abortState: router.StateMoving, abortStep: StepCaughtUp, what: "cutover",
 	})

@@ -31,7 +31,6 @@ const (
 	sqlDropSlot      = `SELECT pg_drop_replication_slot($1)`
 	sqlSlotActivePID = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
 	sqlTerminate     = `SELECT pg_terminate_backend($1)`
-	sqlCurrentLSN    = `SELECT pg_current_wal_lsn()::text`
 	sqlAdvanceSlot   = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
 		FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
 )
@@ -215,18 +214,20 @@ func slotLag(ctx context.Context, p *pgxpool.Pool, slot string) (int64, error) {
 	return lag, err
 }
 
-// waitSlotReached polls until the slot's consumer confirmed lsn, or the
-// timeout passes (ErrCutoverTimeout).
-func waitSlotReached(ctx context.Context, p *pgxpool.Pool, slot, lsn string, timeout time.Duration) error {
+// waitSlotReachedOn polls, on a connection held already, until the slot's
+// consumer confirmed lsn, or the timeout passes (ErrCutoverTimeout). It
+// polls every millisecond: PostgreSQL has no event for a slot's progress,
+// and this wait sits inside the fenced window.
+func waitSlotReachedOn(ctx context.Context, conn *pgxpool.Conn, slot, lsn string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		var ok bool
-		err := p.QueryRow(ctx, sqlSlotReached, slot, lsn).Scan(&ok)
+		err := conn.QueryRow(ctx, sqlSlotReached, slot, lsn).Scan(&ok)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("replication slot %s is missing", slot)
 		}
 		if err != nil {
-			return fmt.Errorf("wait for slot %s: %w", slot, err)
+			return fmt.Errorf("wait for slot %s to confirm %s: %w", slot, lsn, err)
 		}
 		if ok {
 			return nil
@@ -236,25 +237,105 @@ func waitSlotReached(ctx context.Context, p *pgxpool.Pool, slot, lsn string, tim
 			// worker is down or was never started) or connected and behind.
 			var active bool
 			var confirmed *string
-			if err := p.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active, &confirmed); err == nil {
+			if err := conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active, &confirmed); err == nil {
 				at := "nothing"
 				if confirmed != nil {
 					at = *confirmed
 				}
-				return fmt.Errorf("%w (slot %s: consumer connected %v, confirmed %s, needed %s)", ErrCutoverTimeout, slot, active, at, lsn)
+				return fmt.Errorf("%w (slot %s: consumer connected %v, confirmed %s, needed %s, waited %v)", ErrCutoverTimeout, slot, active, at, lsn, timeout)
 			}
 			return ErrCutoverTimeout
 		}
 		if err := sleep(ctx, time.Millisecond); err != nil {
-			return err
+			return fmt.Errorf("wait for slot %s to confirm %s: %w", slot, lsn, err)
 		}
 	}
 }
 
-func currentLSN(ctx context.Context, p *pgxpool.Pool) (string, error) {
-	var lsn string
-	err := p.QueryRow(ctx, sqlCurrentLSN).Scan(&lsn)
-	return lsn, err
+// sqlProbe writes a commit record, flushed at once (the servers may commit
+// asynchronously, and a walsender sends only flushed WAL), and returns a
+// position just before it: once a slot's consumer confirmed that position,
+// it is as current as the serving side was when the probe ran. One
+// simple-protocol round trip, one implicit transaction.
+const sqlProbe = `SET LOCAL synchronous_commit = on; SELECT txid_current(); SELECT pg_current_wal_lsn()::text`
+
+// probeLSN runs sqlProbe.
+func probeLSN(ctx context.Context, conn *pgxpool.Conn) (string, error) {
+	results, err := conn.Conn().PgConn().Exec(ctx, sqlProbe).ReadAll()
+	if err != nil {
+		return "", err
+	}
+	if len(results) != 3 || len(results[2].Rows) != 1 {
+		return "", fmt.Errorf("probe: unexpected reply (%d results)", len(results))
+	}
+	return string(results[2].Rows[0][0]), nil
+}
+
+// waitCurrent waits until the slot's consumer is as current as the serving
+// side is now (a probe written and confirmed), within timeout, and returns
+// how long the confirmation took.
+func waitCurrent(ctx context.Context, p *pgxpool.Pool, slot string, timeout time.Duration) (time.Duration, error) {
+	conn, err := p.Acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("probe for slot %s: %w", slot, err)
+	}
+	defer conn.Release()
+	return waitCurrentOn(ctx, conn, slot, timeout)
+}
+
+// waitCurrentOn is waitCurrent on a connection held already.
+func waitCurrentOn(ctx context.Context, conn *pgxpool.Conn, slot string, timeout time.Duration) (time.Duration, error) {
+	lsn, err := probeLSN(ctx, conn)
+	if err != nil {
+		return 0, fmt.Errorf("probe for slot %s: %w", slot, err)
+	}
+	start := time.Now()
+	err = waitSlotReachedOn(ctx, conn, slot, lsn, timeout)
+	return time.Since(start), err
+}
+
+// lagGate waits for a moment when a cutover would be quick: a catalog
+// round trip plus the replica's confirmation of a probe written on the
+// serving side, back to back, take at most Config.CutoverLag. The probe is
+// what the fenced window's wait for the final LSN will see, and the round
+// trip what its map changes will. It opens after gateCalm such tries in a
+// row: on a machine short of CPU one quick try is often luck, while a few
+// in a row mean the servers get scheduled. Each probe waits at most CutoverTimeout;
+// the gate gives up after GateTimeout with a *LagGateError.
+// gateCalm is how many quick tries in a row open the lag gate.
+const gateCalm = 2
+
+func (mv *Mover) lagGate(ctx context.Context, cat, from *pgxpool.Conn, slot string) error {
+	deadline := time.Now().Add(mv.cfg.GateTimeout)
+	best := time.Duration(-1)
+	calm := 0
+	for tries := 1; ; tries++ {
+		start := time.Now()
+		if err := cat.Ping(ctx); err != nil {
+			return fmt.Errorf("lag gate: catalog: %w", err)
+		}
+		_, err := waitCurrentOn(ctx, from, slot, min(mv.cfg.CutoverTimeout, max(time.Until(deadline), time.Millisecond)))
+		d := time.Since(start)
+		if err != nil && !errors.Is(err, ErrCutoverTimeout) {
+			return fmt.Errorf("lag gate: %w", err)
+		}
+		if err == nil && d <= mv.cfg.CutoverLag {
+			if calm++; calm >= gateCalm {
+				return nil
+			}
+			continue
+		}
+		calm = 0
+		if err == nil && (best < 0 || d < best) {
+			best = d
+		}
+		if time.Now().After(deadline) {
+			if best < 0 {
+				best = mv.cfg.GateTimeout
+			}
+			return &LagGateError{Best: best, Bound: mv.cfg.CutoverLag, Tries: tries}
+		}
+	}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

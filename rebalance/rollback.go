@@ -124,7 +124,7 @@ func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 		from: mc.tgt, to: mc.src, fromName: m.Target, toName: m.Source, slot: mc.n.rev,
 		fenced: StepRbFenced, barrier: StepRbBarrier, applied: StepRbApplied, sequences: StepRbSequences, flipped: StepRbFlipped,
 		// The source still carries the barrier of the forward cutover.
-		beforeFlip: func(ctx context.Context) error { return removeBarrier(ctx, mc.src, mc.schema) },
+		removeOnTo: true,
 		// Aborted, the shard stays on the target, reversible again.
 		abortState: router.StateActive, abortStep: StepReverse, what: "rollback cutover",
 		afterAbort: func(ctx context.Context) error { return mv.setState(ctx, m, StateReversible) },
@@ -138,7 +138,16 @@ func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 // Complete finishes a reversible move: reverse replication, slots,
 // publications and the old copy on the source are dropped. The move can no
 // longer be rolled back.
-func (mv *Mover) Complete(ctx context.Context, shard int) (Move, error) {
+// Config.StepTimeout bounds it (a *TimeoutError).
+func (mv *Mover) Complete(ctx context.Context, shard int) (m Move, err error) {
+	err = mv.bounded(ctx, fmt.Sprintf("complete the move of shard %d", shard), func(ctx context.Context) error {
+		m, err = mv.complete(ctx, shard)
+		return err
+	})
+	return m, err
+}
+
+func (mv *Mover) complete(ctx context.Context, shard int) (Move, error) {
 	m, err := mv.j.open(ctx, shard)
 	if err != nil {
 		return Move{}, err

@@ -71,7 +71,16 @@ func compareSchemas(ctx context.Context, src, tgt *pgxpool.Pool, schema string) 
 // waits for replication to catch up with the serving side, and retries a
 // few times, since the serving side may be taking writes; a persistent
 // difference is a *MismatchError naming the table (errors.Is ErrMismatch).
-func (mv *Mover) Verify(ctx context.Context, shard int) ([]TableSum, error) {
+// Config.StepTimeout bounds it (a *TimeoutError).
+func (mv *Mover) Verify(ctx context.Context, shard int) (sums []TableSum, err error) {
+	err = mv.bounded(ctx, fmt.Sprintf("verify shard %d", shard), func(ctx context.Context) error {
+		sums, err = mv.verify(ctx, shard)
+		return err
+	})
+	return sums, err
+}
+
+func (mv *Mover) verify(ctx context.Context, shard int) ([]TableSum, error) {
 	m, err := mv.j.open(ctx, shard)
 	if err != nil {
 		return nil, err
@@ -90,7 +99,7 @@ func (mv *Mover) Verify(ctx context.Context, shard int) ([]TableSum, error) {
 			return sums, err
 		}
 		if err := sleep(ctx, 200*time.Millisecond); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("verify: wait before comparing again: %w", err)
 		}
 	}
 	return sums, err
@@ -115,14 +124,13 @@ func (mv *Mover) waitReplicated(ctx context.Context, mc *moveCtx) error {
 	if err := serving.QueryRow(ctx, sqlSlotExists, slot).Scan(&exists); err != nil || !exists {
 		return err // no replication running (offline move): compare as is
 	}
-	lsn, err := currentLSN(ctx, serving)
-	if err != nil {
-		return err
-	}
-	if err := waitSlotReached(ctx, serving, slot, lsn, time.Minute); errors.Is(err, ErrCutoverTimeout) {
-		return fmt.Errorf("shardkit: verify: replication slot %s did not catch up within a minute; check the subscription's worker in the server log", slot)
+	// A probe written and flushed now, as the lag gate uses: the
+	// servers may commit asynchronously, and a walsender sends only WAL
+	// that is flushed.
+	if _, err := waitCurrent(ctx, serving, slot, time.Minute); errors.Is(err, ErrCutoverTimeout) {
+		return fmt.Errorf("shardkit: verify: replication slot %s did not catch up within a minute (%w); check the subscription's worker in the server log", slot, err)
 	} else if err != nil {
-		return err
+		return fmt.Errorf("shardkit: verify: %w", err)
 	}
 	return nil
 }

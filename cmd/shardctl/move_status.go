@@ -27,7 +27,9 @@ type moveStatus struct {
 	Doing    string  `json:"doing,omitempty"`
 	Error    string  `json:"error,omitempty"`
 	FencedMs float64 `json:"fenced_ms,omitempty"`
-	Updated  string  `json:"updated"`
+	// Cutover is where the fenced window went, step by step.
+	Cutover *rebalance.CutoverTimes `json:"cutover,omitempty"`
+	Updated string                  `json:"updated"`
 }
 
 func collectMoves(ctx context.Context, cat *router.Catalog) (any, error) {
@@ -37,7 +39,11 @@ func collectMoves(ctx context.Context, cat *router.Catalog) (any, error) {
 	}
 	out := make([]moveStatus, 0, len(ms))
 	for _, m := range ms {
-		out = append(out, moveStatus{ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, Mode: string(m.Mode),
+		var ct *rebalance.CutoverTimes
+		if !m.Cutover.IsZero() {
+			ct = &m.Cutover
+		}
+		out = append(out, moveStatus{Cutover: ct, ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, Mode: string(m.Mode),
 			State: string(m.State), Step: string(m.Step), Doing: string(m.Doing), Error: m.Error,
 			FencedMs: float64(m.FencedFor) / float64(time.Millisecond), Updated: m.Updated.UTC().Format(time.RFC3339)})
 	}
@@ -61,4 +67,9 @@ func printMoves(w io.Writer, v any) {
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Shard, m.Source, m.Target, m.State, step, m.Error)
 	}
 	_ = tw.Flush()
+	for _, m := range ms {
+		if m.Cutover != nil {
+			fmt.Fprintf(w, "  move %d fenced %.1f ms: %s\n", m.ID, m.FencedMs, m.Cutover)
+		}
+	}
 }

@@ -111,7 +111,9 @@ type MoveView struct {
 	Doing    string  `json:"doing"`
 	Error    string  `json:"error"`
 	FencedMs float64 `json:"fenced_ms"`
-	Started  string  `json:"started"`
+	// Cutover is the fenced window step by step (absent before a cutover).
+	Cutover *rebalance.CutoverTimes `json:"cutover,omitempty"`
+	Started string                  `json:"started"`
 }
 
 func (a *Admin) moves(w http.ResponseWriter, r *http.Request) {
@@ -124,8 +126,12 @@ func (a *Admin) moves(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]MoveView, 0, len(ms))
 	for _, m := range ms {
+		var ct *rebalance.CutoverTimes
+		if !m.Cutover.IsZero() {
+			ct = &m.Cutover
+		}
 		out = append(out, MoveView{
-			ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, State: string(m.State),
+			Cutover: ct, ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, State: string(m.State),
 			Step: string(m.Step), Doing: string(m.Doing), Error: m.Error,
 			FencedMs: float64(m.FencedFor) / float64(time.Millisecond), Started: m.Started.UTC().Format(time.RFC3339),
 		})

@@ -23,6 +23,8 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/pprof"
+	"sync"
 	"syscall"
 	"time"
 
@@ -52,7 +54,9 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
+	out := &watchedWriter{w: os.Stdout}
+	go out.watch(ctx, 90*time.Second, os.Stderr)
+	if err := run(ctx, o, out); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -170,5 +174,42 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-time.After(d):
 		return nil
+	}
+}
+
+// watchedWriter is the demo's output; watch dumps every goroutine's stack
+// to errw when nothing was printed for a while, so a stuck run shows where
+// it waits without anyone having to send SIGQUIT.
+type watchedWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	last time.Time
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = time.Now()
+	return w.w.Write(p)
+}
+
+func (w *watchedWriter) watch(ctx context.Context, quiet time.Duration, errw io.Writer) {
+	t := time.NewTicker(quiet / 6)
+	defer t.Stop()
+	var dumped time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.mu.Lock()
+		last := w.last
+		w.mu.Unlock()
+		if !last.IsZero() && time.Since(last) > quiet && dumped.Before(last) {
+			fmt.Fprintf(errw, "demo: nothing printed for %s; goroutines:\n", time.Since(last).Round(time.Second))
+			_ = pprof.Lookup("goroutine").WriteTo(errw, 2)
+			dumped = time.Now()
+		}
 	}
 }

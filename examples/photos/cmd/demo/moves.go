@@ -44,7 +44,9 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 		say("no new server ($%s unset): moving shards from %s onto %s while the load runs", envNewServer, c.servers[0].Name, target)
 	}
 	started := time.Now()
-	mover, err := rebalance.New(rebalance.Config{Catalog: a.Router.Catalog(), Logger: log,
+	// Every step, Verify and Complete are bounded: on a stuck server the
+	// demo stops with an error that says what it waited for.
+	mover, err := rebalance.New(rebalance.Config{Catalog: a.Router.Catalog(), Logger: log, StepTimeout: 3 * time.Minute,
 		Hook: func(m rebalance.Move, s rebalance.Step, done bool) {
 			if done && s == rebalance.StepFlipped {
 				say("%s cut over %s → %s", router.SchemaName(m.Shard), m.Source, m.Target)
@@ -97,11 +99,13 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 // finish verifies each moved shard (row counts and checksums on both
 // sides, the old side kept current by reverse replication) and completes
 // the moves: the old schema, subscription, slot and publication go.
+// Mover.Verify waits for the replication and compares again on a
+// difference; Verify and Complete are bounded by the mover's StepTimeout.
 func (r *moveRun) finish(ctx context.Context, say func(string, ...any)) error {
 	defer r.mover.Close()
 	for i, m := range r.done {
-		if err := waitVerify(ctx, r.mover, m.Shard); err != nil {
-			return err
+		if _, err := r.mover.Verify(ctx, m.Shard); err != nil {
+			return fmt.Errorf("verify shard %d: %w", m.Shard, err)
 		}
 		done, err := r.mover.Complete(ctx, m.Shard)
 		if err != nil {
@@ -111,19 +115,4 @@ func (r *moveRun) finish(ctx context.Context, say func(string, ...any)) error {
 	}
 	say("verified and completed %d moves (old schemas, slots and publications removed)", len(r.done))
 	return nil
-}
-
-// waitVerify retries a verification for a few seconds: reverse
-// replication may still be applying the last writes.
-func waitVerify(ctx context.Context, mv *rebalance.Mover, shard int) error {
-	var err error
-	for i := 0; i < 20; i++ {
-		if _, err = mv.Verify(ctx, shard); err == nil {
-			return nil
-		}
-		if serr := sleep(ctx, 250*time.Millisecond); serr != nil {
-			return serr
-		}
-	}
-	return fmt.Errorf("verify shard %d: %w", shard, err)
 }

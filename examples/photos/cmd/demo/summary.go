@@ -51,15 +51,29 @@ func (s summary) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-10s %14d %14d\n", "total", tb, ta)
 
-	var longest time.Duration
-	var shards []string
+	// A move's longest write pause is its fenced window, or an attempt
+	// that was unfenced because running writes held the barrier too long.
+	var longest rebalance.Move
+	var longestPause time.Duration
+	var shards, windows []string
+	attempts := 0
 	for _, m := range s.moves {
-		longest = max(longest, m.FencedFor)
+		pause := max(m.FencedFor, m.Cutover.Aborted)
+		if pause > longestPause {
+			longest, longestPause = m, pause
+		}
+		attempts += max(m.Cutover.Attempts, 1)
 		shards = append(shards, fmt.Sprintf("%d", m.Shard))
+		windows = append(windows, fmt.Sprintf("%.1f", float64(pause)/float64(time.Millisecond)))
 	}
 	fmt.Fprintf(w, "\nshards moved online: %d (%s)\n", len(s.moves), strings.Join(shards, ", "))
 	fmt.Fprintf(w, "longest write wait at cutover: %s (longest fenced window of a move: %s; longest write request during the moves: %s)\n",
-		ms(s.fenceWaitMax), ms(longest), ms(s.windowMaxWrite))
+		ms(s.fenceWaitMax), ms(longestPause), ms(s.windowMaxWrite))
+	if len(s.moves) > 0 {
+		fmt.Fprintf(w, "fenced windows (ms, in shard order, aborted attempts included): %s; %d fences for %d moves\n",
+			strings.Join(windows, ", "), attempts, len(s.moves))
+		fmt.Fprintf(w, "longest window, shard %d: %s\n", longest.Shard, longest.Cutover)
+	}
 	fmt.Fprintf(w, "\nload: ")
 	s.load.Print(w)
 	fmt.Fprintf(w, "\nrequest errors: %d\n", s.load.Errors)

@@ -15,8 +15,12 @@ func TestSummaryPrint(t *testing.T) {
 		before:        []store.ServerRows{{Server: "pg1", Shards: 2, Total: 10}, {Server: "pg2", Shards: 2, Total: 20}},
 		after:         []store.ServerRows{{Server: "pg1", Shards: 1, Total: 6}, {Server: "pg2", Shards: 2, Total: 25}, {Server: "pg3", Shards: 1, Total: 7}},
 		versionBefore: 1, versionAfter: 4,
-		load:           loadgen.Result{Elapsed: time.Second, Requests: 50},
-		moves:          []rebalance.Move{{Shard: 0, FencedFor: 12 * time.Millisecond}, {Shard: 3, FencedFor: 30 * time.Millisecond}},
+		load: loadgen.Result{Elapsed: time.Second, Requests: 50},
+		moves: []rebalance.Move{
+			{Shard: 0, FencedFor: 12 * time.Millisecond, Cutover: rebalance.CutoverTimes{Attempts: 2, Aborted: 35 * time.Millisecond}},
+			{Shard: 3, FencedFor: 30 * time.Millisecond, Cutover: rebalance.CutoverTimes{Attempts: 1, Fence: 2 * time.Millisecond,
+				Barrier: 5 * time.Millisecond, Apply: 20 * time.Millisecond, Flip: 3 * time.Millisecond}},
+		},
 		fenceWaitMax:   7500 * time.Microsecond,
 		windowMaxWrite: 40 * time.Millisecond,
 	}
@@ -29,7 +33,10 @@ func TestSummaryPrint(t *testing.T) {
 		"pg3 - 7 (1 sh)",
 		"total 30 38",
 		"shards moved online: 2 (0, 3)",
-		"longest write wait at cutover: 7.5 ms (longest fenced window of a move: 30.0 ms; longest write request during the moves: 40.0 ms)",
+		// Shard 0's aborted attempt paused writes longer than either window.
+		"longest write wait at cutover: 7.5 ms (longest fenced window of a move: 35.0 ms; longest write request during the moves: 40.0 ms)",
+		"fenced windows (ms, in shard order, aborted attempts included): 35.0, 30.0; 3 fences for 2 moves",
+		"longest window, shard 0: fence 0.0 + barrier 0.0",
 		"request errors: 0",
 	} {
 		if !strings.Contains(out, want) {
