@@ -263,6 +263,20 @@ func splitColumn(s string) (string, string) {
 // valueShards maps a value (or a slice of values, an IN list) of the
 // shard field or the primary key to shards.
 func valueShards(k keyKind, v any, snap *router.Snapshot) (shardSet, error) {
+	if vs, ok := v.([]any); ok { // IN values: no reflection, no boxing
+		if len(vs) == 1 {
+			return valueShards(k, vs[0], snap)
+		}
+		list := make([]int, 0, len(vs))
+		for _, e := range vs {
+			s, err := valueShards(k, e, snap)
+			if err != nil || !s.known {
+				return s, err
+			}
+			list = append(list, s.list...)
+		}
+		return setOf(list), nil
+	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() != reflect.Uint8 {
 		list := make([]int, 0, rv.Len())
@@ -378,7 +392,10 @@ func (r *condReader) column(parts []token) keyKind {
 
 // values maps the values of an equality or IN list to shards.
 func (r *condReader) values(k keyKind, vals []token) (shardSet, error) {
-	list := make([]int, 0, len(vals))
+	var list []int
+	if len(vals) > 1 {
+		list = make([]int, 0, len(vals))
+	}
 	for _, t := range vals {
 		var v any
 		switch t.kind {
@@ -397,7 +414,7 @@ func (r *condReader) values(k keyKind, vals []token) (shardSet, error) {
 			v = t.text
 		}
 		s, err := valueShards(k, v, r.snap)
-		if err != nil || !s.known {
+		if err != nil || !s.known || len(vals) == 1 {
 			return s, err
 		}
 		list = append(list, s.list...)

@@ -37,18 +37,26 @@ const planName = "shardkit:plan"
 // touch: its WHERE clause, and the primary keys GORM adds from the model
 // value when the clause is a plain AND.
 func (m *model) shardsOf(db *gorm.DB, o op, snap *router.Snapshot) (shardSet, error) {
+	set, _, err := m.shardsAndShape(db, o, snap)
+	return set, err
+}
+
+// shardsAndShape is shardsOf, also reporting whether the WHERE clause was
+// a plain AND of conditions with bound values only (so it holds no
+// sub-query).
+func (m *model) shardsAndShape(db *gorm.DB, o op, snap *router.Snapshot) (shardSet, bool, error) {
 	set, pureAnd, err := m.whereShards(db.Statement, snap)
 	if err != nil || !pureAnd {
 		// GORM appends the model's key conditions with AND after any
 		// OR: they would bind to the last branch only, so they narrow
 		// nothing here.
-		return set, err
+		return set, false, err
 	}
 	pk, err := m.valueShards(db, o, snap)
 	if err != nil {
-		return set, err
+		return set, true, err
 	}
-	return set.and(pk), nil
+	return set.and(pk), true, nil
 }
 
 // valueShards reads the shards of the primary keys in the statement's
@@ -149,6 +157,9 @@ func (m *model) createShards(db *gorm.DB, snap *router.Snapshot, own int) (shard
 // writes reports whether a Create writes a column, after Select and Omit
 // (GORM's own rule for the INSERT's columns).
 func writes(stmt *gorm.Statement, column string) bool {
+	if len(stmt.Selects) == 0 && len(stmt.Omits) == 0 {
+		return true
+	}
 	sel, restricted := stmt.SelectAndOmitColumns(true, false)
 	v, ok := sel[column]
 	return ok && v || !ok && !restricted
@@ -192,7 +203,11 @@ func (m *model) checkAssignments(db *gorm.DB, shards []int, snap *router.Snapsho
 			}
 		}
 	}
-	sel, restricted := stmt.SelectAndOmitColumns(false, true)
+	var sel map[string]bool
+	var restricted bool
+	if len(stmt.Selects) > 0 || len(stmt.Omits) > 0 {
+		sel, restricted = stmt.SelectAndOmitColumns(false, true)
+	}
 	assigned := func(col string, zero bool) bool {
 		if v, ok := sel[col]; ok {
 			return v

@@ -261,10 +261,11 @@ func (p *Plugin) decide(db *gorm.DB, o op) (*decision, error) {
 	}
 	d.snap = p.router.Snapshot()
 	var set shardSet
+	plainWhere := true
 	if o == opCreate {
 		set, d.rows, err = m.createShards(db, d.snap, p.ownShard(stmt, m, d.snap))
 	} else {
-		set, err = m.shardsOf(db, o, d.snap)
+		set, plainWhere, err = m.shardsAndShape(db, o, d.snap)
 	}
 	if err == nil && hint >= 0 {
 		set = set.and(one(hint))
@@ -313,8 +314,10 @@ func (p *Plugin) decide(db *gorm.DB, o op) (*decision, error) {
 			return d, err
 		}
 	}
-	if err := p.checkSubqueries(stmt, m, d.shards, d.snap); err != nil {
-		return d, err
+	if !plainWhere || !simpleClauses(stmt) {
+		if err := p.checkSubqueries(stmt, m, d.shards, d.snap); err != nil {
+			return d, err
+		}
 	}
 	return d, p.place(stmt.Context, d)
 }

@@ -21,7 +21,7 @@ import (
 // unionBatch is the most shards one statement reads. Planning a UNION
 // ALL costs time in its branch count; see README → Performance for the
 // measured figures behind it.
-const unionBatch = 100
+const unionBatch = 25
 
 // unionShards is the batch in use: the benchmarks set it to 1 to measure
 // one statement per shard against it.

@@ -15,106 +15,141 @@ import (
 // tables; anything else would read the wrong server or schema without an
 // error, so it is refused.
 
-// subqueries calls fn for each sub-query (*gorm.DB) in the statement's
-// clauses, joins, table expression and update values.
-func subqueries(stmt *gorm.Statement, fn func(*gorm.DB)) {
+// subqueries returns the sub-queries (*gorm.DB values) in the
+// statement's clauses, joins, table expression and update values.
+func subqueries(stmt *gorm.Statement) []*gorm.DB {
+	var w subWalker
 	for _, c := range stmt.Clauses {
-		walkValue(c.Expression, fn)
-		walkValue(c.BeforeExpression, fn)
-		walkValue(c.AfterNameExpression, fn)
-		walkValue(c.AfterExpression, fn)
+		w.value(c.Expression)
+		w.value(c.BeforeExpression)
+		w.value(c.AfterNameExpression)
+		w.value(c.AfterExpression)
 	}
 	for _, j := range stmt.Joins {
-		for _, v := range j.Conds {
-			walkValue(v, fn)
-		}
+		w.all(j.Conds)
 		if j.On != nil {
-			walkValue(*j.On, fn)
+			w.value(*j.On)
 		}
-		walkValue(j.Expression, fn)
+		w.value(j.Expression)
 	}
 	if stmt.TableExpr != nil {
-		walkValue(*stmt.TableExpr, fn)
+		w.value(*stmt.TableExpr)
 	}
 	if d, ok := stmt.Dest.(map[string]any); ok {
 		for _, v := range d {
-			walkValue(v, fn)
+			w.value(v)
 		}
 	}
+	return w.subs
 }
 
-func walkValue(v any, fn func(*gorm.DB)) {
+// subWalker collects the sub-queries of clause values.
+type subWalker struct{ subs []*gorm.DB }
+
+func (w *subWalker) value(v any) {
 	switch x := v.(type) {
 	case nil:
 	case *gorm.DB:
-		fn(x)
+		w.subs = append(w.subs, x)
 	case clause.Expr:
-		walkAll(x.Vars, fn)
+		w.all(x.Vars)
 	case *clause.Expr:
 		if x != nil {
-			walkAll(x.Vars, fn)
+			w.all(x.Vars)
 		}
 	case clause.NamedExpr:
-		walkAll(x.Vars, fn)
+		w.all(x.Vars)
 	case clause.Where:
-		walkExprs(x.Exprs, fn)
+		w.exprs(x.Exprs)
 	case clause.AndConditions:
-		walkExprs(x.Exprs, fn)
+		w.exprs(x.Exprs)
 	case clause.OrConditions:
-		walkExprs(x.Exprs, fn)
+		w.exprs(x.Exprs)
 	case clause.NotConditions:
-		walkExprs(x.Exprs, fn)
+		w.exprs(x.Exprs)
 	case clause.Eq:
-		walkValue(x.Value, fn)
+		w.value(x.Value)
 	case clause.Neq:
-		walkValue(x.Value, fn)
+		w.value(x.Value)
 	case clause.Gt:
-		walkValue(x.Value, fn)
+		w.value(x.Value)
 	case clause.Gte:
-		walkValue(x.Value, fn)
+		w.value(x.Value)
 	case clause.Lt:
-		walkValue(x.Value, fn)
+		w.value(x.Value)
 	case clause.Lte:
-		walkValue(x.Value, fn)
+		w.value(x.Value)
 	case clause.Like:
-		walkValue(x.Value, fn)
+		w.value(x.Value)
 	case clause.IN:
-		walkAll(x.Values, fn)
+		w.all(x.Values)
 	case clause.Select:
-		walkValue(x.Expression, fn)
+		w.value(x.Expression)
 	case clause.OrderBy:
-		walkValue(x.Expression, fn)
+		w.value(x.Expression)
 	case clause.GroupBy:
-		walkExprs(x.Having, fn)
+		w.exprs(x.Having)
 	case clause.Set:
 		for _, a := range x {
-			walkValue(a.Value, fn)
+			w.value(a.Value)
 		}
 	case clause.From:
 		for _, j := range x.Joins {
-			walkValue(j, fn)
+			w.value(j)
 		}
 	case clause.Join:
-		walkValue(x.Expression, fn)
-		walkValue(x.ON, fn)
+		w.value(x.Expression)
+		w.value(x.ON)
 	case clause.OnConflict:
-		walkExprs(x.Where.Exprs, fn)
-		walkValue(x.DoUpdates, fn)
+		w.exprs(x.Where.Exprs)
+		w.value(x.DoUpdates)
 	case []any:
-		walkAll(x, fn)
+		w.all(x)
 	}
 }
 
-func walkAll(vs []any, fn func(*gorm.DB)) {
+func (w *subWalker) all(vs []any) {
 	for _, v := range vs {
-		walkValue(v, fn)
+		w.value(v)
 	}
 }
 
-func walkExprs(es []clause.Expression, fn func(*gorm.DB)) {
+func (w *subWalker) exprs(es []clause.Expression) {
 	for _, e := range es {
-		walkValue(e, fn)
+		w.value(e)
 	}
+}
+
+// simpleClauses reports whether a statement's clauses besides WHERE can
+// hold no sub-query, without walking them: only LIMIT, ORDER BY and
+// SELECT of plain columns and the plugin's own clauses, no joins, no
+// table expression, no map of update values. Most statements are so.
+func simpleClauses(stmt *gorm.Statement) bool {
+	if len(stmt.Joins) > 0 || stmt.TableExpr != nil {
+		return false
+	}
+	if _, ok := stmt.Dest.(map[string]any); ok {
+		return false
+	}
+	n := 0
+	for _, name := range [...]string{"WHERE", "LIMIT", scopeName, planName} {
+		if _, ok := stmt.Clauses[name]; ok {
+			n++
+		}
+	}
+	if c, ok := stmt.Clauses["ORDER BY"]; ok {
+		if ob, ok := c.Expression.(clause.OrderBy); !ok || ob.Expression != nil {
+			return false
+		}
+		n++
+	}
+	if c, ok := stmt.Clauses["SELECT"]; ok {
+		if sel, ok := c.Expression.(clause.Select); !ok || sel.Expression != nil {
+			return false
+		}
+		n++
+	}
+	return n == len(stmt.Clauses)
 }
 
 // subTable returns the registered model a sub-query reads, or nil, and
@@ -149,11 +184,8 @@ func (p *Plugin) subTable(sub *gorm.DB) (*model, string, error) {
 // lives on the default connection) is refused. A statement on an
 // unsharded table (m nil) may hold no sub-query on a sharded one.
 func (p *Plugin) checkSubqueries(stmt *gorm.Statement, m *model, shards []int, snap *router.Snapshot) error {
-	var err error
-	subqueries(stmt, func(sub *gorm.DB) {
-		if err != nil {
-			return
-		}
+	for _, sub := range subqueries(stmt) {
+		var err error
 		sm, table, e := p.subTable(sub)
 		switch {
 		case e != nil:
@@ -178,8 +210,11 @@ func (p *Plugin) checkSubqueries(stmt *gorm.Statement, m *model, shards []int, s
 				err = fmt.Errorf("%w: a sub-query on %q is not constrained to the statement's shard %d; give it the same shard key or ID", ErrUnroutableSQL, table, shards[0])
 			}
 		}
-	})
-	return err
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkUnshardedJoins refuses a statement on an unsharded table whose
