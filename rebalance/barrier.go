@@ -324,6 +324,16 @@ const sqlCarryAndClock = `SELECT pg_current_wal_lsn()::text,
 
 // carryAndClockSQL builds sqlCarryAndClock for the ID tables of schema.
 func carryAndClockSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
+	maxes, err := idMaxesSQL(ctx, p, schema)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(sqlCarryAndClock, maxes), nil
+}
+
+// idMaxesSQL builds `SELECT 0 UNION ALL SELECT max(id) FROM …` over the
+// schema's tables with a bigint id column.
+func idMaxesSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
 	rows, err := p.Query(ctx, sqlIDTables, schema)
 	if err != nil {
 		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
@@ -336,7 +346,7 @@ func carryAndClockSQL(ctx context.Context, p *pgxpool.Pool, schema string) (stri
 	for _, t := range tables {
 		parts = append(parts, "SELECT max(id) FROM "+ident(schema, t))
 	}
-	return fmt.Sprintf(sqlCarryAndClock, strings.Join(parts, " UNION ALL ")), nil
+	return strings.Join(parts, " UNION ALL "), nil
 }
 
 // carried is what sqlCarryAndClock returns.
@@ -400,19 +410,11 @@ func readSequences(ctx context.Context, p *pgxpool.Pool, schema string) (barrier
 // newestIDSQL builds a query for the largest id over the schema's tables
 // with a bigint id column (0 when none has a row).
 func newestIDSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
-	rows, err := p.Query(ctx, sqlIDTables, schema)
+	maxes, err := idMaxesSQL(ctx, p, schema)
 	if err != nil {
-		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
+		return "", err
 	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
-	}
-	parts := []string{"SELECT 0::bigint"}
-	for _, t := range tables {
-		parts = append(parts, "SELECT max(id) FROM "+ident(schema, t))
-	}
-	return "SELECT coalesce(max(x), 0)::text FROM (" + strings.Join(parts, " UNION ALL ") + ") AS m(x)", nil
+	return "SELECT coalesce(max(x), 0)::text FROM (" + maxes + ") AS m(x)", nil
 }
 
 // sqlCarryClock sets each named sequence of schema $1 to value + $4 unless
