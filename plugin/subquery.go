@@ -131,25 +131,22 @@ func simpleClauses(stmt *gorm.Statement) bool {
 	if _, ok := stmt.Dest.(map[string]any); ok {
 		return false
 	}
-	n := 0
-	for _, name := range [...]string{"WHERE", "LIMIT", scopeName, planName} {
-		if _, ok := stmt.Clauses[name]; ok {
-			n++
-		}
-	}
-	if c, ok := stmt.Clauses["ORDER BY"]; ok {
-		if ob, ok := c.Expression.(clause.OrderBy); !ok || ob.Expression != nil {
+	for name, c := range stmt.Clauses {
+		switch name {
+		case "WHERE", "LIMIT", scopeName, planName:
+		case "ORDER BY":
+			if ob, ok := c.Expression.(clause.OrderBy); !ok || ob.Expression != nil {
+				return false
+			}
+		case "SELECT":
+			if sel, ok := c.Expression.(clause.Select); !ok || sel.Expression != nil {
+				return false
+			}
+		default:
 			return false
 		}
-		n++
 	}
-	if c, ok := stmt.Clauses["SELECT"]; ok {
-		if sel, ok := c.Expression.(clause.Select); !ok || sel.Expression != nil {
-			return false
-		}
-		n++
-	}
-	return n == len(stmt.Clauses)
+	return true
 }
 
 // subTable returns the registered model a sub-query reads, or nil, and
