@@ -1,11 +1,9 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -77,33 +75,21 @@ func newFixtureShards(t testing.TB, shards int) *fixture {
 // it returns the status.
 func (f *fixture) call(t *testing.T, method, path string, in, out any) int {
 	t.Helper()
-	var body io.Reader
+	var body []byte
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body = bytes.NewReader(b)
+		body = b
 	}
-	req, err := http.NewRequest(method, f.url+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out != nil && resp.StatusCode/100 == 2 {
+	code, data := f.raw(t, method, path, body)
+	if out != nil && code/100 == 2 {
 		if err := json.Unmarshal(data, out); err != nil {
 			t.Fatalf("%s %s: decode %s: %v", method, path, data, err)
 		}
 	}
-	return resp.StatusCode
+	return code
 }
 
 // mustCall is call that fails the test unless the status is want.
