@@ -33,12 +33,11 @@ import (
 // whereShards returns the shards the statement's WHERE clause can match,
 // and whether the clause is a plain AND (so conditions GORM appends
 // later, like a model's primary key, narrow it further).
-func (m *model) whereShards(stmt *gorm.Statement, snap *router.Snapshot) (shardSet, bool, error) {
-	c, ok := stmt.Clauses["WHERE"]
-	if !ok {
+func (m *model) whereShards(stmt *gorm.Statement, cs clauseScan, snap *router.Snapshot) (shardSet, bool, error) {
+	if !cs.hasWhere {
 		return shardSet{}, true, nil
 	}
-	w, ok := c.Expression.(clause.Where)
+	w, ok := cs.where.Expression.(clause.Where)
 	if !ok {
 		return shardSet{}, false, nil
 	}
@@ -73,7 +72,7 @@ func (m *model) fastShards(stmt *gorm.Statement, exprs []clause.Expression, snap
 				if len(x.Values) == 0 {
 					got = none // IN (NULL)
 				} else {
-					got, err = valueShards(k, x.Values, snap)
+					got, err = listShards(k, x.Values, snap)
 				}
 			}
 		case clause.Neq, clause.Gt, clause.Gte, clause.Lt, clause.Lte, clause.Like:
@@ -263,19 +262,8 @@ func splitColumn(s string) (string, string) {
 // valueShards maps a value (or a slice of values, an IN list) of the
 // shard field or the primary key to shards.
 func valueShards(k keyKind, v any, snap *router.Snapshot) (shardSet, error) {
-	if vs, ok := v.([]any); ok { // IN values: no reflection, no boxing
-		if len(vs) == 1 {
-			return valueShards(k, vs[0], snap)
-		}
-		list := make([]int, 0, len(vs))
-		for _, e := range vs {
-			s, err := valueShards(k, e, snap)
-			if err != nil || !s.known {
-				return s, err
-			}
-			list = append(list, s.list...)
-		}
-		return setOf(list), nil
+	if vs, ok := v.([]any); ok {
+		return listShards(k, vs, snap)
 	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() == reflect.Slice && rv.Type().Elem().Kind() != reflect.Uint8 {
@@ -290,6 +278,23 @@ func valueShards(k keyKind, v any, snap *router.Snapshot) (shardSet, error) {
 		return setOf(list), nil
 	}
 	return scalarShards(k, v, snap)
+}
+
+// listShards is valueShards of IN values: no reflection, and no boxing
+// of the list.
+func listShards(k keyKind, vs []any, snap *router.Snapshot) (shardSet, error) {
+	if len(vs) == 1 {
+		return valueShards(k, vs[0], snap)
+	}
+	list := make([]int, 0, len(vs))
+	for _, e := range vs {
+		s, err := valueShards(k, e, snap)
+		if err != nil || !s.known {
+			return s, err
+		}
+		list = append(list, s.list...)
+	}
+	return setOf(list), nil
 }
 
 // setOf sorts and de-duplicates a list of shards.

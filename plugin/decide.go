@@ -20,11 +20,19 @@ type decision struct {
 	m      *model
 	snap   *router.Snapshot
 	shards []int
-	places []router.Placement  // places[i] is the home of shards[i]
-	one    [1]router.Placement // backs places for one shard
-	rows   map[int][]int       // Create: row indexes by shard; nil when one shard
-	tx     *shardTx            // the statement's transaction, if any
+	places []router.Placement // places[i] is the home of shards[i]; nil for one shard
+	one    router.Placement   // the home of a single shard
+	rows   map[int][]int      // Create: row indexes by shard; nil when one shard
+	tx     *shardTx           // the statement's transaction, if any
 	read   bool
+}
+
+// placement returns the home of the i-th shard.
+func (d *decision) placement(i int) router.Placement {
+	if d.places == nil {
+		return d.one
+	}
+	return d.places[i]
 }
 
 // Build is part of clause.Expression; the decision adds no SQL.
@@ -37,15 +45,54 @@ const planName = "shardkit:plan"
 // touch: its WHERE clause, and the primary keys GORM adds from the model
 // value when the clause is a plain AND.
 func (m *model) shardsOf(db *gorm.DB, o op, snap *router.Snapshot) (shardSet, error) {
-	set, _, err := m.shardsAndShape(db, o, snap)
+	set, _, err := m.shardsAndShape(db, o, scanClauses(db.Statement), snap)
 	return set, err
+}
+
+// clauseScan is what routing reads from a statement's clauses, taken in
+// one pass over the clause map: a lookup by name would hash the name each
+// time, which is a fair part of routing's cost.
+type clauseScan struct {
+	where    clause.Clause
+	hasWhere bool
+	scope    scope
+	hasScope bool
+	plain    bool // the clauses besides WHERE hold no sub-query (see simpleClauses)
+}
+
+// scanClauses reads a statement's clauses once. It drops a plan left by
+// a failed earlier run of the statement.
+func scanClauses(stmt *gorm.Statement) clauseScan {
+	cs := clauseScan{plain: true}
+	for name, c := range stmt.Clauses {
+		switch name {
+		case "WHERE":
+			cs.where, cs.hasWhere = c, true
+		case "LIMIT":
+		case scopeName:
+			cs.scope, cs.hasScope = c.Expression.(scope)
+		case planName:
+			delete(stmt.Clauses, planName)
+		case "ORDER BY":
+			if ob, ok := c.Expression.(clause.OrderBy); !ok || ob.Expression != nil {
+				cs.plain = false
+			}
+		case "SELECT":
+			if sel, ok := c.Expression.(clause.Select); !ok || sel.Expression != nil {
+				cs.plain = false
+			}
+		default:
+			cs.plain = false
+		}
+	}
+	return cs
 }
 
 // shardsAndShape is shardsOf, also reporting whether the WHERE clause was
 // a plain AND of conditions with bound values only (so it holds no
 // sub-query).
-func (m *model) shardsAndShape(db *gorm.DB, o op, snap *router.Snapshot) (shardSet, bool, error) {
-	set, pureAnd, err := m.whereShards(db.Statement, snap)
+func (m *model) shardsAndShape(db *gorm.DB, o op, cs clauseScan, snap *router.Snapshot) (shardSet, bool, error) {
+	set, pureAnd, err := m.whereShards(db.Statement, cs, snap)
 	if err != nil || !pureAnd {
 		// GORM appends the model's key conditions with AND after any
 		// OR: they would bind to the last branch only, so they narrow

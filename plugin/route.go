@@ -92,7 +92,12 @@ func (p *Plugin) assignID(db *gorm.DB) {
 	// With the ID column left out by Select/Omit, the database's
 	// DEFAULT next_id() gives the ID (read back with RETURNING), so that
 	// the struct and the row agree.
-	n := idCounts{dbOnly: !writes(db.Statement, m.pk.DBName), own: p.ownShard(db.Statement, m, snap)}
+	var sc scope
+	hasScope := false
+	if m.key == m.pk {
+		sc, hasScope = scopeOf(db.Statement)
+	}
+	n := idCounts{dbOnly: !writes(db.Statement, m.pk.DBName), own: p.ownShard(db.Statement, sc, hasScope, m, snap)}
 	switch rv.Kind() {
 	case reflect.Struct:
 		p.assignRow(db, m, rv, snap, &n)
@@ -135,11 +140,11 @@ type idCounts struct {
 // its own primary key (shard:"id" on the ID): the statement's Shard or
 // ShardOfID scope, or the shard its transaction is pinned to; -1 if
 // neither names one (or the model has another key).
-func (p *Plugin) ownShard(stmt *gorm.Statement, m *model, snap *router.Snapshot) int {
+func (p *Plugin) ownShard(stmt *gorm.Statement, sc scope, ok bool, m *model, snap *router.Snapshot) int {
 	if m.key != m.pk {
 		return -1
 	}
-	if sc, ok := scopeOf(stmt); ok && sc.kind != scopeAll {
+	if ok && sc.kind != scopeAll {
 		if s, err := p.shardOfScope(sc, snap); err == nil {
 			return s
 		}
@@ -207,74 +212,77 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 			return
 		}
 		stmt := db.Statement
-		delete(stmt.Clauses, planName) // a plan left by a failed earlier run
 		if o == opRaw || stmt.SQL.Len() > 0 {
+			delete(stmt.Clauses, planName) // a plan left by a failed earlier run
 			p.routeRaw(db)
 			return
 		}
-		d, err := p.decide(db, o)
-		if err == nil && d != nil && len(d.shards) == 1 {
-			err = p.bind(db, d, 0)
+		// The decision lives on this frame; only a multi-shard one, which
+		// the executor reads, is copied to the heap.
+		var d decision
+		sharded, err := p.decide(db, o, &d)
+		if err == nil && sharded && len(d.shards) == 1 {
+			err = p.bind(db, &d, 0)
 		}
 		if err != nil {
-			var m *model
 			shard := -1
-			if d != nil {
-				m = d.m
-				if len(d.shards) == 1 {
-					shard = d.shards[0]
-				}
+			if len(d.shards) == 1 {
+				shard = d.shards[0]
 			}
 			if o == opCreate && errors.Is(err, ErrCrossShard) {
 				err = fmt.Errorf("%w%s", err, createAcrossHint)
 			}
-			failRow(db, o, m, shard, err)
+			failRow(db, o, d.m, shard, err)
 			return
 		}
-		if d != nil && len(d.shards) > 1 {
-			stmt.Clauses[planName] = clause.Clause{Expression: d}
+		if sharded && len(d.shards) > 1 {
+			plan := new(decision)
+			*plan = d
+			stmt.Clauses[planName] = clause.Clause{Expression: plan}
 		}
 	}
 }
 
-// decide computes a statement's routing decision: nil for a statement on
-// an unsharded table (left on the default connection).
-func (p *Plugin) decide(db *gorm.DB, o op) (*decision, error) {
+// decide computes a statement's routing decision into d. It reports
+// false for a statement on an unsharded table (left on the default
+// connection).
+func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 	stmt := db.Statement
+	cs := scanClauses(stmt)
 	m, hint, err := p.lookup(stmt)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	if m == nil {
 		if err := p.checkUnshardedJoins(stmt); err != nil {
-			return nil, err
+			return false, err
 		}
 		if err := p.checkSubqueries(stmt, nil, nil, nil); err != nil {
-			return nil, err
+			return false, err
 		}
 		p.unsharded(stmt)
-		return nil, nil
+		return false, nil
 	}
-	d := &decision{m: m, read: o.read(), tx: txOf(stmt.ConnPool)}
+	*d = decision{m: m, read: o.read(), tx: txOf(stmt.ConnPool)}
 	if err := m.tableExpr(stmt, &hint); err != nil {
-		return d, err
+		return true, err
 	}
 	d.snap = p.router.Snapshot()
 	var set shardSet
 	plainWhere := true
 	if o == opCreate {
-		set, d.rows, err = m.createShards(db, d.snap, p.ownShard(stmt, m, d.snap))
+		set, d.rows, err = m.createShards(db, d.snap, p.ownShard(stmt, cs.scope, cs.hasScope, m, d.snap))
 	} else {
-		set, plainWhere, err = m.shardsAndShape(db, o, d.snap)
+		set, plainWhere, err = m.shardsAndShape(db, o, cs, d.snap)
 	}
 	if err == nil && hint >= 0 {
 		set = set.and(one(hint))
 	}
 	if err == nil {
-		set, err = p.scoped(stmt, set, d.snap)
+		set, err = p.scoped(cs.scope, cs.hasScope, set, d.snap)
 	}
 	if err != nil {
-		return d, err
+		return true, err
 	}
 	pinned := -1
 	if d.tx != nil && !d.tx.statement {
@@ -284,7 +292,7 @@ func (p *Plugin) decide(db *gorm.DB, o op) (*decision, error) {
 	case !set.known && pinned >= 0:
 		d.shards = one(pinned).list
 	case !set.known:
-		return d, ErrMissingShardKey
+		return true, ErrMissingShardKey
 	case set.all:
 		d.shards = make([]int, d.snap.Shards)
 		for i := range d.shards {
@@ -295,7 +303,7 @@ func (p *Plugin) decide(db *gorm.DB, o op) (*decision, error) {
 	case pinned >= 0:
 		d.shards = one(pinned).list
 	case d.tx != nil && !d.tx.statement:
-		return d, fmt.Errorf("%w: the statement's conditions name no shard that can hold a row; a transaction needs a shard", ErrIDShardMismatch)
+		return true, fmt.Errorf("%w: the statement's conditions name no shard that can hold a row; a transaction needs a shard", ErrIDShardMismatch)
 	default:
 		// No row can match. Running the statement on one shard, where it
 		// finds nothing, gives GORM's own result for "nothing".
@@ -303,31 +311,29 @@ func (p *Plugin) decide(db *gorm.DB, o op) (*decision, error) {
 	}
 	if len(d.shards) > 1 {
 		if d.tx != nil && !d.tx.statement {
-			return d, fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(d.shards))
+			return true, fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(d.shards))
 		}
 		if o == opRow {
-			return d, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL)
+			return true, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL)
 		}
 	}
 	if o == opUpdate {
 		if err := m.checkAssignments(db, d.shards, d.snap); err != nil {
-			return d, err
+			return true, err
 		}
 	}
-	if !plainWhere || !simpleClauses(stmt) {
+	if !plainWhere || !simpleClauses(stmt, cs) {
 		if err := p.checkSubqueries(stmt, m, d.shards, d.snap); err != nil {
-			return d, err
+			return true, err
 		}
 	}
-	return d, p.place(stmt.Context, d)
+	return true, p.place(stmt.Context, d)
 }
 
 // place finds each shard's home; a write to a fenced shard waits for the
 // move to finish (see waitFence) and takes the new home.
 func (p *Plugin) place(ctx context.Context, d *decision) error {
-	if len(d.shards) == 1 {
-		d.places = d.one[:]
-	} else {
+	if len(d.shards) > 1 {
 		d.places = make([]router.Placement, len(d.shards))
 	}
 	for i, s := range d.shards {
@@ -342,7 +348,11 @@ func (p *Plugin) place(ctx context.Context, d *decision) error {
 			}
 			pl, d.snap = fresh, snap
 		}
-		d.places[i] = pl
+		if d.places == nil {
+			d.one = pl
+		} else {
+			d.places[i] = pl
+		}
 	}
 	return nil
 }
@@ -378,8 +388,7 @@ const createAcrossHint = "; to create rows of several shards, create them outsid
 	"(for CreateInBatches, which opens one around its batches: db.Session(&gorm.Session{SkipDefaultTransaction: true}).CreateInBatches(...))"
 
 // scoped applies the statement's Shard, ShardOfID or AllShards scope.
-func (p *Plugin) scoped(stmt *gorm.Statement, set shardSet, snap *router.Snapshot) (shardSet, error) {
-	sc, ok := scopeOf(stmt)
+func (p *Plugin) scoped(sc scope, ok bool, set shardSet, snap *router.Snapshot) (shardSet, error) {
 	if !ok {
 		return set, nil
 	}
@@ -425,7 +434,7 @@ func (p *Plugin) unsharded(stmt *gorm.Statement) {
 // shard's schema, and its server's pool or the transaction's part there.
 func (p *Plugin) bind(db *gorm.DB, d *decision, i int) error {
 	stmt := db.Statement
-	shard, pl := d.shards[i], d.places[i]
+	shard, pl := d.shards[i], d.placement(i)
 	if d.tx == nil {
 		if _, inTx := stmt.ConnPool.(gorm.TxCommitter); inTx {
 			// A transaction the plugin did not begin (a *sql.Tx passed

@@ -122,31 +122,15 @@ func (w *subWalker) exprs(es []clause.Expression) {
 
 // simpleClauses reports whether a statement's clauses besides WHERE can
 // hold no sub-query, without walking them: only LIMIT, ORDER BY and
-// SELECT of plain columns and the plugin's own clauses, no joins, no
-// table expression, no map of update values. Most statements are so.
-func simpleClauses(stmt *gorm.Statement) bool {
-	if len(stmt.Joins) > 0 || stmt.TableExpr != nil {
+// SELECT of plain columns and the plugin's own clauses (cs.plain), no
+// joins, no table expression, no map of update values. Most statements
+// are so.
+func simpleClauses(stmt *gorm.Statement, cs clauseScan) bool {
+	if !cs.plain || len(stmt.Joins) > 0 || stmt.TableExpr != nil {
 		return false
 	}
-	if _, ok := stmt.Dest.(map[string]any); ok {
-		return false
-	}
-	for name, c := range stmt.Clauses {
-		switch name {
-		case "WHERE", "LIMIT", scopeName, planName:
-		case "ORDER BY":
-			if ob, ok := c.Expression.(clause.OrderBy); !ok || ob.Expression != nil {
-				return false
-			}
-		case "SELECT":
-			if sel, ok := c.Expression.(clause.Select); !ok || sel.Expression != nil {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
+	_, isMap := stmt.Dest.(map[string]any)
+	return !isMap
 }
 
 // subTable returns the registered model a sub-query reads, or nil, and
@@ -199,7 +183,8 @@ func (p *Plugin) checkSubqueries(stmt *gorm.Statement, m *model, shards []int, s
 		default:
 			set, e := sm.shardsOf(sub, opQuery, snap)
 			if e == nil {
-				set, e = p.scoped(sub.Statement, set, snap)
+				sc, ok := scopeOf(sub.Statement)
+				set, e = p.scoped(sc, ok, set, snap)
 			}
 			if e != nil {
 				err = fmt.Errorf("%w: sub-query on %q: %w", ErrUnroutableSQL, table, e)
