@@ -119,13 +119,13 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 	base := s.clauses
 	if c, ok := base["LIMIT"]; ok {
 		if l, ok := c.Expression.(clause.Limit); ok && (l.Limit != nil || l.Offset > 0) {
+			offset = l.Offset
+			var e clause.Expression = literalLimit(-1) // OFFSET alone: every shard's rows
 			if l.Limit != nil {
 				limit = *l.Limit
-				n := limit + l.Offset
-				l.Limit = &n
+				e = literalLimit(limit + offset)
 			}
-			offset, l.Offset = l.Offset, 0
-			base = cloneWith(base, "LIMIT", clause.Clause{Name: c.Name, Expression: l, BeforeExpression: c.BeforeExpression, AfterExpression: c.AfterExpression, AfterNameExpression: c.AfterNameExpression})
+			base = cloneWith(base, "LIMIT", clause.Clause{Name: c.Name, Expression: e, BeforeExpression: c.BeforeExpression, AfterExpression: c.AfterExpression, AfterNameExpression: c.AfterNameExpression})
 		}
 	}
 

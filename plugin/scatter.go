@@ -7,6 +7,7 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
+	"gorm.io/gorm/clause"
 )
 
 // A read of many shards sends one statement per server (per batch of at
@@ -102,6 +103,23 @@ func (p *Plugin) unionSQL(db *gorm.DB, d *decision, idx []int, keys []orderKey, 
 	stmt.SQL.Reset()
 	stmt.SQL.WriteString(b.String())
 	return true
+}
+
+// literalLimit is the LIMIT each shard of a multi-shard read gets
+// (the page's LIMIT plus OFFSET; none when negative), written as a
+// number, not a bind variable. Postgres plans a prepared statement with
+// no bind variables once per connection and reuses the plan; with a
+// LIMIT $n it plans the first executions anew for each value (for a
+// UNION ALL of many schemas that costs more than running it) and then
+// falls back to a generic plan that does not know the limit.
+type literalLimit int
+
+// Build is part of clause.Expression.
+func (l literalLimit) Build(b clause.Builder) {
+	if l >= 0 {
+		b.WriteString("LIMIT ")
+		b.WriteString(strconv.Itoa(int(l)))
+	}
 }
 
 // unionable reports whether a multi-shard read may be sent as UNION ALL:
