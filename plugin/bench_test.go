@@ -101,7 +101,9 @@ func (ms *measured) paired(b *testing.B, name string, sharded, plain func(i int)
 func BenchmarkShardedVsPlain(b *testing.B) {
 	e := newEnv(b, envOpts{shards: idgen.DefaultShards, cfg: func(c *Config) {
 		if m := os.Getenv("SHARDKIT_BENCH_SHARD_DSN_OPTS"); m != "" {
-			c.OpenDB = func(dsn string) (*sql.DB, error) { return openPgx(DefaultStatementCacheCapacity)(dsn + "&" + m) }
+			c.OpenDB = func(dsn string) (*sql.DB, error) {
+				return openPgx(DefaultStatementCacheCapacity, DefaultConnectTimeout)(dsn + "&" + m)
+			}
 		}
 	}})
 	plainDSN := pgtest.NewDatabase(b, 0) + "&" + os.Getenv("SHARDKIT_BENCH_PLAIN_DSN_OPTS")

@@ -16,6 +16,8 @@ const (
 	DefaultMaxOpenConns    = 20
 	DefaultMaxIdleConns    = 10
 	DefaultConnMaxIdleTime = 5 * time.Minute
+	DefaultConnectTimeout  = 5 * time.Second
+	DefaultServerRetry     = time.Second
 )
 
 // IDSource issues IDs for new rows. *idgen.Generator satisfies it. When Next
@@ -64,6 +66,15 @@ type Config struct {
 	// model's table exists in each shard schema. False (the default)
 	// checks, with one query per server.
 	SkipTableCheck bool
+	// ConnectTimeout bounds a new connection to a server by the default
+	// OpenDB (a DSN's connect_timeout wins). Zero means
+	// DefaultConnectTimeout; negative means none.
+	ConnectTimeout time.Duration
+	// ServerRetry is how long a server whose connection failed is taken
+	// as down: its statements fail at once with ErrServerUnavailable,
+	// then one statement tries it again. Zero means DefaultServerRetry;
+	// negative means never take a server as down.
+	ServerRetry time.Duration
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
 	// over pgx, as StatementCacheCapacity describes.
 	OpenDB func(dsn string) (*sql.DB, error)
@@ -88,11 +99,17 @@ func (c Config) withDefaults() Config {
 	if c.NoSlot == nil {
 		c.NoSlot = defaultNoSlot
 	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.ServerRetry == 0 {
+		c.ServerRetry = DefaultServerRetry
+	}
 	if c.OpenDB == nil {
 		if c.StatementCacheCapacity == 0 {
 			c.StatementCacheCapacity = DefaultStatementCacheCapacity
 		}
-		c.OpenDB = openPgx(c.StatementCacheCapacity)
+		c.OpenDB = openPgx(c.StatementCacheCapacity, c.ConnectTimeout)
 	}
 	return c
 }

@@ -58,6 +58,7 @@ type clauseScan struct {
 	scope    scope
 	hasScope bool
 	plain    bool // the clauses besides WHERE hold no sub-query (see simpleClauses)
+	partial  bool // a Partial scope
 }
 
 // scanClauses reads a statement's clauses once. It drops a plan left by
@@ -69,6 +70,8 @@ func scanClauses(stmt *gorm.Statement) clauseScan {
 		case "WHERE":
 			cs.where, cs.hasWhere = c, true
 		case "LIMIT":
+		case partialName:
+			cs.partial = true
 		case scopeName:
 			cs.scope, cs.hasScope = c.Expression.(scope)
 		case planName:

@@ -70,9 +70,10 @@ type envOpts struct {
 	shards int
 	noIDs  bool
 	cfg    func(*Config)
-	before func(*env) // runs before the router and the plugin are made
-	one    bool       // one server (cluster 0) instead of two
-	four   bool       // four servers (databases on the two clusters) instead of two
+	before func(*env)                 // runs before the router and the plugin are made
+	one    bool                       // one server (cluster 0) instead of two
+	four   bool                       // four servers (databases on the two clusters) instead of two
+	dsnOf  func(server string) string // a server's database, when not on the shared clusters ("" for those)
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -96,7 +97,12 @@ func newEnv(t testing.TB, o envOpts) *env {
 	e.cat = cat
 	var specs []migrations.ServerSpec
 	for i, name := range e.servers {
-		e.dsn[name] = pgtest.NewDatabase(t, i%2)
+		if o.dsnOf != nil {
+			e.dsn[name] = o.dsnOf(name)
+		}
+		if e.dsn[name] == "" {
+			e.dsn[name] = pgtest.NewDatabase(t, i%2)
+		}
 		specs = append(specs, migrations.ServerSpec{Name: name, DSN: e.dsn[name]})
 	}
 	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: specs, Shards: o.shards, ShardSQL: os.DirFS("testdata/shardsql")})

@@ -38,6 +38,13 @@ var (
 	// A row never changes shard in place: create it anew with the new key
 	// (it gets a new ID in the new shard) and delete the old row.
 	ErrShardKeyChange = errors.New("update would move rows to another shard; create the row anew under the new key and delete the old one")
+	// ErrServerUnavailable reports a statement that could not reach its
+	// physical server (connection refused or cut, server shutting down),
+	// or whose server is known down (see ServerError). It arrives as a
+	// *ServerError naming the server and shards. Retry later; a
+	// multi-shard read may use plugin.Partial to get the other servers'
+	// rows.
+	ErrServerUnavailable = errors.New("physical server unavailable")
 	// ErrNotInitialized reports a statement on a gorm.DB whose plugin
 	// failed to initialize: db.Use returned an error (wrapped here) that
 	// was not handled. Fix the cause and check db.Use's error.

@@ -81,6 +81,7 @@ func (p *Plugin) execCreate(db *gorm.DB) {
 		stmt.Dest, stmt.ReflectValue = group.Interface(), group
 		p.runWrite(db, p.orig.create)
 		if db.Error != nil {
+			p.outcome(db) // names this shard's server while the statement points there
 			return
 		}
 		total += db.RowsAffected
@@ -131,6 +132,7 @@ func (p *Plugin) execWrite(orig func(*gorm.DB), del bool) func(*gorm.DB) {
 			}
 			p.runWrite(db, orig)
 			if db.Error != nil {
+				p.outcome(db)
 				return
 			}
 			total += db.RowsAffected

@@ -1,10 +1,13 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,8 +21,11 @@ import (
 // shards of one server one after another, the servers at once, each on a
 // clone of the statement. A read in GORM's own transaction, or on one
 // server, runs on the statement itself. The first error is the
-// statement's; the other servers stop at their next shard.
-func (p *Plugin) fanoutByServer(db *gorm.DB, d *decision, units [][]int, run func(db *gorm.DB, u int) bool) {
+// statement's; the other servers stop at their next shard. A server that
+// is unavailable fails the read with a *ServerError naming the shards not
+// read, or, with pr (a Partial read), is recorded there and its units
+// are returned as lost, the read going on with the other servers.
+func (p *Plugin) fanoutByServer(db *gorm.DB, d *decision, units [][]int, pr *PartialResult, run func(db *gorm.DB, u int) bool) (lost []int) {
 	byServer := map[string][]int{}
 	var servers []string
 	for u, unit := range units {
@@ -29,37 +35,76 @@ func (p *Plugin) fanoutByServer(db *gorm.DB, d *decision, units [][]int, run fun
 		}
 		byServer[srv] = append(byServer[srv], u)
 	}
-	if len(servers) == 1 || d.tx != nil || db.DryRun {
-		for u := range units {
-			if !run(db, u) {
-				return
-			}
-		}
-		return
-	}
 	var (
-		g      errgroup.Group
+		mu     sync.Mutex
 		failed atomic.Bool
 	)
+	// serve runs one server's units; it returns the error that stops the
+	// read, nil when the server is done or recorded as missing.
+	serve := func(sdb *gorm.DB, server string) error {
+		us := byServer[server]
+		for k, u := range us {
+			if failed.Load() {
+				return nil
+			}
+			if run(sdb, u) {
+				continue
+			}
+			err := sdb.Error
+			if !unavailable(err) {
+				return err
+			}
+			se := &ServerError{Server: server, Table: d.m.table, Err: err}
+			var known *ServerError
+			if errors.As(err, &known) {
+				se.Err = known.Err
+			}
+			for _, u := range us[k:] {
+				for _, i := range units[u] {
+					se.Shards = append(se.Shards, d.shards[i])
+				}
+			}
+			slices.Sort(se.Shards)
+			if s, gerr := p.pools.get(d.snap, server); gerr == nil {
+				s.report(err, p.cfg.ServerRetry)
+			}
+			if pr == nil {
+				return se
+			}
+			mu.Lock()
+			pr.add(se)
+			lost = append(lost, us[k:]...)
+			mu.Unlock()
+			sdb.Error = nil
+			return nil
+		}
+		return nil
+	}
+	if len(servers) == 1 || d.tx != nil || db.DryRun {
+		for _, server := range servers {
+			if err := serve(db, server); err != nil {
+				db.Error = err
+				return lost
+			}
+		}
+		return lost
+	}
+	var g errgroup.Group
 	for _, server := range servers {
 		sdb := db.Session(&gorm.Session{Context: db.Statement.Context}) // a clone of the statement
 		sdb.Statement.BuildClauses = db.Statement.BuildClauses          // set per callback chain, not cloned
 		g.Go(func() error {
-			for _, u := range byServer[server] {
-				if failed.Load() {
-					break
-				}
-				if !run(sdb, u) {
-					failed.Store(true)
-					break
-				}
+			err := serve(sdb, server)
+			if err != nil {
+				failed.Store(true)
 			}
-			return sdb.Error
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
 		db.AddError(err)
 	}
+	return lost
 }
 
 // fanoutQuery runs a query on each shard of its plan and merges the rows:
@@ -191,7 +236,9 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 		}
 		return true
 	}
-	p.fanoutByServer(db, f, units, runUnit)
+	for _, u := range p.fanoutByServer(db, f, units, partialOf(stmt), runUnit) {
+		counts[u], parts[u] = 0, reflect.Value{} // a server that did not answer: none of its rows
+	}
 	if db.Error != nil {
 		return
 	}

@@ -132,6 +132,12 @@ func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 		{"delete", cb.Delete().Replace("gorm:delete", p.execWrite(p.orig.delete, true))},
 		{"row route", cb.Row().Before("gorm:row").Register("shardkit:route", p.route(opRow))},
 		{"raw route", cb.Raw().Before("gorm:raw").Register("shardkit:route", p.route(opRaw))},
+		{"create outcome", cb.Create().After("gorm:create").Register("shardkit:outcome", p.outcome)},
+		{"query outcome", cb.Query().After("gorm:query").Register("shardkit:outcome", p.outcome)},
+		{"update outcome", cb.Update().After("gorm:update").Register("shardkit:outcome", p.outcome)},
+		{"delete outcome", cb.Delete().After("gorm:delete").Register("shardkit:outcome", p.outcome)},
+		{"row outcome", cb.Row().After("gorm:row").Register("shardkit:outcome", p.outcome)},
+		{"raw outcome", cb.Raw().After("gorm:raw").Register("shardkit:outcome", p.outcome)},
 	}
 	for _, s := range steps {
 		if s.err != nil {

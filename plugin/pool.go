@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -19,9 +21,10 @@ import (
 // route callback tell a pool it set from one the caller chose.
 type serverDB struct {
 	*sql.DB
-	name     string
-	replicas []gorm.ConnPool // replica pools, possibly none
-	repDBs   []*sql.DB
+	name      string
+	downUntil atomic.Int64    // unix ns until which the server is taken as down; 0: up
+	replicas  []gorm.ConnPool // replica pools, possibly none
+	repDBs    []*sql.DB
 }
 
 // pools opens one pool per physical server on first use and keeps it.
@@ -108,11 +111,14 @@ const DefaultStatementCacheCapacity = 4096
 // Each cached statement holds server memory on its connection: lower
 // the capacity, or use default_query_exec_mode=cache_describe in the
 // servers' DSNs, where that matters more than latency.
-func openPgx(capacity int) func(dsn string) (*sql.DB, error) {
+func openPgx(capacity int, connect time.Duration) func(dsn string) (*sql.DB, error) {
 	return func(dsn string) (*sql.DB, error) {
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
 			return nil, err
+		}
+		if !strings.Contains(dsn, "connect_timeout") && connect > 0 {
+			cfg.ConnectTimeout = connect
 		}
 		if !strings.Contains(dsn, "default_query_exec_mode") && !strings.Contains(dsn, "statement_cache_capacity") {
 			if capacity < 0 {

@@ -61,7 +61,8 @@ func (p *Plugin) ours(cp gorm.ConnPool) bool {
 // fail records a routing error on the statement.
 func fail(db *gorm.DB, m *model, shard int, err error) {
 	var se *ShardError
-	if errors.As(err, &se) || m == nil {
+	var sv *ServerError
+	if errors.As(err, &se) || errors.As(err, &sv) || m == nil {
 		db.AddError(err)
 		return
 	}
@@ -317,6 +318,9 @@ func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 			return true, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL)
 		}
 	}
+	if cs.partial && o != opQuery {
+		return true, fmt.Errorf("%w: plugin.Partial applies to reads (Find, First, Take, Count, Pluck); a write either reaches every shard it names or fails", ErrUnroutableSQL)
+	}
 	if o == opUpdate {
 		if err := m.checkAssignments(db, d.shards, d.snap); err != nil {
 			return true, err
@@ -447,6 +451,9 @@ func (p *Plugin) bind(db *gorm.DB, d *decision, i int) error {
 		srv, err := p.pools.get(d.snap, pl.Server)
 		if err != nil {
 			return err
+		}
+		if srv.downFor(p.cfg.ServerRetry) {
+			return &ServerError{Server: srv.name, Shards: []int{shard}, Table: d.m.table, Err: errKnownDown}
 		}
 		stmt.ConnPool = p.conn(stmt, srv, d.read)
 		return nil

@@ -66,6 +66,10 @@ func (t *shardTx) pin(shard int, pl router.Placement, snap *router.Snapshot) (*t
 		return t.viewLocked(t.server, snap)
 	}
 	v, err := t.viewLocked(pl.Server, snap)
+	var se *ServerError
+	if errors.As(err, &se) && se.Shards == nil {
+		se.Shards = []int{shard}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +101,14 @@ func (t *shardTx) viewLocked(server string, snap *router.Snapshot) (*txView, err
 	if err != nil {
 		return nil, err
 	}
+	if db.downFor(t.p.cfg.ServerRetry) {
+		return nil, &ServerError{Server: server, Err: errKnownDown}
+	}
 	tx, err := db.BeginTx(t.ctx, t.opts)
+	db.report(err, t.p.cfg.ServerRetry)
+	if unavailable(err) {
+		return nil, &ServerError{Server: server, Err: fmt.Errorf("begin: %w", err)}
+	}
 	if err != nil {
 		return nil, &ShardError{Shard: -1, Server: server, Err: fmt.Errorf("begin: %w", err)}
 	}

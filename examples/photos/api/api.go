@@ -43,6 +43,9 @@ func (a *API) Register(mux *http.ServeMux) {
 type Page[T any] struct {
 	Items      []T    `json:"items"`
 	NextBefore string `json:"next_before,omitempty"`
+	// MissingShards lists the logical shards a feed could not read
+	// because their server was unavailable: the page holds the rest.
+	MissingShards []int `json:"missing_shards,omitempty"`
 }
 
 func (a *API) createUser(w http.ResponseWriter, r *http.Request) {
@@ -158,8 +161,10 @@ func (a *API) feed(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	ps, err := a.st.Feed(r.Context(), id, before, limit)
-	a.reply(w, r, http.StatusOK, page(ps, limit, func(p store.Photo) int64 { return p.ID }), err)
+	ps, missing, err := a.st.Feed(r.Context(), id, before, limit)
+	pg := page(ps, limit, func(p store.Photo) int64 { return p.ID })
+	pg.MissingShards = missing
+	a.reply(w, r, http.StatusOK, pg, err)
 }
 
 func page[T any](items []T, limit int, id func(T) int64) Page[T] {
@@ -184,6 +189,9 @@ func (a *API) reply(w http.ResponseWriter, r *http.Request, status int, v any, e
 		if r.Context().Err() != nil {
 			return // the client went away: nobody to answer, nothing to report
 		}
+		if code == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", "1")
+		}
 		if code >= 500 {
 			a.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
@@ -194,7 +202,7 @@ func (a *API) reply(w http.ResponseWriter, r *http.Request, status int, v any, e
 }
 
 // statusOf maps store and shardkit errors to HTTP statuses. A fenced shard
-// is 503 with Retry-After semantics: the client may retry.
+// or an unavailable server is 503 with Retry-After: the client may retry.
 func statusOf(err error) int {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -203,7 +211,7 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, store.ErrInvalid), errors.Is(err, plugin.ErrMissingShardKey), errors.Is(err, idgen.ErrInvalidID):
 		return http.StatusBadRequest
-	case errors.Is(err, plugin.ErrShardFenced):
+	case errors.Is(err, plugin.ErrShardFenced), errors.Is(err, plugin.ErrServerUnavailable):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

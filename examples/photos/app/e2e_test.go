@@ -42,13 +42,24 @@ var serverNames = []string{"alpha", "beta"}
 func newFixture(t *testing.T) *fixture { return newFixtureShards(t, 2000) }
 
 // newFixtureShards is newFixture with the given number of logical shards.
-func newFixtureShards(t testing.TB, shards int) *fixture {
+func newFixtureShards(t testing.TB, shards int) *fixture { return newFixtureOn(t, shards, nil) }
+
+// newFixtureOn is newFixtureShards with some servers' databases given by
+// dsnOf (by server name; "" for a database on the shared clusters).
+func newFixtureOn(t testing.TB, shards int, dsnOf func(server string) string) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	catDSN := pgtest.NewDatabase(t, 0)
 	cfg := app.Config{Catalog: store.CatalogDSN(catDSN), Shards: shards, FenceWait: store.FenceWait(2 * time.Second), Provision: true}
 	for i, name := range serverNames {
-		cfg.Servers = append(cfg.Servers, migrations.ServerSpec{Name: name, DSN: pgtest.NewDatabase(t, i+1)})
+		dsn := ""
+		if dsnOf != nil {
+			dsn = dsnOf(name)
+		}
+		if dsn == "" {
+			dsn = pgtest.NewDatabase(t, i+1)
+		}
+		cfg.Servers = append(cfg.Servers, migrations.ServerSpec{Name: name, DSN: dsn})
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	start := time.Now()

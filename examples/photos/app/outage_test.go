@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,5 +216,111 @@ func TestCatalogOutage(t *testing.T) {
 		if got != want {
 			t.Errorf("%s: %d rows in the shards, %d answered 201", table, got, want)
 		}
+	}
+}
+
+// TestServerOutage stops the cluster of server beta: requests for beta's
+// users answer 503 with Retry-After and a JSON error naming the server,
+// alpha's users are served as before, and a feed that follows users on
+// both servers returns alpha's photos and lists beta's shards as
+// missing. When beta is back, everything answers again without restart.
+func TestServerOutage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("stops a cluster")
+	}
+	ctx := context.Background()
+	set := pgtest.Set(t)
+	c, err := set.Add(ctx, pglocal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	betaDSN := pgtest.NewDatabase(t, len(set.Clusters)-1)
+	f := newFixtureOn(t, 16, func(s string) string {
+		if s == "beta" {
+			return betaDSN
+		}
+		return ""
+	})
+	users := f.createUsers(t) // alpha's, beta's
+	alpha, beta := users[0], users[1]
+	// The follower lives on alpha, so its following list stays readable.
+	var follower userJSON
+	for i := 0; ; i++ {
+		if i == 64 {
+			t.Fatal("64 users and none on alpha")
+		}
+		f.mustCall(t, http.StatusCreated, "POST", "/users", map[string]string{"name": fmt.Sprintf("follower %d", i)}, &follower)
+		if _, server := f.home(t, id(t, follower.ID)); server == "alpha" {
+			break
+		}
+	}
+	for _, u := range users {
+		f.mustCall(t, http.StatusCreated, "POST", "/users/"+follower.ID+"/follows", map[string]string{"followee_id": u.ID}, nil)
+		f.mustCall(t, http.StatusCreated, "POST", "/users/"+u.ID+"/photos", map[string]any{"caption": "by " + u.Name, "url": "https://example.com/p.jpg", "width": 10, "height": 10}, nil)
+	}
+	var feed pageJSON[photoJSON]
+	f.mustCall(t, http.StatusOK, "GET", "/users/"+follower.ID+"/feed", nil, &feed)
+	if len(feed.Items) != 2 {
+		t.Fatalf("feed before the outage: %d photos, want 2", len(feed.Items))
+	}
+	betaShard, _ := f.home(t, id(t, beta.ID))
+
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	code, body := f.raw(t, "GET", "/users/"+beta.ID, nil)
+	if code != http.StatusServiceUnavailable || !strings.Contains(string(body), "server beta unavailable") {
+		t.Fatalf("GET beta's user while beta is down: %d %s, want 503 naming server beta", code, body)
+	}
+	req, _ := http.NewRequest("GET", f.url+"/users/"+beta.ID, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("GET beta's user: %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if code, body := f.raw(t, "POST", "/users/"+beta.ID+"/photos", []byte(`{"caption":"x","url":"https://example.com/x.jpg","width":1,"height":1}`)); code != http.StatusServiceUnavailable {
+		t.Fatalf("upload for beta's user while beta is down: %d %s, want 503", code, body)
+	}
+	f.mustCall(t, http.StatusOK, "GET", "/users/"+alpha.ID, nil, nil)
+	f.mustCall(t, http.StatusCreated, "POST", "/users/"+alpha.ID+"/photos", map[string]any{"caption": "during", "url": "https://example.com/d.jpg", "width": 1, "height": 1}, nil)
+
+	var partial struct {
+		pageJSON[photoJSON]
+		MissingShards []int `json:"missing_shards"`
+	}
+	f.mustCall(t, http.StatusOK, "GET", "/users/"+follower.ID+"/feed", nil, &partial)
+	if len(partial.Items) != 2 || !slices.Contains(partial.MissingShards, betaShard) {
+		t.Fatalf("feed while beta is down: %d photos, missing shards %v; want alpha's 2 photos and beta's shard %d missing", len(partial.Items), partial.MissingShards, betaShard)
+	}
+	for _, p := range partial.Items {
+		if p.UserID != alpha.ID {
+			t.Fatalf("feed while beta is down holds a photo of user %s", p.UserID)
+		}
+	}
+
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	deadline := back.Add(60 * time.Second)
+	for {
+		code, body := f.raw(t, "GET", "/users/"+beta.ID, nil)
+		if code == http.StatusOK {
+			break
+		}
+		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("GET beta's user after restart: %d %s", code, body)
+		}
+		time.Sleep(100 * time.Millisecond) // poll until beta answers
+	}
+	t.Logf("beta answered %v after its restart", time.Since(back).Round(time.Millisecond))
+	partial.MissingShards = nil
+	f.mustCall(t, http.StatusOK, "GET", "/users/"+follower.ID+"/feed", nil, &partial)
+	if len(partial.Items) != 3 || len(partial.MissingShards) != 0 {
+		t.Fatalf("feed after restart: %d photos, missing %v; want 3, none", len(partial.Items), partial.MissingShards)
 	}
 }

@@ -10,5 +10,5 @@
 //	st := store.New(db, rt) // db uses plugin.Register(plugin.Config{Router: rt, IDs: ids}, store.Models()...)
 //	u, err := st.CreateUser(ctx, "ada")
 //	p, err := st.CreatePhoto(ctx, store.Photo{UserID: u.ID, URL: "https://…"})
-//	feed, err := st.Feed(ctx, followerID, 0, 20)
+//	feed, missing, err := st.Feed(ctx, followerID, 0, 20) // missing: shards of unavailable servers
 package store

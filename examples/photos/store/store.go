@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strings"
-	"sync"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -20,8 +18,6 @@ import (
 const (
 	DefaultLimit = 20
 	MaxLimit     = 100
-	// feedFanout bounds the shard queries of one feed read in flight.
-	feedFanout = 8
 )
 
 // Store is the photo service's data access, through GORM and the shardkit
@@ -241,58 +237,25 @@ func (s *Store) Following(ctx context.Context, userID int64) ([]int64, error) {
 }
 
 // Feed returns the newest photos of the users userID follows, newest first,
-// below before when it is not zero. Followees are grouped by home shard;
-// each group is one query on its shard (in parallel), and the pages are
-// merged by ID, which orders by time across shards.
-func (s *Store) Feed(ctx context.Context, userID, before int64, limit int) ([]Photo, error) {
+// below before when it is not zero. The followees' keys span several
+// shards: the plugin reads them in one statement per server (a UNION ALL
+// of that server's shards) and merges the pages by ID, which orders by
+// time across shards. When a server is unavailable the feed holds the
+// other servers' photos and missing lists the shards left out.
+func (s *Store) Feed(ctx context.Context, userID, before int64, limit int) (photos []Photo, missing []int, err error) {
 	limit = clampLimit(limit)
 	followees, err := s.Following(ctx, userID)
 	if err != nil || len(followees) == 0 {
-		return []Photo{}, err
+		return []Photo{}, nil, err
 	}
-	layout := s.rt.Snapshot().Layout
-	groups := map[int][]int64{}
-	for _, id := range followees {
-		k, err := layout.ShardOf(id)
-		if err != nil {
-			return nil, err
-		}
-		groups[k] = append(groups[k], id)
+	var pr plugin.PartialResult
+	q := s.db.WithContext(ctx).Clauses(plugin.Partial(&pr)).Where("user_id IN ?", followees)
+	if before > 0 {
+		q = q.Where("id < ?", before)
 	}
-	var (
-		mu    sync.Mutex
-		all   []Photo
-		first error
-		wg    sync.WaitGroup
-	)
-	sem := make(chan struct{}, feedFanout)
-	for _, ids := range groups {
-		wg.Add(1)
-		go func(ids []int64) {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			q := s.db.WithContext(ctx).Where("user_id IN ?", ids)
-			if before > 0 {
-				q = q.Where("id < ?", before)
-			}
-			var page []Photo
-			err := q.Order("id DESC").Limit(limit).Find(&page).Error
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && first == nil {
-				first = err
-			}
-			all = append(all, page...)
-		}(ids)
+	photos = []Photo{}
+	if err := q.Order("id DESC").Limit(limit).Find(&photos).Error; err != nil {
+		return nil, nil, err
 	}
-	wg.Wait()
-	if first != nil {
-		return nil, first
-	}
-	sort.Slice(all, func(i, j int) bool { return all[i].ID > all[j].ID })
-	if len(all) > limit {
-		all = all[:limit]
-	}
-	return all, nil
+	return photos, pr.Missing, nil
 }

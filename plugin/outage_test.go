@@ -1,0 +1,138 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/internal/pglocal"
+	"github.com/shardkit/shardkit/internal/pgtest"
+)
+
+// TestServerDown stops the cluster of server b and checks what a caller
+// sees: the typed error naming b and the shards, on reads and writes and
+// across shards; server a's shards unaffected; a Partial read with a's
+// rows and b's shards reported missing; and recovery without restart
+// once b is back.
+func TestServerDown(t *testing.T) {
+	ctx := context.Background()
+	set := pgtest.Set(t)
+	c, err := set.Add(ctx, pglocal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	dsnB := pgtest.NewDatabase(t, len(set.Clusters)-1)
+	e := newEnv(t, envOpts{dsnOf: func(s string) string {
+		if s == "b" {
+			return dsnB
+		}
+		return ""
+	}})
+	byServer := map[string][]int{} // shards by server
+	for s := 0; s < e.shards; s++ {
+		srv := e.serverOf(t, s)
+		byServer[srv] = append(byServer[srv], s)
+	}
+	if len(byServer["a"]) == 0 || len(byServer["b"]) == 0 {
+		t.Fatalf("shards by server %v: want both servers used", byServer)
+	}
+	var onA []int64 // IDs of the rows on server a
+	for u := int64(1); u <= int64(2*e.shards); u++ {
+		p := Photo{UserID: u, Caption: "x"}
+		if err := e.db.Create(&p).Error; err != nil {
+			t.Fatal(err)
+		}
+		if e.serverOf(t, e.shardOf(u)) == "a" {
+			onA = append(onA, p.ID)
+		}
+	}
+	userOn := func(server string) int64 { return int64(byServer[server][0] + e.shards) } // a user of the server's first shard
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	wantDown := func(what string, err error, shards []int) {
+		t.Helper()
+		var se *ServerError
+		if !errors.Is(err, ErrServerUnavailable) || !errors.As(err, &se) {
+			t.Fatalf("%s: got %v, want a *ServerError matching ErrServerUnavailable", what, err)
+		}
+		if se.Server != "b" || !slices.Equal(se.Shards, shards) || se.Table != "photos" {
+			t.Fatalf("%s: ServerError names server %q shards %v table %q, want b %v photos", what, se.Server, se.Shards, se.Table, shards)
+		}
+	}
+	ub := userOn("b")
+	var p Photo
+	wantDown("read", e.db.Where("user_id = ?", ub).Take(&p).Error, []int{e.shardOf(ub)})
+	// Known down now: fails at once with the same type.
+	wantDown("read again", e.db.Where("user_id = ?", ub).Take(&p).Error, []int{e.shardOf(ub)})
+	wantDown("write", e.db.Create(&Photo{UserID: ub, Caption: "y"}).Error, []int{e.shardOf(ub)})
+
+	// Server a's shards: reads and writes as usual.
+	ua := userOn("a")
+	var onAOne Photo
+	if err := e.db.Where("user_id = ?", ua).Take(&onAOne).Error; err != nil {
+		t.Fatalf("read on a: %v", err)
+	}
+	written := Photo{UserID: ua, Caption: "z"}
+	if err := e.db.Create(&written).Error; err != nil {
+		t.Fatalf("write on a: %v", err)
+	}
+	onA = append(onA, written.ID)
+
+	// Across shards: the default fails, naming b and its shards.
+	var all []Photo
+	wantDown("read across shards", e.db.Clauses(AllShards()).Find(&all).Error, byServer["b"])
+	var n int64
+	wantDown("count across shards", e.db.Model(&Photo{}).Clauses(AllShards()).Count(&n).Error, byServer["b"])
+
+	// Partial: a's rows, b's shards reported.
+	var pr PartialResult
+	all = nil
+	if err := e.db.Clauses(AllShards(), Partial(&pr)).Order("id").Find(&all).Error; err != nil {
+		t.Fatalf("partial read: %v", err)
+	}
+	var got []int64
+	for _, p := range all {
+		got = append(got, p.ID)
+	}
+	slices.Sort(onA)
+	if !slices.Equal(got, onA) {
+		t.Fatalf("partial read: got %d rows %v, want server a's %d rows %v", len(got), got, len(onA), onA)
+	}
+	if pr.Complete() || !slices.Equal(pr.Missing, byServer["b"]) || len(pr.Errors) != 1 || pr.Errors[0].Server != "b" {
+		t.Fatalf("partial result: missing %v errors %v, want b's shards %v", pr.Missing, pr.Errors, byServer["b"])
+	}
+	if err := e.db.Model(&Photo{}).Clauses(AllShards(), Partial(&pr)).Count(&n).Error; err != nil || n != int64(len(onA)) || !slices.Equal(pr.Missing, byServer["b"]) {
+		t.Fatalf("partial count: %d, %v, missing %v; want %d rows of a", n, err, pr.Missing, len(onA))
+	}
+	// Partial is for reads.
+	if err := e.db.Clauses(AllShards(), Partial(&pr)).Where("caption = ?", "none").Delete(&Photo{}).Error; !errors.Is(err, ErrUnroutableSQL) {
+		t.Fatalf("partial delete: %v, want ErrUnroutableSQL", err)
+	}
+
+	// Back up: the plugin finds out by itself (a statement tries the
+	// server again once ServerRetry has passed).
+	if err := c.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var back Photo
+		err := e.db.Where("user_id = ?", ub).Take(&back).Error
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrServerUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("after restart: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // poll: the condition is the server answering
+	}
+	pr = PartialResult{}
+	if err := e.db.Clauses(AllShards(), Partial(&pr)).Find(&all).Error; err != nil || !pr.Complete() || len(all) != 2*e.shards+1 {
+		t.Fatalf("after restart: %d rows, %v, missing %v; want %d", len(all), err, pr.Missing, 2*e.shards+1)
+	}
+}
