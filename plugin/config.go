@@ -12,12 +12,13 @@ import (
 
 // Defaults of Config, filled in by Register.
 const (
-	DefaultFenceWait       = 2 * time.Second
-	DefaultMaxOpenConns    = 20
-	DefaultMaxIdleConns    = 10
-	DefaultConnMaxIdleTime = 5 * time.Minute
-	DefaultConnectTimeout  = 5 * time.Second
-	DefaultServerRetry     = time.Second
+	DefaultFenceWait        = 2 * time.Second
+	DefaultMaxOpenConns     = 20
+	DefaultMaxIdleConns     = 10
+	DefaultConnMaxIdleTime  = 5 * time.Minute
+	DefaultConnectTimeout   = 5 * time.Second
+	DefaultServerRetry      = time.Second
+	DefaultStatementTimeout = 30 * time.Second
 )
 
 // IDSource issues IDs for new rows. *idgen.Generator satisfies it. When Next
@@ -75,6 +76,15 @@ type Config struct {
 	// then one statement tries it again. Zero means DefaultServerRetry;
 	// negative means never take a server as down.
 	ServerRetry time.Duration
+	// StatementTimeout bounds each statement on a server: the default
+	// OpenDB sets the servers' statement_timeout to it (a DSN's
+	// statement_timeout wins), so a slow statement ends with Postgres's
+	// own error, and the plugin stops waiting one second later, with a
+	// *ServerError, for a server that does not answer at all (frozen,
+	// or cut off without a reset). Rows, Row and Exec of raw SQL are not
+	// bounded by the plugin; give their context a deadline. Zero means
+	// DefaultStatementTimeout; negative means none.
+	StatementTimeout time.Duration
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
 	// over pgx, as StatementCacheCapacity describes.
 	OpenDB func(dsn string) (*sql.DB, error)
@@ -105,11 +115,14 @@ func (c Config) withDefaults() Config {
 	if c.ServerRetry == 0 {
 		c.ServerRetry = DefaultServerRetry
 	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = DefaultStatementTimeout
+	}
 	if c.OpenDB == nil {
 		if c.StatementCacheCapacity == 0 {
 			c.StatementCacheCapacity = DefaultStatementCacheCapacity
 		}
-		c.OpenDB = openPgx(c.StatementCacheCapacity, c.ConnectTimeout)
+		c.OpenDB = openPgx(c.StatementCacheCapacity, c.ConnectTimeout, c.StatementTimeout)
 	}
 	return c
 }

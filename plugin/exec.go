@@ -197,7 +197,7 @@ func returnInto(stmt *gorm.Statement, rv reflect.Value) (bool, error) {
 // and the write retried once on the new home; inside one, the error
 // becomes ErrShardMoved.
 func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
-	orig(db)
+	p.bounded(db, orig)
 	if db.Error == nil || !router.IsFenceError(db.Error) {
 		return
 	}
@@ -238,7 +238,7 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	db.Error = nil
 	stmt.SQL.Reset()
 	stmt.Vars = nil
-	orig(db)
+	p.bounded(db, orig)
 	if db.Error != nil && router.IsFenceError(db.Error) {
 		db.Error = &ShardError{Shard: shard, Server: pl.Server, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
 	}
@@ -288,7 +288,7 @@ func serverOf(cp gorm.ConnPool) string {
 func (p *Plugin) execQuery(db *gorm.DB) {
 	d := takePlan(db.Statement)
 	if d == nil {
-		p.runQuery(db)
+		p.bounded(db, p.runQuery)
 		return
 	}
 	p.fanoutQuery(db, d)

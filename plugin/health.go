@@ -96,7 +96,8 @@ func (s *serverDB) report(err error, retry time.Duration) {
 	if retry <= 0 {
 		return
 	}
-	if unavailable(err) {
+	var se *ServerError
+	if unavailable(err) && !(errors.As(err, &se) && se.Err == errKnownDown) {
 		s.downUntil.Store(time.Now().UnixNano() + int64(retry))
 	} else if s.downUntil.Load() != 0 {
 		s.downUntil.Store(0)
@@ -148,6 +149,49 @@ func (p *Plugin) outcome(db *gorm.DB) {
 		}
 	}
 	db.Error = e
+}
+
+// deadlineGrace is how much longer than Config.StatementTimeout the plugin
+// waits for a server's answer: the server's own statement_timeout (the same
+// value) ends a slow statement first, with its own error; only a server
+// that does not answer at all reaches the plugin's deadline.
+const deadlineGrace = time.Second
+
+// bounded runs a statement's executor with its context bounded by
+// StatementTimeout (plus deadlineGrace), unless the caller's context ends
+// sooner. A statement the deadline stopped gets a *ServerError: its server
+// did not answer, and is taken as down for ServerRetry.
+func (p *Plugin) bounded(db *gorm.DB, exec func(*gorm.DB)) {
+	t := p.cfg.StatementTimeout
+	stmt := db.Statement
+	parent := stmt.Context
+	if t <= 0 || db.DryRun || parent == nil {
+		exec(db)
+		return
+	}
+	t += deadlineGrace
+	if dl, ok := parent.Deadline(); ok && time.Until(dl) <= t {
+		exec(db)
+		return
+	}
+	ctx, cancel := context.WithTimeout(parent, t)
+	stmt.Context = ctx
+	exec(db)
+	cancel()
+	stmt.Context = parent
+	if db.Error != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+		var se *ServerError
+		if !errors.As(db.Error, &se) {
+			e := &ServerError{Server: serverOf(stmt.ConnPool), Err: fmt.Errorf("no answer within %v: %w", t, db.Error)}
+			if m, shard, _ := p.lookup(stmt); m != nil {
+				e.Table = m.table
+				if shard >= 0 {
+					e.Shards = []int{shard}
+				}
+			}
+			db.Error = e
+		}
+	}
 }
 
 // PartialResult is filled by a multi-shard read scoped with Partial: the

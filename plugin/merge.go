@@ -204,11 +204,11 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 		}
 		if unit != nil && p.unionSQL(db, f, unit, keys, pushed, count) {
 			unioned = true
-			p.orig.query(db)
+			p.bounded(db, p.orig.query)
 		} else {
 			stmt.SQL.Reset()
 			stmt.Vars = nil
-			p.runQuery(db)
+			p.bounded(db, p.runQuery)
 		}
 		if db.Error != nil {
 			return false, unioned

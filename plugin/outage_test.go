@@ -3,7 +3,12 @@ package plugin
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,5 +139,124 @@ func TestServerDown(t *testing.T) {
 	pr = PartialResult{}
 	if err := e.db.Clauses(AllShards(), Partial(&pr)).Find(&all).Error; err != nil || !pr.Complete() || len(all) != 2*e.shards+1 {
 		t.Fatalf("after restart: %d rows, %v, missing %v; want %d", len(all), err, pr.Missing, 2*e.shards+1)
+	}
+}
+
+// signalCluster sends sig to a cluster's postmaster and every process it
+// started (SIGSTOP freezes the server as a hung machine would: the
+// kernel still accepts connections, nothing answers).
+func signalCluster(t *testing.T, dir string, sig syscall.Signal) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := []int{pid}
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range procs {
+		st, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid …: comm may hold spaces, so read after ')'.
+		s := string(st)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == strconv.Itoa(pid) {
+			child, _ := strconv.Atoi(strings.Fields(s)[0])
+			pids = append(pids, child)
+		}
+	}
+	for _, p := range pids {
+		if err := syscall.Kill(p, sig); err != nil && sig != syscall.SIGCONT {
+			t.Fatalf("signal %d: %v", p, err)
+		}
+	}
+}
+
+// TestServerFrozen freezes server b (SIGSTOP on its postmaster and
+// backends): a statement on b's shards fails with a *ServerError once
+// StatementTimeout (plus its grace) has passed, instead of hanging; a's
+// shards answer throughout; after the thaw, b answers again without
+// restart.
+func TestServerFrozen(t *testing.T) {
+	ctx := context.Background()
+	set := pgtest.Set(t)
+	c, err := set.Add(ctx, pglocal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	dsnB := pgtest.NewDatabase(t, len(set.Clusters)-1)
+	const timeout = 2 * time.Second
+	e := newEnv(t, envOpts{
+		dsnOf: func(s string) string {
+			if s == "b" {
+				return dsnB
+			}
+			return ""
+		},
+		cfg: func(c *Config) { c.StatementTimeout = timeout },
+	})
+	var ua, ub int64
+	for u := int64(1); u <= int64(e.shards); u++ {
+		if err := e.db.Create(&Photo{UserID: u, Caption: "x"}).Error; err != nil {
+			t.Fatal(err)
+		}
+		if e.serverOf(t, e.shardOf(u)) == "a" {
+			ua = u
+		} else {
+			ub = u
+		}
+	}
+	signalCluster(t, c.Dir, syscall.SIGSTOP)
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			signalCluster(t, c.Dir, syscall.SIGCONT)
+			thawed = true
+		}
+	}
+	t.Cleanup(thaw)
+
+	start := time.Now()
+	var p Photo
+	err = e.db.Where("user_id = ?", ub).Take(&p).Error
+	took := time.Since(start)
+	var se *ServerError
+	if !errors.As(err, &se) || se.Server != "b" || !errors.Is(err, ErrServerUnavailable) {
+		t.Fatalf("read on frozen b: %v, want a *ServerError for b", err)
+	}
+	// Bounded: the deadline is timeout plus a second; the bound here
+	// leaves a loaded machine ample room and still fails a hang.
+	if took > timeout+deadlineGrace+30*time.Second {
+		t.Fatalf("read on frozen b took %v", took)
+	}
+	t.Logf("read on frozen b failed after %v: %v", took.Round(time.Millisecond), err)
+	var pa Photo
+	if err := e.db.Where("user_id = ?", ua).Take(&pa).Error; err != nil {
+		t.Fatalf("read on a while b is frozen: %v", err)
+	}
+	var pr PartialResult
+	var all []Photo
+	if err := e.db.Clauses(AllShards(), Partial(&pr)).Find(&all).Error; err != nil || pr.Complete() {
+		t.Fatalf("partial read while b is frozen: %v, missing %v", err, pr.Missing)
+	}
+
+	thaw()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var back Photo
+		err := e.db.Where("user_id = ?", ub).Take(&back).Error
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrServerUnavailable) || time.Now().After(deadline) {
+			t.Fatalf("after the thaw: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond) // poll until b answers
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,7 +112,7 @@ const DefaultStatementCacheCapacity = 4096
 // Each cached statement holds server memory on its connection: lower
 // the capacity, or use default_query_exec_mode=cache_describe in the
 // servers' DSNs, where that matters more than latency.
-func openPgx(capacity int, connect time.Duration) func(dsn string) (*sql.DB, error) {
+func openPgx(capacity int, connect, statement time.Duration) func(dsn string) (*sql.DB, error) {
 	return func(dsn string) (*sql.DB, error) {
 		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
@@ -119,6 +120,9 @@ func openPgx(capacity int, connect time.Duration) func(dsn string) (*sql.DB, err
 		}
 		if !strings.Contains(dsn, "connect_timeout") && connect > 0 {
 			cfg.ConnectTimeout = connect
+		}
+		if _, set := cfg.RuntimeParams["statement_timeout"]; !set && statement > 0 {
+			cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(statement.Milliseconds(), 10)
 		}
 		if !strings.Contains(dsn, "default_query_exec_mode") && !strings.Contains(dsn, "statement_cache_capacity") {
 			if capacity < 0 {

@@ -465,6 +465,15 @@ func (p *Plugin) bind(db *gorm.DB, d *decision, i int) error {
 	} else {
 		v, err = d.tx.pin(shard, pl, d.snap)
 	}
+	var se *ServerError
+	if errors.As(err, &se) {
+		if se.Shards == nil {
+			se.Shards = []int{shard}
+		}
+		if se.Table == "" {
+			se.Table = d.m.table
+		}
+	}
 	if err != nil {
 		return err
 	}
