@@ -85,6 +85,10 @@ type Config struct {
 	// bounded by the plugin; give their context a deadline. Zero means
 	// DefaultStatementTimeout; negative means none.
 	StatementTimeout time.Duration
+	// SkipWarmUp skips opening every shard's tables at start-up (see
+	// Register): start-up is then faster, and the first read across a
+	// server's shards pays for it instead.
+	SkipWarmUp bool
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
 	// over pgx, as StatementCacheCapacity describes.
 	OpenDB func(dsn string) (*sql.DB, error)

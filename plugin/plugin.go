@@ -79,6 +79,9 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 			return err
 		}
 	}
+	if !p.cfg.SkipWarmUp {
+		p.warmUp(db.Statement.Context, snap)
+	}
 	p.root = &rootPool{ConnPool: db.ConnPool, p: p}
 	db.ConnPool = p.root
 	db.Statement.ConnPool = p.root

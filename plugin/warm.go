@@ -1,0 +1,88 @@
+package plugin
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// execUnprepared runs SQL the plugin will not send again without
+// preparing it (so it takes no place in the connection's statement
+// cache), when the pool is pgx's.
+func execUnprepared(ctx context.Context, conn *sql.Conn, q string) error {
+	return conn.Raw(func(dc any) error {
+		if c, ok := dc.(*stdlib.Conn); ok {
+			_, err := c.Conn().Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
+			return err
+		}
+		return errNotPgx
+	})
+}
+
+var errNotPgx = errors.New("not a pgx connection")
+
+// warmUpTimeout bounds the start-up warm-up of all servers.
+const warmUpTimeout = 60 * time.Second
+
+// warmUp opens, on one connection of each server's pool, every
+// registered table of every shard the server holds, with their primary
+// key indexes: a Postgres backend loads a table's catalog entries the
+// first time a statement names it, which for the thousands of schemas
+// of a server costs far more than the statements themselves. Paid here,
+// at start-up, it is not paid by the first read across shards (the pool
+// hands that read the connection it warmed: database/sql reuses the most
+// recently returned one). Servers are warmed at once; one that does not
+// answer is skipped (its first statement says so).
+func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, srv := range snap.Servers() {
+		shards := snap.ShardsOn(srv.Name)
+		db, err := p.pools.get(snap, srv.Name)
+		if err != nil || len(shards) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			conn, err := db.Conn(ctx)
+			if err != nil {
+				return
+			}
+			defer conn.Close()
+			for _, m := range p.byTable {
+				for start := 0; start < len(shards); start += unionBatch {
+					var b strings.Builder
+					for j, s := range shards[start:min(start+unionBatch, len(shards))] {
+						if j > 0 {
+							b.WriteString(" UNION ALL ")
+						}
+						b.WriteString("(SELECT 1 FROM ")
+						b.WriteString(pgx.Identifier{router.SchemaName(s), m.table}.Sanitize())
+						b.WriteString(" ORDER BY ")
+						b.WriteString(pgx.Identifier{m.pk.DBName}.Sanitize())
+						b.WriteString(" LIMIT 1)")
+					}
+					err := execUnprepared(ctx, conn, b.String())
+					if errors.Is(err, errNotPgx) {
+						_, err = conn.ExecContext(ctx, b.String())
+					}
+					if err != nil {
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
