@@ -75,7 +75,7 @@ FROM generate_series(1, %d) AS g`
 			return nil
 		}},
 	}
-	all := e.db.Clauses(AllShards())
+	all := e.db.Clauses(AllShards()).Session(&gorm.Session{}) // reusable: each read starts from this statement
 	// The first read of a fresh plugin (new pools: connections and
 	// prepared statements made on the way) against a warm one.
 	for _, r := range reads {
