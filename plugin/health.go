@@ -52,6 +52,13 @@ func shardList(s []int) string {
 // once because its server is taken as down.
 var errKnownDown = errors.New("the server failed recently and is taken as down until its retry")
 
+// knownDown reports whether err is the fast failure of a server taken as
+// down (which says nothing new about the server).
+func knownDown(err error) bool {
+	var se *ServerError
+	return errors.As(err, &se) && se.Err == errKnownDown
+}
+
 // unavailable reports whether an error says the server could not be
 // reached or went away, as opposed to an error of the statement itself.
 func unavailable(err error) bool {
@@ -96,8 +103,7 @@ func (s *serverDB) report(err error, retry time.Duration) {
 	if retry <= 0 {
 		return
 	}
-	var se *ServerError
-	if unavailable(err) && !(errors.As(err, &se) && se.Err == errKnownDown) {
+	if unavailable(err) && !knownDown(err) {
 		s.downUntil.Store(time.Now().UnixNano() + int64(retry))
 	} else if s.downUntil.Load() != 0 {
 		s.downUntil.Store(0)

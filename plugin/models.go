@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 
 	"github.com/shardkit/shardkit/idgen"
@@ -32,6 +33,19 @@ type model struct {
 	kind      keyKind
 	qualified []string // "shard_NNNN.table", by logical shard
 	quoted    []string // qualified, quoted as GORM writes it
+	// exprs[i] is the table expression of shard i, as GORM's own
+	// Table("schema.table") sets it: the FROM names the shard's table,
+	// and columns keep the bare table name, which Postgres resolves
+	// to it (shorter SQL for GORM to build and quote).
+	exprs     []clause.Expr
+	exprShard map[*clause.Expr]int // shard of each of exprs
+}
+
+// shardOfExpr returns the shard whose table expression the plugin set on
+// a statement, if it is one of the model's.
+func (m *model) shardOfExpr(te *clause.Expr) (int, bool) {
+	s, ok := m.exprShard[te]
+	return s, ok
 }
 
 // parseModel reads a model's shard tags.
@@ -70,9 +84,13 @@ func parseModel(db *gorm.DB, value any, shards int) (*model, error) {
 	}
 	m.qualified = make([]string, shards)
 	m.quoted = make([]string, shards)
+	m.exprs = make([]clause.Expr, shards)
+	m.exprShard = make(map[*clause.Expr]int, shards)
 	for i := range m.qualified {
 		m.qualified[i] = router.SchemaName(i) + "." + m.table
 		m.quoted[i] = db.Statement.Quote(m.qualified[i])
+		m.exprs[i] = clause.Expr{SQL: m.quoted[i]}
+		m.exprShard[&m.exprs[i]] = i
 	}
 	return m, nil
 }

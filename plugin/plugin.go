@@ -154,6 +154,11 @@ func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 // shard named by a schema-qualified table ("shard_0042.photos"), or -1.
 func (p *Plugin) lookup(stmt *gorm.Statement) (*model, int, error) {
 	if m, ok := p.byTable[stmt.Table]; ok {
+		if te := stmt.TableExpr; te != nil {
+			if s, ok := m.shardOfExpr(te); ok {
+				return m, s, nil // routed before: the shard's table expression
+			}
+		}
 		return m, -1, nil
 	}
 	if strings.HasPrefix(stmt.Table, "shard_") {
@@ -173,6 +178,24 @@ func (p *Plugin) lookup(stmt *gorm.Statement) (*model, int, error) {
 		}
 	}
 	return nil, -1, nil
+}
+
+// RoutedShard returns the logical shard a statement was routed to, for
+// callbacks that run after the plugin's route (metrics, tracing, logging):
+// the shard whose schema-qualified table the statement names. It reports
+// false for a statement on an unsharded table, one not yet routed, and a
+// multi-shard statement (whose shards are run one by one).
+func RoutedShard(stmt *gorm.Statement) (int, bool) {
+	name := stmt.Table
+	if stmt.TableExpr != nil {
+		name = stmt.TableExpr.SQL
+	}
+	schema, _, ok := strings.Cut(name, ".")
+	if !ok {
+		return 0, false
+	}
+	s, err := router.ParseSchemaName(strings.Trim(schema, `"`))
+	return s, err == nil
 }
 
 // shardOfScope returns the shard a Shard or ShardOfID scope names.

@@ -446,7 +446,7 @@ func (p *Plugin) bind(db *gorm.DB, d *decision, i int) error {
 			return fmt.Errorf("%w: the statement runs in a transaction not begun through the plugin's connection", ErrUnroutableSQL)
 		}
 	}
-	stmt.Table = d.m.qualified[shard]
+	stmt.Table, stmt.TableExpr = d.m.table, &d.m.exprs[shard]
 	if d.tx == nil {
 		srv, err := p.pools.get(d.snap, pl.Server)
 		if err != nil {

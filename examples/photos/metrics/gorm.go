@@ -2,11 +2,11 @@ package metrics
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -76,21 +76,10 @@ func start(db *gorm.DB) {
 	db.Statement.Settings.Store(startKey, time.Now())
 }
 
-// routedShard returns the logical shard of a statement's schema-qualified
-// table ("shard_0042.photos"), or false.
-func routedShard(stmt *gorm.Statement) (int, bool) {
-	schema, _, ok := strings.Cut(stmt.Table, ".")
-	if !ok {
-		return 0, false
-	}
-	shard, err := router.ParseSchemaName(schema)
-	return shard, err == nil
-}
-
 // serverOf names the server a routed statement ran on: "multi" for one
 // spread over several shards, "default" for an unrouted one.
 func serverOf(stmt *gorm.Statement, snap *router.Snapshot) string {
-	if shard, ok := routedShard(stmt); ok {
+	if shard, ok := plugin.RoutedShard(stmt); ok {
 		if p, err := snap.Placement(shard); err == nil {
 			return p.Server
 		}
@@ -131,7 +120,7 @@ func (m *Metrics) fenceEnd(db *gorm.DB) {
 		return
 	}
 	fs, _ := v.(fenceStart)
-	shard, ok := routedShard(db.Statement)
+	shard, ok := plugin.RoutedShard(db.Statement)
 	if !ok || fs.snap == nil {
 		return
 	}
