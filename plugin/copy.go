@@ -83,7 +83,7 @@ func CopyFrom(ctx context.Context, db *gorm.DB, rows any, opts ...CopyOption) (*
 
 // DefaultCopyWorkers is how many parts of one CopyFrom run at once on
 // each server unless CopyWorkers says otherwise.
-const DefaultCopyWorkers = 2
+const DefaultCopyWorkers = 4
 
 // CopyOption configures one CopyFrom.
 type CopyOption func(*copyConfig)
@@ -123,9 +123,10 @@ const (
 	// CopyNotRun: the part was never started (the context ended first);
 	// none of its rows is in the shard.
 	CopyNotRun CopyState = "not run"
-	// CopyUnknown: the connection broke while the part's COMMIT was under
-	// way, so the part is in the shard completely or not at all, and only
-	// the shard can tell which: look its IDs up before loading it again.
+	// CopyUnknown: the connection broke while the part's commit (its
+	// COPY, or its COMMIT) was under way, so the part is in the shard
+	// completely or not at all, and only the shard can tell which: look
+	// its IDs up before loading it again.
 	CopyUnknown CopyState = "unknown"
 )
 

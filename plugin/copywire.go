@@ -176,9 +176,12 @@ func (l *copyLoad) row(i int) reflect.Value { return reflect.Indirect(l.rv.Index
 
 const nextIDsSQL = "SELECT %s() FROM generate_series(1, $1)"
 
-// copyOnServer writes a part on one server in one transaction. On error,
-// the state says whether the part may be in the shard (CopyUnknown: the
-// COMMIT's outcome is unknown) or surely is not (CopyFailed).
+// copyOnServer writes a part on one server, atomically: one COPY is a
+// transaction by itself; a part of several COPYs (rows that set different
+// columns), or whose IDs come from the shard's next_id(), runs in one
+// explicit transaction. On error, the state says whether the part may be
+// in the shard (CopyUnknown: the connection broke while the commit was
+// under way) or surely is not (CopyFailed).
 func (p *Plugin) copyOnServer(ctx context.Context, l *copyLoad, j *copyJob, snap *router.Snapshot, server string, types *copyTypes) (CopyState, error) {
 	srv, err := p.pools.get(snap, server)
 	if err != nil {
@@ -196,12 +199,16 @@ func (p *Plugin) copyOnServer(ctx context.Context, l *copyLoad, j *copyJob, snap
 			return fmt.Errorf("%w: CopyFrom needs server pools of pgx's database/sql driver (Config.OpenDB), got %T", ErrInvalidConfig, dc)
 		}
 		pc := c.Conn()
-		tx, err := pc.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = tx.Rollback(ctx) }() // nothing after a commit
 		schemaName := router.SchemaName(j.Shard)
+		groups := l.groups(ctx, j.Index)
+		var tx pgx.Tx
+		if len(groups) > 1 || len(j.needIDs) > 0 {
+			var err error
+			if tx, err = pc.Begin(ctx); err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(ctx) }() // nothing after a commit
+		}
 		if len(j.needIDs) > 0 {
 			rows, _ := tx.Query(ctx, fmt.Sprintf(nextIDsSQL, pgx.Identifier{schemaName, "next_id"}.Sanitize()), len(j.needIDs))
 			ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
@@ -213,7 +220,7 @@ func (p *Plugin) copyOnServer(ctx context.Context, l *copyLoad, j *copyJob, snap
 			}
 		}
 		table := pgx.Identifier{schemaName, l.m.table}
-		for _, g := range l.groups(ctx, j.Index) {
+		for _, g := range groups {
 			cols := l.cols.of(g.mask)
 			oids, err := types.get(ctx, pc.PgConn(), server, table, g.mask, cols)
 			if err != nil {
@@ -222,20 +229,32 @@ func (p *Plugin) copyOnServer(ctx context.Context, l *copyLoad, j *copyJob, snap
 			r := &copyRows{ctx: ctx, tm: pc.TypeMap(), oids: oids, cols: cols, l: l, idx: g.idx}
 			sql := "COPY " + table.Sanitize() + " (" + columnList(cols) + ") FROM STDIN BINARY"
 			if _, err := pc.PgConn().CopyFrom(ctx, r, sql); err != nil {
+				if tx == nil && commitUnknown(err) {
+					state = CopyUnknown
+				}
 				return err
 			}
 		}
-		if err := tx.Commit(ctx); err != nil {
-			var pe *pgconn.PgError
-			if !errors.As(err, &pe) && !errors.Is(err, pgx.ErrTxCommitRollback) && !pgconn.SafeToRetry(err) {
-				state = CopyUnknown
+		if tx != nil {
+			if err := tx.Commit(ctx); err != nil {
+				if !errors.Is(err, pgx.ErrTxCommitRollback) && commitUnknown(err) {
+					state = CopyUnknown
+				}
+				return err
 			}
-			return err
 		}
 		state = CopyCommitted
 		return nil
 	})
 	return state, err
+}
+
+// commitUnknown reports whether a statement that commits may have
+// committed despite its error: the server did not answer with an error,
+// and the request may have reached it.
+func commitUnknown(err error) bool {
+	var pe *pgconn.PgError
+	return !errors.As(err, &pe) && !pgconn.SafeToRetry(err)
 }
 
 // copyGroup is a part's rows that write the same columns.
