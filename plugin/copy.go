@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reflect"
 	"sort"
@@ -33,7 +32,8 @@ import (
 // *idgen.Generator does) or, without an ID slot, from the shard's own
 // next_id() in the part's transaction. A zero field whose column has a
 // database default gets that default, as with Create. Given IDs must lie
-// in their row's shard. After hooks and associations are not run.
+// in their row's shard; rows of a model keyed by its own ID need them.
+// After hooks and associations are not run.
 //
 // The rows are split per logical shard; each shard's part is written by
 // one COPY (one per set of columns, when some rows leave defaulted columns
@@ -391,9 +391,13 @@ func (p *Plugin) copyPart(ctx context.Context, l *copyLoad, j *copyJob, types *c
 	failPart := func(server string, err error) {
 		j.State = CopyFailed
 		j.Server = server
-		var se *ShardError
-		if !errors.As(err, &se) {
+		switch se, ok := err.(*ShardError); {
+		case !ok:
 			err = &ShardError{Shard: j.Shard, Server: server, Table: table, Err: err}
+		case se.Table == "":
+			named := *se // a fence wait's error names no table
+			named.Table = table
+			err = &named
 		}
 		j.Err = err
 	}
