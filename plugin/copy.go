@@ -47,7 +47,7 @@ import (
 // The report says what went where. When any part fails, the other parts
 // are still written and err is a *CopyError holding the same report: the
 // failed shards hold none of their part's rows, so loading those rows
-// again (CopyError.Failed) finishes the load. CopyFrom runs outside any
+// again (CopyReport.Failed) finishes the load. CopyFrom runs outside any
 // transaction; call it on a db that is not in one.
 func CopyFrom(ctx context.Context, db *gorm.DB, rows any, opts ...CopyOption) (*CopyReport, error) {
 	cfg := copyConfig{workers: DefaultCopyWorkers}
