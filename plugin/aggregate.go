@@ -76,18 +76,18 @@ func refuseAgg(format string, args ...any) error {
 // be combined exactly. A plain count keeps its own path (counts add up).
 func planAggregate(stmt *gorm.Statement, m *model, dest reflect.Value) (*aggPlan, bool, error) {
 	gc, grouped := stmt.Clauses["GROUP BY"]
+	switch dest.Kind() {
+	case reflect.Int64, reflect.Int:
+		if !grouped && !stmt.Distinct && isCount(stmt) && !hasFunctions(stmt, true) {
+			return nil, false, nil // a plain count: the counts add up
+		}
+	}
 	text, distinct, explicit, err := selectText(stmt)
 	if err != nil {
 		return nil, true, err
 	}
 	if !grouped && !distinct && !strings.Contains(text, "(") {
 		return nil, false, nil
-	}
-	switch dest.Kind() {
-	case reflect.Int64, reflect.Int:
-		if !grouped && !distinct && isCount(stmt) && !hasFunctions(stmt, true) {
-			return nil, false, nil
-		}
 	}
 	if !explicit {
 		if grouped {
@@ -160,6 +160,9 @@ func selectText(stmt *gorm.Statement) (text string, distinct, explicit bool, err
 			}
 			return strings.Join(parts, ", "), e.Distinct, len(parts) > 0, nil
 		case clause.Expr:
+			if c := strings.ToLower(strings.Join(strings.Fields(e.SQL), "")); strings.HasPrefix(c, "count(distinct") {
+				return "", false, true, refuseAgg("a distinct count across shards does not add up from per-shard counts; read the distinct values (Distinct(col).Pluck) and count them, or scope the query to one shard")
+			}
 			if len(e.Vars) > 0 {
 				return "", false, true, refuseAgg("a select list with bind variables cannot be merged across shards; scope the query to one shard")
 			}

@@ -91,10 +91,30 @@ func TestAggregatesAcrossShards(t *testing.T) {
 			err := all(db).Group("caption").Count(&n).Error
 			return n, err
 		}},
+		{"count of a column adds up", func(db *gorm.DB) (any, error) {
+			var n int64
+			err := all(db).Select("caption").Count(&n).Error
+			return n, err
+		}},
 		{"find one aggregate into an int64", func(db *gorm.DB) (any, error) {
 			var n int64
 			err := some(db).Select("sum(likes)").Find(&n).Error
 			return n, err
+		}},
+		{"order by an aggregate expression, nulls first", func(db *gorm.DB) (any, error) {
+			var rows []map[string]any
+			err := all(db).Select("likes, count(*), max(caption)").Group("likes").Order("count(*) desc, likes nulls first").Find(&rows).Error
+			return rows, err
+		}},
+		{"a string literal: one statement per shard", func(db *gorm.DB) (any, error) {
+			var rows []map[string]any
+			err := all(db).Where("caption <> 'sunset'").Select("caption, sum(likes) total, avg(id)").Group("caption").Order("caption desc").Find(&rows).Error
+			return rows, err
+		}},
+		{"grouped rows into the model", func(db *gorm.DB) (any, error) {
+			var rows []Photo
+			err := all(db).Select("user_id, max(likes) AS likes").Group("user_id").Order("likes desc, user_id").Limit(5).Find(&rows).Error
+			return rows, err
 		}},
 		{"distinct over grouped rows", func(db *gorm.DB) (any, error) {
 			var rows []map[string]any
@@ -155,6 +175,14 @@ func TestAggregatesAcrossShards(t *testing.T) {
 		{"group by without a select list", func(db *gorm.DB) error {
 			var rows []Photo
 			return all(db).Group("id").Find(&rows).Error
+		}},
+		{"sum of an expression cast", func(db *gorm.DB) error {
+			var rows []map[string]any
+			return all(db).Select("sum(likes::float8)").Find(&rows).Error
+		}},
+		{"order by an aggregate not selected", func(db *gorm.DB) error {
+			var rows []map[string]any
+			return all(db).Select("user_id").Group("user_id").Order("sum(likes)").Find(&rows).Error
 		}},
 		{"scan across shards", func(db *gorm.DB) error {
 			var n int64
