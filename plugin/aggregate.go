@@ -387,7 +387,8 @@ func closing(t []token, i int) int {
 func tokText(t []token) string {
 	var b strings.Builder
 	for i, k := range t {
-		if i > 0 && k.kind != tRParen && k.kind != tComma && k.kind != tDot && t[i-1].kind != tLParen && t[i-1].kind != tDot {
+		call := k.kind == tLParen && t[i-1].kind == tIdent && !t[i-1].quoted && aggNames[t[i-1].text] != aggNone
+		if i > 0 && !call && k.kind != tRParen && k.kind != tComma && k.kind != tDot && t[i-1].kind != tLParen && t[i-1].kind != tDot {
 			b.WriteByte(' ')
 		}
 		switch k.kind {
@@ -429,9 +430,16 @@ func (ap *aggPlan) parseOrder(stmt *gorm.Statement, m *model) error {
 	for _, col := range ob.Columns {
 		text := col.Column.Name
 		if !col.Column.Raw {
-			text = quoteIdent(col.Column.Name)
-			if col.Column.Table != "" {
-				text = quoteIdent(col.Column.Table) + "." + text
+			name, table := col.Column.Name, col.Column.Table
+			if name == clause.PrimaryKey {
+				name = m.pk.DBName // First and Last order by the primary key
+			}
+			if table == clause.CurrentTable {
+				table = m.table
+			}
+			text = quoteIdent(name)
+			if table != "" {
+				text = quoteIdent(table) + "." + text
 			}
 			if col.Desc {
 				text += " DESC"
