@@ -387,7 +387,7 @@ func closing(t []token, i int) int {
 func tokText(t []token) string {
 	var b strings.Builder
 	for i, k := range t {
-		call := k.kind == tLParen && t[i-1].kind == tIdent && !t[i-1].quoted && aggNames[t[i-1].text] != aggNone
+		call := i > 0 && k.kind == tLParen && t[i-1].kind == tIdent && t[i-1].text != "over" && t[i-1].text != "filter" && t[i-1].text != "as"
 		if i > 0 && !call && k.kind != tRParen && k.kind != tComma && k.kind != tDot && t[i-1].kind != tLParen && t[i-1].kind != tDot {
 			b.WriteByte(' ')
 		}
