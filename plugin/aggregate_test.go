@@ -50,6 +50,11 @@ func TestAggregatesAcrossShards(t *testing.T) {
 			err := all(db).Select("count(*), sum(likes), min(likes), max(created_at), avg(likes)").Take(&m).Error
 			return m, err
 		}},
+		{"take aggregates into a struct", func(db *gorm.DB) (any, error) {
+			var row likeStats
+			err := all(db).Select("count(*) AS n, sum(likes) AS total, min(likes) lo, max(likes) AS hi, avg(likes) AS avg, avg(likes) AS avg_text, max(created_at) AS latest").Take(&row).Error
+			return row, err
+		}},
 		{"sum of bigint is numeric", func(db *gorm.DB) (any, error) {
 			var rows []map[string]any
 			err := all(db).Select("sum(user_id) AS s, avg(user_id) AS a, sum(likes) AS l").Find(&rows).Error
