@@ -129,10 +129,10 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 		}
 		return bad(kind, "%s", diffRows(d.seed, st.sharded))
 	case rs.err != nil && rp.err != nil:
-		d.stats["both failed"]++
+		d.outcome(c, "both failed")
 		return nil
 	case rs.err != nil:
-		d.stats["refused: "+refusalName(rs.err)]++
+		d.outcome(c, "refused: "+refusalName(rs.err))
 		return nil
 	}
 	if c.Op.write() {
@@ -174,8 +174,19 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 	if rs.affected != rp.affected {
 		return bad("RowsAffected differs", "plugin %d, plain GORM %d", rs.affected, rp.affected)
 	}
-	d.stats["same answer"]++
+	d.outcome(c, "same answer")
 	return nil
+}
+
+// outcome counts a case's outcome, and those of aggregate cases apart.
+func (d *diffEnv) outcome(c dcase, kind string) {
+	d.stats[kind]++
+	if c.Agg != nil {
+		d.stats["aggregate, "+kind]++
+		if c.All {
+			d.stats["aggregate on all shards, "+kind]++
+		}
+	}
 }
 
 // refusalName names the refusal an error matches.

@@ -131,6 +131,9 @@ func (c cond) render(root *gorm.DB) ([]any, string) {
 // orderTotal reports whether the case's rows come in one defined order,
 // so that the two sides must agree on it.
 func (c dcase) orderTotal() bool {
+	if c.Agg != nil {
+		return c.Agg.Total
+	}
 	switch c.Op {
 	case dFirst, dLast, dGroup, dDistinct:
 		return true // GORM adds the primary key; group and distinct order by user_id
@@ -214,12 +217,14 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 		om := c.Omit
 		ch.do(fmt.Sprintf("Omit(%s)", goList(om)), func(q *gorm.DB) *gorm.DB { return q.Omit(om...) })
 	}
-	switch c.Op {
-	case dGroup:
+	switch {
+	case c.Agg != nil:
+		c.Agg.build(ch)
+	case c.Op == dGroup:
 		ch.do(`Select("user_id, count(*) AS n").Group("user_id").Order("user_id")`, func(q *gorm.DB) *gorm.DB {
 			return q.Select("user_id, count(*) AS n").Group("user_id").Order("user_id")
 		})
-	case dDistinct:
+	case c.Op == dDistinct:
 		ch.do(`Distinct("user_id").Order("user_id")`, func(q *gorm.DB) *gorm.DB { return q.Distinct("user_id").Order("user_id") })
 	}
 	for _, cl := range c.Calls {
@@ -323,23 +328,29 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 		var caps []string
 		ch.do(`Pluck("caption", &caps) // caps []string`, func(q *gorm.DB) *gorm.DB { return q.Pluck("caption", &caps) })
 		canon = func() []string { return fmtAll(caps, "%q") }
-	case dGroup:
+	case dGroup, dDistinct:
+		if c.Agg != nil {
+			canon = c.Agg.finish(ch)
+			break
+		}
+		if c.Op == dDistinct {
+			var rows []userOnly
+			ch.do("Find(&rows) // rows []struct{UserID int64}", func(q *gorm.DB) *gorm.DB { return q.Find(&rows) })
+			canon = func() []string {
+				out := make([]string, len(rows))
+				for i, r := range rows {
+					out[i] = fmt.Sprintf("user=%d", r.UserID)
+				}
+				return out
+			}
+			break
+		}
 		var rows []userCount
 		ch.do("Find(&rows) // rows []struct{UserID, N int64}", func(q *gorm.DB) *gorm.DB { return q.Find(&rows) })
 		canon = func() []string {
 			out := make([]string, len(rows))
 			for i, r := range rows {
 				out[i] = fmt.Sprintf("user=%d n=%d", r.UserID, r.N)
-			}
-			return out
-		}
-	case dDistinct:
-		var rows []userOnly
-		ch.do("Find(&rows) // rows []struct{UserID int64}", func(q *gorm.DB) *gorm.DB { return q.Find(&rows) })
-		canon = func() []string {
-			out := make([]string, len(rows))
-			for i, r := range rows {
-				out[i] = fmt.Sprintf("user=%d", r.UserID)
 			}
 			return out
 		}

@@ -132,6 +132,7 @@ type dcase struct {
 	Rows      []prow  // create (Many: a slice) and save (one row)
 	Inline    []int64 // Find(&rows, ids) / First(&row, id): primary keys as inline conditions
 	Many      bool
+	Agg       *aggSpec // group and distinct: a generated aggregate statement (diffagg_test.go); nil: the fixed shape
 }
 
 // chooser makes the generator's choices. Zero is always the simplest one.
@@ -374,6 +375,20 @@ func (g *gen) dcase() dcase {
 			r := g.row(true)
 			c.Model = &prow{ID: r.ID, UserID: r.UserID}
 			c.Returning = false
+		}
+	case dGroup, dDistinct:
+		if g.pick(8) != 0 {
+			if !c.All && g.coin() {
+				c.All = true // most aggregate reads span shards
+			}
+			if g.pick(3) != 0 {
+				c.Calls = c.Calls[:min(len(c.Calls), g.pick(2))] // and many rows
+			}
+			if c.Op == dGroup {
+				c.Agg = g.aggGroup(&c)
+			} else {
+				c.Agg = g.aggDistinct(&c)
+			}
 		}
 	case dDeleteIDs:
 		c.Calls = nil

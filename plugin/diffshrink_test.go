@@ -45,6 +45,9 @@ func (c dcase) shrinks() []dcase {
 	if c.Limit != 0 {
 		add(func(d *dcase) { d.Limit = 0 })
 	}
+	if c.Agg != nil && c.Agg.Order != "" {
+		add(func(d *dcase) { d.Agg.Order = ""; d.Agg.Total = d.Agg.Group == "" && len(d.Agg.Distinct) == 0 })
+	}
 	if len(c.Inline) > 0 {
 		add(func(d *dcase) { d.Inline = nil })
 		for i := range c.Inline {
@@ -138,6 +141,7 @@ func (c dcase) clone() dcase {
 		m := *c.Model
 		d.Model = &m
 	}
+	d.Agg = c.Agg.clone()
 	d.Calls = make([]call, len(c.Calls))
 	for i, cl := range c.Calls {
 		d.Calls[i] = call{How: cl.How, C: cl.C.clone()}
@@ -231,6 +235,9 @@ func (c dcase) features() []string {
 	}
 	if len(c.Rows) > 1 {
 		add("rows of several users")
+	}
+	if c.Agg != nil {
+		add(c.Agg.feature())
 	}
 	if len(out) == 0 {
 		add("none")

@@ -115,6 +115,13 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 	stmt := db.Statement
 	s := save(stmt)
 	defer s.restore(stmt)
+	if ap, ok, err := planAggregate(stmt, f.m, reflect.Indirect(s.rv)); err != nil {
+		fail(db, f.m, -1, err)
+		return
+	} else if ok {
+		p.fanoutAggregate(db, f, ap, s) // aggregate.go
+		return
+	}
 	raise := stmt.RaiseErrorOnNotFound
 	defer func() { stmt.RaiseErrorOnNotFound = raise }()
 	stmt.RaiseErrorOnNotFound = false

@@ -1,0 +1,686 @@
+package plugin
+
+import (
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/callbacks"
+	"gorm.io/gorm/clause"
+)
+
+// Aggregates, GROUP BY and DISTINCT across shards. Each shard computes
+// partial results (per group: count, sum, min, max; AVG as SUM and
+// COUNT), one statement per server as for any multi-shard read; the
+// plugin combines the partials of equal groups in Go, then applies
+// DISTINCT, ORDER BY, OFFSET and LIMIT to the combined rows, and hands
+// them to GORM's own scanning as if one table had answered (see
+// aggrows.go), so that destinations and value types are those of plain
+// GORM. Shapes whose combination would not be exact are refused.
+
+// aggFunc is an aggregate the plugin combines.
+type aggFunc uint8
+
+const (
+	aggNone  aggFunc = iota // a grouped (or DISTINCT) column
+	aggCount                // count(*), count(col), count(1)
+	aggSum
+	aggMin
+	aggMax
+	aggAvg // sum and count per shard
+)
+
+var aggNames = map[string]aggFunc{"count": aggCount, "sum": aggSum, "min": aggMin, "max": aggMax, "avg": aggAvg}
+
+// aggItem is one item of the select list.
+type aggItem struct {
+	fn   aggFunc
+	col  string // column; "" for count(*)
+	name string // output column name, as Postgres names it
+	key  int    // aggNone: index of the key column
+	part int    // first partial column (after the keys)
+	sig  string // fn(col), to match an ORDER BY expression
+}
+
+// aggOrder is one ORDER BY term of the combined rows.
+type aggOrder struct {
+	out        int // output column, or -1
+	key        int // key column (a grouped column not selected), when out < 0
+	desc       bool
+	nullsFirst bool
+}
+
+// aggPlan is the analysis of an aggregate, grouped or DISTINCT read.
+type aggPlan struct {
+	items    []aggItem
+	keys     []string // grouping columns (GROUP BY, or the DISTINCT columns)
+	grouped  bool     // GROUP BY, or aggregates: partials are combined per key
+	distinct bool     // SELECT DISTINCT
+	nparts   int      // partial columns after the keys
+	order    []aggOrder
+	limit    int // -1: none
+	offset   int
+	push     bool // DISTINCT columns only: ORDER BY and LIMIT+OFFSET pushed to each shard
+	noPush   bool // an ORDER BY term each shard's statement would read otherwise
+}
+
+// refuseAgg is the refusal of a multi-shard aggregate shape.
+func refuseAgg(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUnroutableSQL, fmt.Sprintf(format, args...))
+}
+
+// planAggregate reports whether a multi-shard read is an aggregate,
+// grouped or DISTINCT read (ok), and plans it, or returns why it cannot
+// be combined exactly. A plain count keeps its own path (counts add up).
+func planAggregate(stmt *gorm.Statement, m *model, dest reflect.Value) (*aggPlan, bool, error) {
+	gc, grouped := stmt.Clauses["GROUP BY"]
+	switch dest.Kind() {
+	case reflect.Int64, reflect.Int:
+		if !grouped && !stmt.Distinct && isCount(stmt) && !hasFunctions(stmt, true) {
+			return nil, false, nil // a plain count: the counts add up
+		}
+	}
+	text, distinct, explicit, err := selectText(stmt)
+	if err != nil {
+		return nil, true, err
+	}
+	if !grouped && !distinct && !strings.Contains(text, "(") {
+		return nil, false, nil
+	}
+	if !explicit {
+		if grouped {
+			return nil, true, refuseAgg("GROUP BY across shards needs the grouped columns and aggregates named in Select, e.g. Select(\"user_id, count(*) AS n\")")
+		}
+		return nil, true, refuseAgg("DISTINCT across shards needs its columns named, e.g. Distinct(\"user_id\")")
+	}
+	if len(stmt.Joins) > 0 {
+		return nil, true, refuseAgg("aggregates, GROUP BY and DISTINCT across shards work on the model's own table only, not with Joins; scope the query to one shard")
+	}
+	ap := &aggPlan{distinct: distinct, grouped: grouped, limit: -1}
+	if grouped {
+		g, _ := gc.Expression.(clause.GroupBy)
+		if len(g.Having) > 0 {
+			return nil, true, refuseAgg("HAVING across shards is not supported; filter the grouped rows in Go after the query, or scope the query to one shard")
+		}
+		for _, c := range g.Columns {
+			names := []string{c.Name}
+			if c.Raw {
+				names = splitTop(c.Name)
+			}
+			for _, n := range names {
+				col, err := plainColumn(stmt, m, n)
+				if err != nil {
+					return nil, true, refuseAgg("GROUP BY %q across shards: only plain columns of %s are grouped exactly", strings.TrimSpace(n), m.table)
+				}
+				ap.addKey(col)
+			}
+		}
+		if len(ap.keys) == 0 {
+			return nil, true, refuseAgg("GROUP BY without columns cannot be merged across shards")
+		}
+	}
+	if err := ap.parseItems(stmt, m, text); err != nil {
+		return nil, true, err
+	}
+	if err := ap.parseOrder(stmt, m); err != nil {
+		return nil, true, err
+	}
+	if c, ok := stmt.Clauses["LIMIT"]; ok {
+		if l, ok := c.Expression.(clause.Limit); ok {
+			ap.offset = l.Offset
+			if l.Limit != nil {
+				ap.limit = *l.Limit
+			}
+		}
+	}
+	// Only the rows of plain DISTINCT columns can be cut per shard: the
+	// first LIMIT+OFFSET distinct rows of the whole answer are among the
+	// first LIMIT+OFFSET of the shards that hold them. A grouped row's
+	// value needs every shard's part.
+	ap.push = !ap.grouped && ap.limit >= 0 && !ap.noPush
+	return ap, true, nil
+}
+
+// selectText returns the select list GORM will build, whether it is
+// DISTINCT, and whether it is explicit (not GORM's * or the
+// destination's fields).
+func selectText(stmt *gorm.Statement) (text string, distinct, explicit bool, err error) {
+	if c, ok := stmt.Clauses["SELECT"]; ok && c.Expression != nil {
+		switch e := c.Expression.(type) {
+		case clause.Select:
+			var parts []string
+			for _, col := range e.Columns {
+				if col.Raw {
+					parts = append(parts, col.Name)
+				} else {
+					parts = append(parts, quoteIdent(col.Name))
+				}
+			}
+			return strings.Join(parts, ", "), e.Distinct, len(parts) > 0, nil
+		case clause.Expr:
+			if c := strings.ToLower(strings.Join(strings.Fields(e.SQL), "")); strings.HasPrefix(c, "count(distinct") {
+				return "", false, true, refuseAgg("a distinct count across shards does not add up from per-shard counts; read the distinct values (Distinct(col).Pluck) and count them, or scope the query to one shard")
+			}
+			if len(e.Vars) > 0 {
+				return "", false, true, refuseAgg("a select list with bind variables cannot be merged across shards; scope the query to one shard")
+			}
+			t := strings.TrimSpace(e.SQL)
+			if len(t) > 9 && strings.EqualFold(t[:9], "distinct ") {
+				return strings.TrimSpace(t[9:]), true, true, nil
+			}
+			return t, false, true, nil
+		default:
+			return "", false, true, refuseAgg("this select list cannot be merged across shards; scope the query to one shard")
+		}
+	}
+	if len(stmt.Selects) == 0 {
+		return "", stmt.Distinct, false, nil
+	}
+	parts := make([]string, len(stmt.Selects))
+	for i, s := range stmt.Selects {
+		parts[i] = s
+		if stmt.Schema != nil {
+			if f := stmt.Schema.LookUpField(s); f != nil {
+				parts[i] = quoteIdent(f.DBName)
+			}
+		}
+	}
+	return strings.Join(parts, ", "), stmt.Distinct, true, nil
+}
+
+func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
+
+// plainColumn reads a column of the model's table: name, "name", table.name.
+func plainColumn(stmt *gorm.Statement, m *model, s string) (string, error) {
+	toks, _, ok := lex(strings.TrimSpace(s), false, nil)
+	if !ok {
+		return "", errNotColumn
+	}
+	col, n := columnAt(toks, 0)
+	if n != len(toks) || col == "" {
+		return "", errNotColumn
+	}
+	return ownColumn(stmt, m, toks[0:n], col)
+}
+
+var errNotColumn = fmt.Errorf("not a column")
+
+// columnAt reads name or table.name at toks[i], returning the column and
+// the index after it (i when there is none).
+func columnAt(toks []token, i int) (string, int) {
+	if i >= len(toks) || toks[i].kind != tIdent {
+		return "", i
+	}
+	if i+2 < len(toks) && toks[i+1].kind == tDot && toks[i+2].kind == tIdent {
+		return toks[i+2].text, i + 3
+	}
+	return toks[i].text, i + 1
+}
+
+// ownColumn checks that a column reference names a column of the model.
+func ownColumn(stmt *gorm.Statement, m *model, ref []token, col string) (string, error) {
+	if len(ref) == 3 && !m.ownTable(stmt, ref[0].text) {
+		return "", errNotColumn
+	}
+	if f := m.schema.LookUpField(col); f == nil || f.DBName != col {
+		return "", errNotColumn
+	}
+	return col, nil
+}
+
+func (ap *aggPlan) addKey(col string) int {
+	for i, k := range ap.keys {
+		if k == col {
+			return i
+		}
+	}
+	ap.keys = append(ap.keys, col)
+	return len(ap.keys) - 1
+}
+
+// parseItems reads the select list: plain columns and count, sum, min,
+// max, avg over a column, each with an optional alias.
+func (ap *aggPlan) parseItems(stmt *gorm.Statement, m *model, text string) error {
+	toks, _, ok := lex(text, false, nil)
+	if !ok || len(toks) == 0 {
+		return refuseAgg("select list %q cannot be read to merge it across shards; scope the query to one shard", text)
+	}
+	var items [][]token
+	start := 0
+	for i := 0; i <= len(toks); i++ {
+		if i < len(toks) && toks[i].kind == tLParen {
+			i = toks[i].match
+			continue
+		}
+		if i == len(toks) || toks[i].kind == tComma {
+			items = append(items, toks[start:i])
+			start = i + 1
+		}
+	}
+	hasAgg := false
+	for _, it := range items {
+		item, err := ap.parseItem(stmt, m, it)
+		if err != nil {
+			return err
+		}
+		if item.fn != aggNone {
+			hasAgg = true
+		}
+		ap.items = append(ap.items, item)
+	}
+	if hasAgg {
+		ap.grouped = true
+	}
+	for i := range ap.items {
+		it := &ap.items[i]
+		if it.fn != aggNone {
+			continue
+		}
+		if ap.grouped {
+			k := -1
+			for j, key := range ap.keys {
+				if key == it.col {
+					k = j
+				}
+			}
+			if k < 0 {
+				return refuseAgg("column %s is selected with aggregates but not grouped; across shards every selected column must be in Group (and Postgres requires it)", it.col)
+			}
+			it.key = k
+		} else {
+			it.key = ap.addKey(it.col)
+		}
+	}
+	for i := range ap.items {
+		it := &ap.items[i]
+		if it.fn == aggNone {
+			continue
+		}
+		it.part = ap.nparts
+		ap.nparts++
+		if it.fn == aggAvg {
+			ap.nparts++
+		}
+	}
+	return nil
+}
+
+func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []token) (aggItem, error) {
+	src := tokText(t)
+	var it aggItem
+	n := 0
+	if len(t) >= 3 && t[0].kind == tIdent && !t[0].quoted && t[1].kind == tLParen {
+		fn, known := aggNames[t[0].text]
+		end := closing(t, 1)
+		if !known {
+			return it, refuseAgg("%s in the select list: across shards only count, sum, min, max and avg of a column (and grouped columns) are merged exactly; compute it from those, or scope the query to one shard", src)
+		}
+		arg := t[2:end]
+		switch {
+		case len(arg) == 1 && arg[0].kind == tOp && arg[0].text == "*" && fn == aggCount:
+		case len(arg) == 1 && arg[0].kind == tNumber && fn == aggCount:
+			if v, err := strconv.ParseFloat(arg[0].text, 64); err != nil || v != 1 {
+				return it, refuseAgg("%s across shards: count a column or count(*)", src)
+			}
+		case len(arg) >= 1 && arg[0].kind == tIdent && !arg[0].quoted && arg[0].text == "distinct":
+			return it, refuseAgg("%s across shards: a distinct count does not add up from per-shard counts; read the distinct values (Distinct(col).Pluck) and count them, or scope the query to one shard", src)
+		default:
+			col, k := columnAt(arg, 0)
+			if col == "" || k != len(arg) {
+				return it, refuseAgg("%s across shards: only an aggregate of a plain column is merged exactly; scope the query to one shard", src)
+			}
+			c, err := ownColumn(stmt, m, arg, col)
+			if err != nil {
+				return it, refuseAgg("%s across shards: %s is not a column of %s", src, tokText(arg), m.table)
+			}
+			it.col = c
+		}
+		it.fn = fn
+		it.name = t[0].text
+		it.sig = t[0].text + "(" + it.col + ")"
+		n = end + 1
+	} else {
+		col, k := columnAt(t, 0)
+		if col == "" {
+			return it, refuseAgg("%s in the select list cannot be merged across shards: select plain columns and count, sum, min, max or avg of a column", src)
+		}
+		c, err := ownColumn(stmt, m, t[:k], col)
+		if err != nil {
+			return it, refuseAgg("%s in the select list is not a column of %s", src, m.table)
+		}
+		it.col, it.name, it.sig = c, c, c
+		n = k
+	}
+	switch {
+	case n == len(t):
+	case n+2 == len(t) && t[n].kind == tIdent && !t[n].quoted && t[n].text == "as" && t[n+1].kind == tIdent:
+		it.name = t[n+1].text
+	case n+1 == len(t) && t[n].kind == tIdent && t[n].text != "over" && t[n].text != "filter":
+		it.name = t[n].text
+	default:
+		return it, refuseAgg("%s in the select list cannot be merged across shards (window functions, FILTER and expressions work per shard); scope the query to one shard", src)
+	}
+	return it, nil
+}
+
+// closing returns the index of the parenthesis closing t[i] (token
+// match indexes are those of the whole statement, not of a slice).
+func closing(t []token, i int) int {
+	depth := 0
+	for j := i; j < len(t); j++ {
+		switch t[j].kind {
+		case tLParen:
+			depth++
+		case tRParen:
+			depth--
+			if depth == 0 {
+				return j
+			}
+		}
+	}
+	return len(t) - 1
+}
+
+// tokText prints tokens back, for messages.
+func tokText(t []token) string {
+	var b strings.Builder
+	for i, k := range t {
+		call := i > 0 && k.kind == tLParen && t[i-1].kind == tIdent && t[i-1].text != "over" && t[i-1].text != "filter" && t[i-1].text != "as"
+		if i > 0 && !call && k.kind != tRParen && k.kind != tComma && k.kind != tDot && t[i-1].kind != tLParen && t[i-1].kind != tDot {
+			b.WriteByte(' ')
+		}
+		switch k.kind {
+		case tLParen:
+			b.WriteByte('(')
+		case tRParen:
+			b.WriteByte(')')
+		case tComma:
+			b.WriteByte(',')
+		case tDot:
+			b.WriteByte('.')
+		case tParam:
+			b.WriteByte('?')
+		case tString:
+			b.WriteString("'" + k.text + "'")
+		default:
+			if k.quoted {
+				b.WriteString(quoteIdent(k.text))
+			} else {
+				b.WriteString(k.text)
+			}
+		}
+	}
+	return b.String()
+}
+
+// parseOrder resolves the ORDER BY terms against the combined rows: an
+// output column (by name, position or the same aggregate), else a
+// grouped column.
+func (ap *aggPlan) parseOrder(stmt *gorm.Statement, m *model) error {
+	c, ok := stmt.Clauses["ORDER BY"]
+	if !ok {
+		return nil
+	}
+	ob, ok := c.Expression.(clause.OrderBy)
+	if !ok || ob.Expression != nil {
+		return refuseAgg("this ORDER BY cannot be applied to rows merged across shards; order by selected columns")
+	}
+	for _, col := range ob.Columns {
+		text := col.Column.Name
+		if !col.Column.Raw {
+			name, table := col.Column.Name, col.Column.Table
+			if name == clause.PrimaryKey {
+				name = m.pk.DBName // First and Last order by the primary key
+			}
+			if table == clause.CurrentTable {
+				table = m.table
+			}
+			text = quoteIdent(name)
+			if table != "" {
+				text = quoteIdent(table) + "." + text
+			}
+			if col.Desc {
+				text += " DESC"
+			}
+		}
+		toks, _, ok := lex(text, false, nil)
+		if !ok {
+			return refuseAgg("ORDER BY %q cannot be applied to rows merged across shards", text)
+		}
+		start := 0
+		for i := 0; i <= len(toks); i++ {
+			if i < len(toks) && toks[i].kind == tLParen {
+				i = toks[i].match
+				continue
+			}
+			if i == len(toks) || toks[i].kind == tComma {
+				if err := ap.orderTerm(stmt, m, toks[start:i]); err != nil {
+					return err
+				}
+				start = i + 1
+			}
+		}
+	}
+	return nil
+}
+
+func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []token) error {
+	src := tokText(t)
+	o := aggOrder{out: -1, key: -1}
+	// trailing ASC/DESC and NULLS FIRST/LAST
+	n := len(t)
+	nulls := ""
+	if n >= 2 && t[n-2].kind == tIdent && !t[n-2].quoted && t[n-2].text == "nulls" && t[n-1].kind == tIdent && !t[n-1].quoted {
+		nulls = t[n-1].text
+		n -= 2
+	}
+	if n >= 1 && t[n-1].kind == tIdent && !t[n-1].quoted && (t[n-1].text == "asc" || t[n-1].text == "desc") {
+		o.desc = t[n-1].text == "desc"
+		n--
+	}
+	o.nullsFirst = o.desc
+	switch nulls {
+	case "":
+	case "first":
+		o.nullsFirst = true
+	case "last":
+		o.nullsFirst = false
+	default:
+		return refuseAgg("ORDER BY %s cannot be applied to rows merged across shards", src)
+	}
+	e := t[:n]
+	switch {
+	case len(e) == 1 && e[0].kind == tNumber:
+		pos, err := strconv.Atoi(e[0].text)
+		if err != nil || pos < 1 || pos > len(ap.items) {
+			return refuseAgg("ORDER BY %s: no such output column", src)
+		}
+		o.out = pos - 1
+		ap.noPush = true
+	case len(e) == 1 && e[0].kind == tIdent:
+		for i, it := range ap.items {
+			if it.name == e[0].text {
+				if o.out >= 0 {
+					return refuseAgg("ORDER BY %s is ambiguous", src)
+				}
+				o.out = i
+			}
+		}
+		if o.out < 0 {
+			return ap.orderByColumn(stmt, m, e, o, src)
+		}
+		if ap.items[o.out].name != ap.items[o.out].col {
+			ap.noPush = true // an alias: the shards' select list has none
+		}
+	case len(e) == 3 && e[1].kind == tDot:
+		return ap.orderByColumn(stmt, m, e, o, src)
+	case len(e) >= 3 && e[0].kind == tIdent && e[1].kind == tLParen && closing(e, 1) == len(e)-1:
+		probe := aggPlan{}
+		it, err := probe.parseItem(stmt, m, e)
+		if err == nil {
+			for i, x := range ap.items {
+				if x.fn == it.fn && x.sig == it.sig {
+					o.out = i
+					break
+				}
+			}
+		}
+		ap.noPush = true
+		if o.out < 0 {
+			return refuseAgg("ORDER BY %s across shards: order by an aggregate that is also in the Select list, or by its alias", src)
+		}
+	default:
+		return refuseAgg("ORDER BY %s cannot be applied to rows merged across shards; order by selected columns or aggregates", src)
+	}
+	ap.order = append(ap.order, o)
+	return nil
+}
+
+// orderByColumn resolves an ORDER BY input column: a selected plain
+// column, or (grouped) a grouped column.
+func (ap *aggPlan) orderByColumn(stmt *gorm.Statement, m *model, e []token, o aggOrder, src string) error {
+	col, k := columnAt(e, 0)
+	c, err := ownColumn(stmt, m, e[:k], col)
+	if err != nil || k != len(e) {
+		return refuseAgg("ORDER BY %s is not a column of %s", src, m.table)
+	}
+	for i, it := range ap.items {
+		if it.fn == aggNone && it.col == c {
+			o.out = i
+			ap.order = append(ap.order, o)
+			return nil
+		}
+	}
+	if ap.grouped && !ap.distinct {
+		for i, key := range ap.keys {
+			if key == c {
+				o.key = i
+				ap.order = append(ap.order, o)
+				return nil
+			}
+		}
+	}
+	return refuseAgg("ORDER BY %s across shards: order by a selected or grouped column", src)
+}
+
+// partialSQL is the select list each shard runs: the key columns, then
+// each aggregate's partials.
+func (ap *aggPlan) partialSQL() string {
+	var b strings.Builder
+	if ap.distinct && !ap.grouped {
+		b.WriteString("DISTINCT ")
+	}
+	for i, k := range ap.keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(quoteIdent(k))
+	}
+	for _, it := range ap.items {
+		if it.fn == aggNone {
+			continue
+		}
+		if b.Len() > 0 && !strings.HasSuffix(b.String(), "DISTINCT ") {
+			b.WriteString(", ")
+		}
+		arg := "*"
+		if it.col != "" {
+			arg = quoteIdent(it.col)
+		}
+		switch it.fn {
+		case aggCount:
+			b.WriteString("count(" + arg + ")")
+		case aggSum:
+			b.WriteString("sum(" + arg + ")")
+		case aggMin:
+			b.WriteString("min(" + arg + ")")
+		case aggMax:
+			b.WriteString("max(" + arg + ")")
+		case aggAvg:
+			b.WriteString("sum(" + arg + "), count(" + arg + ")")
+		}
+	}
+	return b.String()
+}
+
+// shardClauses are the clauses of each shard's statement: the partial
+// select list; no ORDER BY or LIMIT unless pushed down.
+func (ap *aggPlan) shardClauses(base map[string]clause.Clause) map[string]clause.Clause {
+	out := cloneWith(base, "SELECT", clause.Clause{Name: "SELECT", Expression: clause.Expr{SQL: ap.partialSQL()}})
+	if ap.push {
+		c := out["LIMIT"]
+		out["LIMIT"] = clause.Clause{Name: c.Name, Expression: literalLimit(ap.limit + ap.offset), BeforeExpression: c.BeforeExpression, AfterExpression: c.AfterExpression, AfterNameExpression: c.AfterNameExpression}
+	} else {
+		delete(out, "ORDER BY")
+		delete(out, "LIMIT")
+	}
+	return out
+}
+
+// fanoutAggregate runs each shard's partial statement (one per server
+// batch, as UNION ALL, where the text allows) and merges the partials
+// into the statement's destination.
+func (p *Plugin) fanoutAggregate(db *gorm.DB, f *decision, ap *aggPlan, s saved) {
+	base := ap.shardClauses(s.clauses)
+	units := f.units(unionShards)
+	if !unionable(db.Statement) {
+		units = f.units(1)
+	}
+	parts := make([]partials, len(units))
+	runUnit := func(db *gorm.DB, u int) bool {
+		stmt := db.Statement
+		unit := units[u]
+		read := func(i int, union []int) (ok, unioned bool) {
+			if err := p.prepare(db, f, i, base); err != nil {
+				fail(db, f.m, f.shards[i], err)
+				return false, false
+			}
+			var tmp []map[string]any
+			stmt.Dest, stmt.ReflectValue = &tmp, reflect.ValueOf(&tmp).Elem()
+			if len(union) > 1 && p.unionSQL(db, f, union, nil, -1, false) {
+				unioned = true
+			} else {
+				callbacks.BuildQuerySQL(db)
+			}
+			if db.Error != nil {
+				return false, unioned
+			}
+			if db.DryRun {
+				return true, unioned
+			}
+			if err := parts[u].read(stmt); err != nil {
+				db.AddError(err)
+				return false, unioned
+			}
+			return true, unioned
+		}
+		rest := unit
+		if len(unit) > 1 && !db.DryRun {
+			ok, unioned := read(unit[0], unit)
+			if !ok || unioned {
+				return ok
+			}
+			rest = unit[1:]
+		}
+		for _, i := range rest {
+			if ok, _ := read(i, nil); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	p.fanoutByServer(db, f, units, runUnit)
+	if db.Error != nil || db.DryRun {
+		return
+	}
+	stmt := db.Statement
+	rows, err := ap.merge(parts)
+	if err != nil {
+		fail(db, f.m, -1, err)
+		return
+	}
+	stmt.Dest, stmt.ReflectValue = s.dest, s.rv
+	p.scanMerged(db, rows)
+}
