@@ -650,11 +650,12 @@ func (p *Plugin) fanoutAggregate(db *gorm.DB, f *decision, ap *aggPlan, s saved)
 			if db.DryRun {
 				return true, unioned
 			}
-			if err := parts[u].read(stmt); err != nil {
-				db.AddError(err)
-				return false, unioned
-			}
-			return true, unioned
+			p.bounded(db, func(db *gorm.DB) {
+				if err := parts[u].read(db.Statement); err != nil {
+					db.AddError(err)
+				}
+			})
+			return db.Error == nil, unioned
 		}
 		rest := unit
 		if len(unit) > 1 && !db.DryRun {
@@ -671,7 +672,9 @@ func (p *Plugin) fanoutAggregate(db *gorm.DB, f *decision, ap *aggPlan, s saved)
 		}
 		return true
 	}
-	p.fanoutByServer(db, f, units, runUnit)
+	for _, u := range p.fanoutByServer(db, f, units, partialOf(db.Statement), runUnit) {
+		parts[u] = partials{} // a server that did not answer (Partial): none of its groups
+	}
 	if db.Error != nil || db.DryRun {
 		return
 	}
