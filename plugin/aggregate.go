@@ -54,6 +54,8 @@ type aggOrder struct {
 
 // aggPlan is the analysis of an aggregate, grouped or DISTINCT read.
 type aggPlan struct {
+	table    string // the model's table, for messages
+	textColl string // a text column of the model not in byte order, "" if none
 	items    []aggItem
 	keys     []string // grouping columns (GROUP BY, or the DISTINCT columns)
 	grouped  bool     // GROUP BY, or aggregates: partials are combined per key
@@ -679,6 +681,10 @@ func (p *Plugin) fanoutAggregate(db *gorm.DB, f *decision, ap *aggPlan, s saved)
 		return
 	}
 	stmt := db.Statement
+	ap.table = f.m.table
+	if col, c, ok := f.m.anyTextCollation(); ok {
+		ap.textColl = fmt.Sprintf("%s (collation %q, not byte order)", col, c)
+	}
 	rows, err := ap.merge(parts)
 	if err != nil {
 		fail(db, f.m, -1, err)

@@ -143,6 +143,9 @@ func (ap *aggPlan) merge(parts []partials) (*mergedRows, error) {
 				return nil, refuseAgg("%s of %s (type %s) across shards: only sums of integer and numeric columns add up exactly; scope the query to one shard", it.name, it.col, name)
 			}
 		case aggMin, aggMax:
+			if k == vText && ap.textColl != "" {
+				return nil, refuseAgg("%s of text across shards: the merge compares text as bytes, and %s's text column %s orders otherwise; give it COLLATE \"C\" or scope the query to one shard", it.name, ap.table, ap.textColl)
+			}
 			if k == vOther || k == vBool {
 				return nil, refuseAgg("%s of %s (type %s) cannot be merged across shards; scope the query to one shard", it.name, it.col, name)
 			}
@@ -252,6 +255,9 @@ func (ap *aggPlan) merge(parts []partials) (*mergedRows, error) {
 			}
 			if k == vOther {
 				return nil, refuseAgg("ORDER BY a column of a type the plugin does not compare, across shards")
+			}
+			if k == vText && ap.textColl != "" {
+				return nil, refuseAgg("ORDER BY text across shards: the merge compares text as bytes, and %s's text column %s orders otherwise; give it COLLATE \"C\" or scope the query to one shard", ap.table, ap.textColl)
 			}
 		}
 		sort.SliceStable(out.rows, func(a, b int) bool {

@@ -412,6 +412,9 @@ func orderKeys(db *gorm.DB, m *model, elem reflect.Type) ([]orderKey, error) {
 			if !orderable(typ) {
 				return nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin merges rows in order only by integer, float, string, bool and time columns", ErrUnroutableSQL, name)
 			}
+			if err := m.textOrderErr(name); err != nil {
+				return nil, err
+			}
 			keys = append(keys, k)
 		}
 	}

@@ -79,6 +79,7 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 			return err
 		}
 	}
+	p.readCollations(db.Statement.Context, snap)
 	if !p.cfg.SkipWarmUp {
 		p.warmUp(db.Statement.Context, snap)
 	}
