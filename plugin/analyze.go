@@ -90,7 +90,15 @@ func (m *model) fastShards(stmt *gorm.Statement, exprs []clause.Expression, snap
 				}
 			}
 			r := condReader{toks: f.toks, m: m, stmt: stmt, snap: snap, vars: x.Vars}
-			got, err = r.expr(0, len(f.toks))
+			if f.eq {
+				// What expr reads `column = ?` as, without the walk
+				// through OR, AND and NOT (see condReader.atom).
+				if k := r.column(f.toks[:1]); k != 0 {
+					got, err = r.values(k, f.toks[2:3])
+				}
+			} else {
+				got, err = r.expr(0, len(f.toks))
+			}
 		default:
 			return set, false, nil
 		}
@@ -154,6 +162,7 @@ type fragment struct {
 	toks   []token
 	params int
 	simple bool // no AND/OR/NOT, no literals: one comparison
+	eq     bool // exactly `column = ?`, the most common fragment
 }
 
 // fragments caches lexed condition strings; they are mostly literals in
@@ -183,6 +192,8 @@ func fragmentOf(sql string) *fragment {
 				break
 			}
 		}
+		f.eq = f.simple && len(toks) == 3 && toks[0].kind == tIdent && !isReserved(toks[0]) &&
+			toks[1].kind == tOp && toks[1].text == "=" && toks[2].kind == tParam
 	}
 	fragments.Lock()
 	if len(fragments.m) < maxCached {
