@@ -164,6 +164,21 @@ func TestCutoverTimeoutAborts(t *testing.T) {
 			if _, err := e.pools["s1"].Exec(ctx, `ALTER SUBSCRIPTION `+ident(sub)+` DISABLE`); err != nil {
 				t.Error(err)
 			}
+			// DISABLE stops the apply worker asynchronously; on a busy
+			// machine it could still confirm the final LSN. Wait until
+			// it is gone, so the target surely never confirms.
+			deadline := time.Now().Add(60 * time.Second)
+			for {
+				var workers int
+				if err := e.pools["s1"].QueryRow(ctx, `SELECT count(*) FROM pg_stat_subscription WHERE subname = $1 AND pid IS NOT NULL`, sub).Scan(&workers); err != nil {
+					t.Error(err)
+					break
+				}
+				if workers == 0 || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond) // poll the condition
+			}
 		}
 	}})
 	w := newRawWriter(t, e, []int{0})

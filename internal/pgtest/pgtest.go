@@ -125,6 +125,24 @@ func dropDatabase(ctx context.Context, c *pglocal.Cluster, name string) error {
 		return err
 	}
 	defer conn.Close(ctx)
+	// Replication slots in the database (a move a failed test left
+	// half-way) block the drop, and their names, which are the cluster's,
+	// would meet the same names in a later test's database. Their
+	// senders go first, then the slots.
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, name); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, name)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // a terminated sender may still hold its slot for a moment
+	}
+	if err != nil {
+		return err
+	}
 	_, err = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	return err
 }
