@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./...
 RACE_PKGS := ./idgen/... ./router/... ./plugin/... ./migrations/... ./rebalance/...
 
-.PHONY: test test-short vet lint bench fuzz demo generate postgres tools
+.PHONY: test test-short vet lint bench fuzz demo reliability generate postgres tools
 
 ## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
 # Both stages always run: a failure in the first must not hide what -race finds.
@@ -34,6 +34,12 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime 60s -fuzzminimizetime 0 -parallel 1 ./plugin
 	$(GO) test -run '^$$' -fuzz FuzzFlagValues -fuzztime 20s ./cmd/shardctl
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./examples/photos/api
+
+## reliability: the long runs — 8 processes × 1M IDs on one shard with clock steps and kills,
+## then a 10-minute soak of the photo service with shards moved in the middle
+reliability: postgres
+	SHARDKIT_RELIABILITY=1 $(GO) test -count=1 -run TestReliabilityIDs -v -timeout 30m ./router
+	$(GO) run ./examples/photos/cmd/demo -warmup 5m -cooldown 5m -soak
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres

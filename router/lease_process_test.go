@@ -20,7 +20,7 @@ import (
 
 // Child processes: the parent re-runs the test binary with these variables.
 const (
-	childModeEnv  = "SHARDKIT_TEST_CHILD" // "generate" or "hold"
+	childModeEnv  = "SHARDKIT_TEST_CHILD" // "generate", "hold" or "chaos"
 	childDSNEnv   = "SHARDKIT_TEST_CATALOG"
 	childOutEnv   = "SHARDKIT_TEST_OUT"
 	childCountEnv = "SHARDKIT_TEST_COUNT"
@@ -102,6 +102,13 @@ func runChild(mode string) int {
 				return 1
 			}
 		}
+	case "chaos":
+		n, _ := strconv.Atoi(os.Getenv(childCountEnv))
+		if err := runChaosChild(ctx, cat, f, n); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	}
 	fmt.Fprintln(os.Stderr, "unknown child mode", mode)
 	return 2

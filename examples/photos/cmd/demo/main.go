@@ -37,7 +37,7 @@ import (
 type options struct {
 	users, workers, moves, parallel, shards int
 	warmup, cooldown                        time.Duration
-	verbose                                 bool
+	verbose, soak                           bool
 }
 
 func main() {
@@ -50,6 +50,7 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "load before the moves start")
 	flag.DurationVar(&o.cooldown, "cooldown", 5*time.Second, "load after the moves end")
 	flag.BoolVar(&o.verbose, "v", false, "show the service's and the mover's logs")
+	flag.BoolVar(&o.soak, "soak", false, "fail if the process's goroutines or live heap after the load grew past what it held idle (make reliability)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -118,10 +119,24 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err := runner.Setup(ctx); err != nil {
 		return err
 	}
+	idle := readResources(start)
+	say("idle before the load: %s", idle)
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	loadDone := make(chan loadgen.Result, 1)
 	go func() { loadDone <- runner.Run(loadCtx) }()
+	go func() { // resources every minute while the load runs
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-loadCtx.Done():
+				return
+			case <-t.C:
+				say("under load: %s", readResources(start))
+			}
+		}
+	}()
 	say("load: running (uploads, likes, follows, feed reads) with %d workers", o.workers)
 	if err := sleep(ctx, o.warmup); err != nil {
 		return err
@@ -147,6 +162,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err := mv.finish(ctx, say); err != nil {
 		return err
 	}
+	end := settle(ctx, start, idle.goroutines+goroutineSlack, 30*time.Second)
+	say("after the load: %s (idle before it: %s)", end, idle)
 	snapAfter := a.Router.Snapshot()
 	after, err := a.Stats.Rows(ctx, snapAfter)
 	if err != nil {
@@ -158,6 +175,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	s.print(out)
 	if res.Errors > 0 {
 		return fmt.Errorf("%d requests failed", res.Errors)
+	}
+	if o.soak {
+		return leaked(idle, end)
 	}
 	return nil
 }
