@@ -374,7 +374,7 @@ func TestRestoreRefuses(t *testing.T) {
 	}
 	if _, err := Restore(ctx, e.cat, bytes.NewReader(dump), RestoreOptions{Replace: true}); !errors.Is(err, ErrShardBusy) {
 		t.Fatalf("restore of a moving shard = %v, want ErrShardBusy", err)
-	} else if !strings.Contains(err.Error(), "shardctl rollback") {
+	} else if !strings.Contains(err.Error(), "Mover Complete or Rollback") {
 		t.Fatalf("the busy error %q does not say the way out", err)
 	}
 	if st, _ := e.state(t); st != router.StateMoving {

@@ -75,7 +75,7 @@ func readManifest(ctx context.Context, tx pgx.Tx, m *Manifest) (string, error) {
 		return "", err
 	}
 	if !ok {
-		return "", fmt.Errorf("%w: schema %s is not there; check `shardctl status` and the server", ErrNoSchema, m.Schema)
+		return "", fmt.Errorf("%w: schema %s is not there; check the shard map (migrations.Status) and the server", ErrNoSchema, m.Schema)
 	}
 	if _, err := tx.Exec(ctx, sqlChecksumSettings); err != nil {
 		return "", err

@@ -90,7 +90,7 @@ func Restore(ctx context.Context, cat *router.Catalog, r io.Reader, opts Restore
 	}
 	if !opts.Replace {
 		return nil, fmt.Errorf("shardkit: restore shard %d: %w: it replaces schema %s and drops every row written since the dump (%s); "+
-			"confirm with --yes (RestoreOptions.Replace), or restore into a scratch database with --into",
+			"confirm with RestoreOptions.Replace, or restore into a scratch database (RestoreOptions.Into)",
 			m.Shard, ErrNotConfirmed, m.Schema, m.TakenAt.UTC().Format(time.RFC3339))
 	}
 	snap, err := cat.Load(ctx)
@@ -118,7 +118,7 @@ func Restore(ctx context.Context, cat *router.Catalog, r io.Reader, opts Restore
 		return nil, errors.Join(err, uerr)
 	}
 	if uerr != nil {
-		return nil, fmt.Errorf("shardkit: shard %d was restored but is still fenced: %w; set it active with `shardctl restore` again or by hand", m.Shard, uerr)
+		return nil, fmt.Errorf("shardkit: shard %d was restored but is still fenced: %w; restore it again to set it active", m.Shard, uerr)
 	}
 	res.MapVersion = v
 	return res, nil
@@ -133,7 +133,7 @@ func fence(ctx context.Context, cat *router.Catalog, shard int, server string) e
 			return err
 		}
 		if tag.RowsAffected() != 1 {
-			busy = fmt.Errorf("%w: shard %d is not active on %s; finish or roll back its move first (shardctl move --complete, shardctl rollback)",
+			busy = fmt.Errorf("%w: shard %d is not active on %s; finish or roll back its move first (rebalance.Mover Complete or Rollback)",
 				ErrShardBusy, shard, server)
 			return busy
 		}

@@ -262,6 +262,6 @@ func unknownServer(snap *router.Snapshot, name string) error {
 	for _, s := range snap.Servers() {
 		names = append(names, s.Name)
 	}
-	return &ServerError{Server: name, Err: fmt.Errorf("%w (it has: %s); register it with `shardctl init --server %s=DSN`",
+	return &ServerError{Server: name, Err: fmt.Errorf("%w (it has: %s); register %s with migrations.Provision (ProvisionOptions.Servers)",
 		router.ErrUnknownServer, strings.Join(names, ", "), name)}
 }

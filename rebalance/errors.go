@@ -19,8 +19,8 @@ var (
 	// retired in the catalog: move shards onto active servers only.
 	ErrTargetNotActive = errors.New("target server is not active; pick an active server")
 	// ErrNotLogical reports a source or target whose wal_level is not
-	// logical: use the offline mode (`--offline`) or set wal_level = logical.
-	ErrNotLogical = errors.New("wal_level is not logical; use --offline or set wal_level = logical and restart")
+	// logical: use the offline mode (MoveOptions.Offline) or set wal_level = logical.
+	ErrNotLogical = errors.New("wal_level is not logical; move offline (MoveOptions.Offline) or set wal_level = logical and restart the server")
 	// ErrCutoverTimeout reports a cutover aborted because the target did not
 	// apply the source's final LSN in time; the barrier was removed and the
 	// shard unfenced. Resume to try again.

@@ -18,7 +18,7 @@ import (
 var catalogSQL embed.FS
 
 // ErrNoCatalog reports a catalog database that has not been initialised.
-var ErrNoCatalog = errors.New("catalog not initialised (run `shardctl init`)")
+var ErrNoCatalog = errors.New("catalog not initialised: provision it first (migrations.Provision)")
 
 // ErrCatalogTooNew reports a catalog migrated by a newer shardkit.
 var ErrCatalogTooNew = errors.New("catalog schema is newer than this shardkit")

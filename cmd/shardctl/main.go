@@ -82,7 +82,7 @@ func runIO(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintf(stderr, "shardctl: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(stderr, "shardctl: %s\n", oneLine(withHint(err)))
 		if errors.Is(err, errUsage) || isCobraUsage(err) {
 			return 2
 		}

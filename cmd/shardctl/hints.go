@@ -1,0 +1,46 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/shardkit/shardkit/backup"
+	"github.com/shardkit/shardkit/rebalance"
+	"github.com/shardkit/shardkit/router"
+)
+
+// The library's errors name its Go API (MoveOptions.Offline,
+// Mover.Resume); shardctl's users need the command line that does the same.
+// hint returns that command line for an error, or "" when there is none.
+func hint(err error) string {
+	var me *rebalance.MoveError
+	switch {
+	case errors.As(err, &me):
+		return fmt.Sprintf("from the command line: `shardctl move --shard %d --resume` or `shardctl rollback --shard %d`", me.Shard, me.Shard)
+	case errors.Is(err, rebalance.ErrMoveInProgress):
+		return "`shardctl move --resume` or `--complete` finishes it; `shardctl rollback` undoes it"
+	case errors.Is(err, rebalance.ErrNotLogical):
+		return "or move with `shardctl move --offline`"
+	case errors.Is(err, rebalance.ErrLagGate), errors.Is(err, rebalance.ErrCutoverTimeout):
+		return "retry with `shardctl move --resume`"
+	case errors.Is(err, router.ErrNoCatalog):
+		return "run `shardctl init --server NAME=DSN` first"
+	case errors.Is(err, router.ErrUnknownServer):
+		return "register it with `shardctl init --server NAME=DSN`"
+	case errors.Is(err, backup.ErrNotConfirmed):
+		return "confirm with --yes, or restore into a scratch database with --into"
+	case errors.Is(err, backup.ErrShardBusy):
+		return "finish or undo its move first: `shardctl move --complete` or `shardctl rollback`"
+	case errors.Is(err, backup.ErrNoSchema):
+		return "check `shardctl status` and the server"
+	}
+	return ""
+}
+
+// withHint adds the command line that deals with err to its message.
+func withHint(err error) string {
+	if h := hint(err); h != "" {
+		return err.Error() + " — " + h
+	}
+	return err.Error()
+}
