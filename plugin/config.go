@@ -28,11 +28,25 @@ type IDSource interface {
 	Next(ctx context.Context, shard int) (int64, error)
 }
 
+// ShardMap is what the plugin needs of the shard map: the snapshot in
+// force, a reload when a server says the map changed (a write refused by a
+// move's barrier), and notice of each new snapshot. *router.Router
+// implements it.
+type ShardMap interface {
+	Snapshot() *router.Snapshot
+	Reload(ctx context.Context) (*router.Snapshot, error)
+	Subscribe() (<-chan *router.Snapshot, func())
+}
+
+var _ ShardMap = (*router.Router)(nil)
+
 // Config configures the plugin. Only Router is required.
 type Config struct {
-	// Router holds the current shard map. Required. Call its Watch in a
-	// goroutine so that map changes take effect without restart.
-	Router *router.Router
+	// Router holds the current shard map. Required: a *router.Router
+	// (call its Watch in a goroutine so that map changes take effect
+	// without restart), or for tests a map made by hand
+	// (router.NewFixed).
+	Router ShardMap
 	// IDs issues primary keys in Go before the insert. Nil means every new
 	// row takes its key from the column's DEFAULT next_id(), read back with
 	// RETURNING.

@@ -15,7 +15,7 @@ import (
 // it with db.Use.
 type Plugin struct {
 	cfg     Config
-	router  *router.Router
+	router  ShardMap
 	models  []any
 	byTable map[string]*model // read-only after Initialize
 	pools   *pools
@@ -57,7 +57,7 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 			poison(db, err)
 		}
 	}()
-	if p.router == nil {
+	if r, ok := p.router.(*router.Router); p.router == nil || ok && r == nil {
 		return fmt.Errorf("%w: plugin.Config.Router is nil; create one with router.New", ErrInvalidConfig)
 	}
 	snap := p.router.Snapshot()

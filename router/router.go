@@ -35,6 +35,28 @@ func New(ctx context.Context, cat *Catalog) (*Router, error) {
 	return r, nil
 }
 
+// NewFixed returns a router over a shard map made by hand, with no
+// catalog: Reload returns the map in force, Watch only waits for its
+// context, and Set installs a new version. It serves tests of code that
+// routes (the plugin's routing decisions, say) without a catalog database,
+// and tools that work on one map version.
+func NewFixed(snap *Snapshot) (*Router, error) {
+	if snap == nil {
+		return nil, fmt.Errorf("%w: nil snapshot", ErrBadCatalog)
+	}
+	r := &Router{subs: map[chan *Snapshot]struct{}{}}
+	r.snap.Store(snap)
+	return r, nil
+}
+
+// Set installs snap if it is newer than the map in force and tells the
+// subscribers, as a reload after a catalog notification does. It returns
+// the snapshot in force afterwards. Routers that have a catalog take
+// their maps from it; Set is for maps made by hand (NewFixed).
+func (r *Router) Set(snap *Snapshot) *Snapshot {
+	return r.install(snap)
+}
+
 // Catalog returns the router's catalog.
 func (r *Router) Catalog() *Catalog { return r.cat }
 
@@ -44,18 +66,26 @@ func (r *Router) Snapshot() *Snapshot { return r.snap.Load() }
 // Reload reads the shard map now. A snapshot older than the current one is
 // never installed. It returns the snapshot in force afterwards.
 func (r *Router) Reload(ctx context.Context) (*Snapshot, error) {
+	if r.cat == nil { // a map made by hand
+		return r.snap.Load(), nil
+	}
 	s, err := r.cat.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return r.install(s), nil
+}
+
+// install makes s the map in force unless a newer one already is.
+func (r *Router) install(s *Snapshot) *Snapshot {
 	for {
 		cur := r.snap.Load()
 		if cur != nil && cur.Version >= s.Version {
-			return cur, nil
+			return cur
 		}
 		if r.snap.CompareAndSwap(cur, s) {
 			r.publish(s)
-			return s, nil
+			return s
 		}
 	}
 }
@@ -94,6 +124,10 @@ func (r *Router) publish(s *Snapshot) {
 // reloaded after each reconnect, since notifications may have been missed.
 // It returns ctx.Err().
 func (r *Router) Watch(ctx context.Context) error {
+	if r.cat == nil { // a map made by hand: nothing to listen to
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		err := r.listen(ctx)
