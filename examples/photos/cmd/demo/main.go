@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +39,7 @@ type options struct {
 	users, workers, moves, parallel, shards int
 	warmup, cooldown                        time.Duration
 	verbose, soak                           bool
+	heapProfile                             string
 }
 
 func main() {
@@ -50,6 +52,7 @@ func main() {
 	flag.DurationVar(&o.warmup, "warmup", 10*time.Second, "load before the moves start")
 	flag.DurationVar(&o.cooldown, "cooldown", 5*time.Second, "load after the moves end")
 	flag.BoolVar(&o.verbose, "v", false, "show the service's and the mover's logs")
+	flag.StringVar(&o.heapProfile, "heapprofile", "", "write the live heap's profile to this file after the load (go tool pprof)")
 	flag.BoolVar(&o.soak, "soak", false, "fail if the process's goroutines or live heap after the load grew past what it held idle (make reliability)")
 	flag.Parse()
 
@@ -88,6 +91,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		}
 	}
 	defer c.stop()
+	if o.soak {
+		// Each connection's prepared statement cache fills as it meets
+		// new shards' SQL (4096 statements by default): a soak with a
+		// small cache reaches its steady state during the warm-up, so
+		// that what grows after it is a leak.
+		c = c.withDSNParam("statement_cache_capacity", strconv.Itoa(soakStatementCache))
+		say("soak: each server connection caches %d prepared statements", soakStatementCache)
+	}
 
 	cfg := app.Config{Addr: "127.0.0.1:0", Catalog: store.CatalogDSN(c.catalog), FenceWait: store.FenceWait(2 * time.Second),
 		Provision: true, Servers: c.servers, Shards: o.shards}
@@ -142,6 +153,8 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 
+	warm := readResources(start)
+	say("after the warm-up: %s", warm)
 	snapBefore := a.Router.Snapshot()
 	before, err := a.Stats.Rows(ctx, snapBefore)
 	if err != nil {
@@ -164,6 +177,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	end := settle(ctx, start, idle.goroutines+goroutineSlack, 30*time.Second)
 	say("after the load: %s (idle before it: %s)", end, idle)
+	if o.heapProfile != "" {
+		if err := writeHeapProfile(o.heapProfile); err != nil {
+			return err
+		}
+	}
 	snapAfter := a.Router.Snapshot()
 	after, err := a.Stats.Rows(ctx, snapAfter)
 	if err != nil {
@@ -177,7 +195,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return fmt.Errorf("%d requests failed", res.Errors)
 	}
 	if o.soak {
-		return leaked(idle, end)
+		return leaked(idle, warm, end)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -58,15 +59,35 @@ func settle(ctx context.Context, start time.Time, limit int, d time.Duration) re
 
 // leaked reports a growth the soak refuses: goroutines that did not
 // return to the idle count they started from (give or take the pools of a
-// server added on the way), or a live heap that more than doubled.
-func leaked(idle, end resources) error {
+// server added on the way), or a live heap after the load more than half
+// again what it was at the end of the warm-up, when the connections'
+// statement caches were full and the load had reached its steady state.
+func leaked(idle, warm, end resources) error {
 	if end.goroutines > idle.goroutines+goroutineSlack {
 		return fmt.Errorf("goroutines grew from %d at idle to %d after the load (more than %d): a leak", idle.goroutines, end.goroutines, goroutineSlack)
 	}
-	if end.heapMB > 2*idle.heapMB+16 {
-		return fmt.Errorf("live heap grew from %.1f MB at idle to %.1f MB after the load: a leak", idle.heapMB, end.heapMB)
+	if end.heapMB > 1.5*warm.heapMB+8 {
+		return fmt.Errorf("live heap grew from %.1f MB after the warm-up to %.1f MB after the load: a leak", warm.heapMB, end.heapMB)
 	}
 	return nil
+}
+
+// soakStatementCache is the prepared statement cache of each server
+// connection in a soak.
+const soakStatementCache = 256
+
+// writeHeapProfile writes the live heap's profile (after a collection).
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // goroutineSlack covers the background goroutines of connection pools

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 
@@ -31,6 +32,34 @@ type cluster struct {
 	addServer func(ctx context.Context) (migrations.ServerSpec, error)
 	stop      func()
 	local     bool
+}
+
+// withDSNParam sets a connection parameter in the DSN of every server,
+// the one added during the run included.
+func (c cluster) withDSNParam(key, value string) cluster {
+	set := func(s migrations.ServerSpec) migrations.ServerSpec {
+		if u, err := url.Parse(s.DSN); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+			q := u.Query()
+			q.Set(key, value)
+			u.RawQuery = q.Encode()
+			s.DSN = u.String()
+		} else {
+			s.DSN += " " + key + "=" + value
+		}
+		return s
+	}
+	servers := make([]migrations.ServerSpec, len(c.servers))
+	for i, s := range c.servers {
+		servers[i] = set(s)
+	}
+	c.servers = servers
+	if add := c.addServer; add != nil {
+		c.addServer = func(ctx context.Context) (migrations.ServerSpec, error) {
+			s, err := add(ctx)
+			return set(s), err
+		}
+	}
+	return c
 }
 
 // fromEnv returns the servers named in the environment, or ok false when
