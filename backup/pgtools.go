@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
 // PGBinEnv names a directory holding pg_dump, pg_restore and psql; it
@@ -66,7 +68,7 @@ func libpqEnv(dsn string) ([]string, error) {
 		"PGPORT=" + strconv.Itoa(int(cfg.Port)),
 		"PGDATABASE=" + cfg.Database,
 		"PGUSER=" + cfg.User,
-		"PGSSLMODE=" + sslMode(cfg),
+		"PGSSLMODE=" + pgdsn.SSLMode(cfg),
 		"PGAPPNAME=shardkit-backup",
 		"PGCONNECT_TIMEOUT=30",
 	}
@@ -74,22 +76,6 @@ func libpqEnv(dsn string) ([]string, error) {
 		env = append(env, "PGPASSWORD="+cfg.Password)
 	}
 	return env, nil
-}
-
-// sslMode approximates the DSN's sslmode from pgx's parsed form: no TLS
-// is "disable", TLS with a plain fallback "prefer", TLS that skips
-// verification "require", verified TLS "verify-full".
-func sslMode(cfg *pgconn.Config) string {
-	switch {
-	case cfg.TLSConfig == nil:
-		return "disable"
-	case len(cfg.Fallbacks) > 0 && cfg.Fallbacks[len(cfg.Fallbacks)-1].TLSConfig == nil:
-		return "prefer"
-	case cfg.TLSConfig.InsecureSkipVerify:
-		return "require"
-	default:
-		return "verify-full"
-	}
 }
 
 // command prepares a client tool run against dsn, keeping the tail of its

@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
 // Statements on the servers, one constant each. Identifiers are quoted by
@@ -101,8 +103,14 @@ func createSub(ctx context.Context, p *pgxpool.Pool, format, name, dsn, pub stri
 	if ok, err := subscriptionExists(ctx, p, name); err != nil || ok {
 		return err
 	}
+	// The target server connects with libpq, which refuses the pgx
+	// settings a catalog DSN may carry (statement_cache_capacity, …).
+	conninfo, err := pgdsn.Libpq(dsn)
+	if err != nil {
+		return fmt.Errorf("create subscription %s: the source's DSN: %w", name, err)
+	}
 	var stmt string
-	if err := p.QueryRow(ctx, format, name, dsn, pub).Scan(&stmt); err != nil {
+	if err := p.QueryRow(ctx, format, name, conninfo, pub).Scan(&stmt); err != nil {
 		return fmt.Errorf("build CREATE SUBSCRIPTION %s: %w", name, err)
 	}
 	if _, err := p.Exec(ctx, stmt); err != nil {
