@@ -34,6 +34,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime 60s -fuzzminimizetime 0 -parallel 1 ./plugin
 	$(GO) test -run '^$$' -fuzz FuzzFlagValues -fuzztime 20s ./cmd/shardctl
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./examples/photos/api
+	$(GO) test -run '^$$' -fuzz FuzzLibpq -fuzztime 20s ./internal/pgdsn
 
 ## reliability: the long runs — 8 processes × 1M IDs on one shard with clock steps and kills,
 ## then a 10-minute soak of the photo service with shards moved in the middle
