@@ -682,9 +682,7 @@ func (p *Plugin) fanoutAggregate(db *gorm.DB, f *decision, ap *aggPlan, s saved)
 	}
 	stmt := db.Statement
 	ap.table = f.m.table
-	if col, c, ok := f.m.anyTextCollation(); ok {
-		ap.textColl = fmt.Sprintf("%s (collation %q, not byte order)", col, c)
-	}
+	ap.textColl = f.m.anyTextCollation(stmt.Context)
 	rows, err := ap.merge(parts)
 	if err != nil {
 		fail(db, f.m, -1, err)

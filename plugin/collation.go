@@ -3,7 +3,12 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"maps"
+	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/shardkit/shardkit/router"
 )
@@ -34,52 +39,151 @@ func byteOrdered(collation string) bool {
 	return false
 }
 
-// readCollations records, per registered model, the text columns whose
-// collation is not byte order on some server (model.textCollation). A
-// server that does not answer is skipped, as in the table check: its
-// shards hold the same per-shard SQL.
+// collations is what the plugin knows of the registered tables' text
+// collations, per server. A server read once is not read again (its
+// shards hold the same per-shard SQL; a shard moved onto a server the
+// plugin has not read, or a server that did not answer at start-up, is
+// read when a merge first needs it). While a server with shards stays
+// unread, merges that order text are refused: the plugin does not guess.
+type collations struct {
+	mu     sync.Mutex
+	read   map[string]bool      // servers read
+	tried  map[string]time.Time // last failed read of a server
+	byCol  atomic.Pointer[map[string]map[string]string]
+	tables []string
+	// complete is the newest map version whose every server with shards
+	// has been read: merges under it need no check.
+	complete atomic.Int64
+}
+
+// readCollations reads the collations of every server of snap not read
+// yet, and records per registered model the text columns whose collation
+// is not byte order on some server (collations.byCol). A server that
+// does not answer is tried again at most once per Config.ServerRetry.
 func (p *Plugin) readCollations(ctx context.Context, snap *router.Snapshot) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	tables := make([]string, 0, len(p.byTable))
-	for t, m := range p.byTable {
-		tables = append(tables, t)
-		m.textCollation = map[string]string{}
+	c := &p.coll
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.read == nil {
+		c.read, c.tried = map[string]bool{}, map[string]time.Time{}
+		for t := range p.byTable {
+			c.tables = append(c.tables, t)
+		}
+		empty := map[string]map[string]string{}
+		c.byCol.Store(&empty)
 	}
+	next, copied := *c.byCol.Load(), false
 	for _, srv := range snap.Servers() {
 		shards := snap.ShardsOn(srv.Name)
-		if len(shards) == 0 {
+		if len(shards) == 0 || c.read[srv.Name] || time.Since(c.tried[srv.Name]) < p.cfg.ServerRetry {
 			continue
 		}
-		db, err := p.pools.get(snap, srv.Name)
+		found, err := p.readServerCollations(ctx, snap, srv.Name, router.SchemaName(shards[0]), c.tables)
 		if err != nil {
+			c.tried[srv.Name] = time.Now()
 			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, tableCheckTimeout)
-		rows, err := db.QueryContext(cctx, textCollationsSQL, router.SchemaName(shards[0]), tables)
-		if err != nil {
-			cancel()
-			continue
-		}
-		for rows.Next() {
-			var table, column, collation string
-			if rows.Scan(&table, &column, &collation) != nil {
-				break
+		c.read[srv.Name] = true
+		for table, cols := range found {
+			if len(cols) == 0 {
+				continue
 			}
-			if m := p.byTable[table]; m != nil && !byteOrdered(collation) {
-				m.textCollation[column] = collation
+			if !copied { // readers hold the old map: change a copy
+				next, copied = copyColl(next), true
+			}
+			if next[table] == nil {
+				next[table] = map[string]string{}
+			}
+			for col, coll := range cols {
+				next[table][col] = coll
 			}
 		}
-		rows.Close()
-		cancel()
 	}
+	c.byCol.Store(&next)
+}
+
+func copyColl(m map[string]map[string]string) map[string]map[string]string {
+	out := make(map[string]map[string]string, len(m))
+	for t, cols := range m {
+		out[t] = maps.Clone(cols)
+	}
+	return out
+}
+
+// readServerCollations reads, on one server, the collation of every text
+// column of the given tables in one shard's schema: the ones not in byte
+// order, by table.
+func (p *Plugin) readServerCollations(ctx context.Context, snap *router.Snapshot, server, schema string, tables []string) (map[string]map[string]string, error) {
+	db, err := p.pools.get(snap, server)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, tableCheckTimeout)
+	defer cancel()
+	rows, err := db.QueryContext(cctx, textCollationsSQL, schema, tables)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	found := map[string]map[string]string{}
+	for rows.Next() {
+		var table, column, collation string
+		if err := rows.Scan(&table, &column, &collation); err != nil {
+			return nil, err
+		}
+		if !byteOrdered(collation) {
+			if found[table] == nil {
+				found[table] = map[string]string{}
+			}
+			found[table][column] = collation
+		}
+	}
+	return found, rows.Err()
+}
+
+// unreadCollations returns the servers holding shards whose collations
+// the plugin could not read, after trying them again (see collations).
+func (p *Plugin) unreadCollations(ctx context.Context) []string {
+	snap := p.router.Snapshot()
+	if p.coll.complete.Load() == snap.Version {
+		return nil
+	}
+	missing := func() []string {
+		p.coll.mu.Lock()
+		defer p.coll.mu.Unlock()
+		var out []string
+		for _, srv := range snap.Servers() {
+			if len(snap.ShardsOn(srv.Name)) > 0 && !p.coll.read[srv.Name] {
+				out = append(out, srv.Name)
+			}
+		}
+		if len(out) == 0 {
+			p.coll.complete.Store(snap.Version)
+		}
+		return out
+	}
+	if len(missing()) == 0 {
+		return nil
+	}
+	p.readCollations(ctx, snap)
+	return missing()
 }
 
 // textOrderErr refuses merging rows of several shards in the order of a
-// text column whose collation is not byte order.
-func (m *model) textOrderErr(column string) error {
-	c, ok := m.textCollation[column]
+// text column whose collation is not byte order, or is not known.
+func (m *model) textOrderErr(ctx context.Context, column string) error {
+	if f := m.schema.LookUpField(column); f != nil && f.DBName == column && f.IndirectFieldType.Kind() != reflect.String {
+		return nil // not text
+	}
+	if unread := m.p.unreadCollations(ctx); len(unread) > 0 {
+		return fmt.Errorf("%w: ordering column %s across shards: the collation of %s's text columns on server %s is not known (it did not answer); "+
+			"order by a non-text column, scope the query to one shard, or retry when the server answers",
+			ErrUnroutableSQL, column, m.table, strings.Join(unread, ", "))
+	}
+	c, ok := (*m.p.coll.byCol.Load())[m.table][column]
 	if !ok {
 		return nil
 	}
@@ -87,11 +191,15 @@ func (m *model) textOrderErr(column string) error {
 		"order by a non-text column, give the column COLLATE \"C\" in the per-shard SQL, or scope the query to one shard", ErrUnroutableSQL, column, c)
 }
 
-// anyTextCollation returns a text column of the model whose collation is
-// not byte order, if there is one.
-func (m *model) anyTextCollation() (string, string, bool) {
-	for col, c := range m.textCollation {
-		return col, c, true
+// anyTextCollation describes a text column of the model whose collation
+// is not byte order, or the servers whose collations are not known; ""
+// when text merges in byte order are right.
+func (m *model) anyTextCollation(ctx context.Context) string {
+	if unread := m.p.unreadCollations(ctx); len(unread) > 0 {
+		return fmt.Sprintf("(collation unknown: server %s did not answer)", strings.Join(unread, ", "))
 	}
-	return "", "", false
+	for col, c := range (*m.p.coll.byCol.Load())[m.table] {
+		return fmt.Sprintf("%s (collation %q, not byte order)", col, c)
+	}
+	return ""
 }

@@ -412,7 +412,7 @@ func orderKeys(db *gorm.DB, m *model, elem reflect.Type) ([]orderKey, error) {
 			if !orderable(typ) {
 				return nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin merges rows in order only by integer, float, string, bool and time columns", ErrUnroutableSQL, name)
 			}
-			if err := m.textOrderErr(name); err != nil {
+			if err := m.textOrderErr(db.Statement.Context, name); err != nil {
 				return nil, err
 			}
 			keys = append(keys, k)

@@ -39,9 +39,7 @@ type model struct {
 	// to it (shorter SQL for GORM to build and quote).
 	exprs     []clause.Expr
 	exprShard map[*clause.Expr]int // shard of each of exprs
-	// textCollation holds the text columns whose collation (on some
-	// server) is not byte order, with that collation; read at start-up.
-	textCollation map[string]string
+	p *Plugin // the plugin the model is registered with (its collations)
 }
 
 // shardOfExpr returns the shard whose table expression the plugin set on

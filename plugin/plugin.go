@@ -21,6 +21,7 @@ type Plugin struct {
 	pools   *pools
 	root    *rootPool
 	orig    originals
+	coll    collations // text collations per server (collation.go)
 }
 
 // originals are GORM's own callbacks that the plugin wraps.
@@ -67,6 +68,7 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 		if err != nil {
 			return err
 		}
+		m.p = p
 		p.byTable[m.table] = m
 	}
 	for _, srv := range snap.Servers() {
