@@ -39,7 +39,7 @@ type model struct {
 	// to it (shorter SQL for GORM to build and quote).
 	exprs     []clause.Expr
 	exprShard map[*clause.Expr]int // shard of each of exprs
-	p *Plugin // the plugin the model is registered with (its collations)
+	p         *Plugin              // the plugin the model is registered with (its collations)
 }
 
 // shardOfExpr returns the shard whose table expression the plugin set on
