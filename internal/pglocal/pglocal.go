@@ -231,14 +231,25 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	return nil
 }
 
-// Stop stops every cluster and removes the temp directory.
+// KeepEnv, when set in the environment, keeps the clusters' directories
+// (data and server.log) after Stop, for reading the server logs of a run
+// that failed; Stop prints where they are.
+const KeepEnv = "SHARDKIT_PGLOCAL_KEEP"
+
+// Stop stops every cluster and removes the temp directory (unless KeepEnv
+// is set).
 func (s *Set) Stop() {
 	for _, c := range s.Clusters {
 		_ = c.Stop()
 	}
-	if s.root != "" {
-		_ = os.RemoveAll(s.root)
+	if s.root == "" {
+		return
 	}
+	if os.Getenv(KeepEnv) != "" {
+		fmt.Fprintf(os.Stderr, "pglocal: %s is set: the clusters' directories stay in %s\n", KeepEnv, s.root)
+		return
+	}
+	_ = os.RemoveAll(s.root)
 }
 
 // Add starts one more cluster in the set (for example a new server to
