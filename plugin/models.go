@@ -42,6 +42,7 @@ type model struct {
 	// textCollation holds the text columns whose collation (on some
 	// server) is not byte order, with that collation; read at start-up.
 	textCollation map[string]string
+	lookups       []*lookupCol // columns tagged shard:"lookup"
 }
 
 // shardOfExpr returns the shard whose table expression the plugin set on
@@ -71,6 +72,14 @@ func parseModel(db *gorm.DB, value any, shards int) (*model, error) {
 	for _, f := range s.Fields {
 		tag := f.StructField.Tag.Get("shard")
 		if tag == "" {
+			continue
+		}
+		if tag == "lookup" {
+			lc, err := newLookupCol(m, f, shards)
+			if err != nil {
+				return nil, fmt.Errorf("shardkit: %w: %s.%s: %w", ErrInvalidModel, s.Name, f.Name, err)
+			}
+			m.lookups = append(m.lookups, lc)
 			continue
 		}
 		if m.key != nil {
@@ -121,7 +130,7 @@ func fieldKind(tag string, f *schema.Field) (keyKind, error) {
 		}
 		return 0, fmt.Errorf("shard:\"id\" on a %s: want a 64-bit integer ID", f.FieldType)
 	}
-	return 0, fmt.Errorf("unknown tag shard:%q (want \"key\" or \"id\")", tag)
+	return 0, fmt.Errorf("unknown tag shard:%q (want \"key\", \"id\" or \"lookup\")", tag)
 }
 
 // errZeroKey says a row's shard field is zero: the row has no shard key.

@@ -275,6 +275,9 @@ func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 		set, d.rows, err = m.createShards(db, d.snap, p.ownShard(stmt, cs.scope, cs.hasScope, m, d.snap))
 	} else {
 		set, plainWhere, err = m.shardsAndShape(db, o, cs, d.snap)
+		if err == nil && !set.known && hint < 0 && !cs.hasScope && len(m.lookups) > 0 {
+			set, err = p.lookupShards(db, m, cs, d.snap) // a lookup column's equality
+		}
 	}
 	if err == nil && hint >= 0 {
 		set = set.and(one(hint))
