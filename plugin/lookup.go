@@ -186,20 +186,28 @@ func (lc *lookupCol) normalize(v any) any {
 	return nil
 }
 
-// lookupPools are separate pools, one per server, for the lookup
-// tables' own statements. A reservation holds a connection across the
-// owner row's write; with the statement pools, enough concurrent
-// sign-ups could hold every connection while waiting for one.
+// lookupPools are the lookup tables' own pools, apart from the
+// statement pools, two per server: one for holds, one for claims,
+// reclaims and clean-up. A hold keeps its connection across the owner
+// row's write, and claims wait on holds (for the row's lock): sharing a
+// pool, enough concurrent sign-ups could take every connection and wait
+// for one forever. Holds wait only on statement pools and on holds of
+// servers later in name order; claims wait on holds and statement pools.
 type lookupPools struct {
-	ps *pools
-	mu sync.Mutex
-	by map[string]*sql.DB
+	ps    *pools
+	mu    sync.Mutex
+	holds map[string]*sql.DB
+	other map[string]*sql.DB
 }
 
-func (lp *lookupPools) get(snap *router.Snapshot, name string) (*sql.DB, error) {
+func (lp *lookupPools) get(snap *router.Snapshot, name string, hold bool) (*sql.DB, error) {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
-	if db, ok := lp.by[name]; ok {
+	by := &lp.other
+	if hold {
+		by = &lp.holds
+	}
+	if db, ok := (*by)[name]; ok {
 		return db, nil
 	}
 	srv, ok := snap.Server(name)
@@ -210,10 +218,10 @@ func (lp *lookupPools) get(snap *router.Snapshot, name string) (*sql.DB, error) 
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: open server %s for lookups: %w", name, err)
 	}
-	if lp.by == nil {
-		lp.by = map[string]*sql.DB{}
+	if *by == nil {
+		*by = map[string]*sql.DB{}
 	}
-	lp.by[name] = db
+	(*by)[name] = db
 	return db, nil
 }
 
@@ -221,9 +229,11 @@ func (lp *lookupPools) close() error {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	var errs []error
-	for _, db := range lp.by {
-		errs = append(errs, db.Close())
+	for _, by := range []map[string]*sql.DB{lp.holds, lp.other} {
+		for _, db := range by {
+			errs = append(errs, db.Close())
+		}
 	}
-	lp.by = nil
+	lp.holds, lp.other = nil, nil
 	return errors.Join(errs...)
 }

@@ -431,19 +431,20 @@ func (p *Plugin) abandon(ctx context.Context, res *reserved) {
 	}
 }
 
-// lookupDB returns the lookup pool of the server holding a lookup row's
-// shard; a write to a fenced shard waits for the move like any write.
-func (p *Plugin) lookupDB(ctx context.Context, snap *router.Snapshot, shard int, write bool) (*sql.DB, router.Placement, error) {
+// lookupDB returns a lookup pool (see lookupPools) of the server holding
+// a lookup row's shard; a write to a fenced shard waits for the move like
+// any write.
+func (p *Plugin) lookupDB(ctx context.Context, snap *router.Snapshot, shard int, hold bool) (*sql.DB, router.Placement, error) {
 	pl, err := snap.Placement(shard)
 	if err != nil {
 		return nil, pl, err
 	}
-	if write && pl.State == router.StateFenced {
+	if pl.State == router.StateFenced {
 		if snap, pl, err = p.waitFence(ctx, shard); err != nil {
 			return nil, pl, err
 		}
 	}
-	db, err := p.lookups.get(snap, pl.Server)
+	db, err := p.lookups.get(snap, pl.Server, hold)
 	return db, pl, err
 }
 
@@ -472,7 +473,7 @@ const claimAttempts = 5
 // claim inserts a lookup row, or takes over an orphaned one (step 1).
 func (p *Plugin) claim(ctx context.Context, snap *router.Snapshot, m *model, r *reservation) error {
 	for range claimAttempts {
-		db, pl, err := p.lookupDB(ctx, snap, r.shard, true)
+		db, pl, err := p.lookupDB(ctx, snap, r.shard, false)
 		if err != nil {
 			return err
 		}
@@ -610,7 +611,7 @@ func (p *Plugin) hold(ctx context.Context, snap *router.Snapshot, res *reserved)
 // row does not hold its value.
 func (p *Plugin) dropIfOrphan(ctx context.Context, m *model, r *reservation) error {
 	snap := p.router.Snapshot()
-	db, pl, err := p.lookupDB(ctx, snap, r.shard, true)
+	db, pl, err := p.lookupDB(ctx, snap, r.shard, false)
 	if err != nil {
 		return err
 	}
