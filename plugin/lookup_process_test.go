@@ -69,6 +69,41 @@ func signUpAll(ctx context.Context, db *gorm.DB, names []string, workers int, se
 	return <-errs
 }
 
+// signUpBursts signs up each name from workers goroutines released
+// together, one name after the other: the sign-ups of a name overlap as
+// much as they can.
+func signUpBursts(ctx context.Context, db *gorm.DB, names []string, workers int, out func(signUpOutcome)) error {
+	for _, name := range names {
+		start := make(chan struct{})
+		errs := make(chan error, workers)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				m := &Member{Username: name, Name: "b" + strconv.Itoa(w)}
+				err := db.WithContext(ctx).Clauses(Shard(int64(w))).Create(m).Error
+				switch {
+				case err == nil:
+					out(signUpOutcome{name: name, id: m.ID})
+				case errors.Is(err, ErrDuplicateLookup):
+					out(signUpOutcome{name: name})
+				default:
+					errs <- fmt.Errorf("sign up %s: %w", name, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // TestLookupChild is the body of a child process of the lookup tests; it
 // is skipped when run as a test.
 func TestLookupChild(t *testing.T) {
@@ -213,15 +248,23 @@ func TestLookupConcurrentSignUps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var bursts []string
+	for i := range 16 {
+		bursts = append(bursts, fmt.Sprintf("burst%02d", i))
+	}
+	err = signUpBursts(ctx, e.db, bursts, 16, func(o signUpOutcome) { all = append(all, o) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	names = append(names, bursts...)
 	for i, c := range cmds {
 		if err := c.Wait(); err != nil {
 			t.Fatalf("child %d: %v", i, err)
 		}
 		all = append(all, readOutcomes(t, outs[i])...)
 	}
-	attempts := 8 + 4*len(cmds)
-	if len(all) != attempts*len(names) {
-		t.Fatalf("%d outcomes, want %d", len(all), attempts*len(names))
+	if want := (8+4*len(cmds))*(len(names)-len(bursts)) + 16*len(bursts); len(all) != want {
+		t.Fatalf("%d outcomes, want %d", len(all), want)
 	}
 	winner := map[string]int64{}
 	for _, o := range all {
