@@ -480,3 +480,36 @@ func TestLookupBatchCreate(t *testing.T) {
 		t.Fatalf("names %v", names)
 	}
 }
+
+// Handle is keyed by a user, with a lookup column.
+type Handle struct {
+	ID     int64
+	UserID int64  `shard:"key"`
+	Handle string `shard:"lookup"`
+}
+
+// Without an ID source, a row keyed by another field takes its ID from
+// its shard's next_id() before its lookup row is claimed; a row keyed by
+// its own ID cannot, and is refused.
+func TestLookupWithoutIDSource(t *testing.T) {
+	e := newEnv(t, envOpts{noIDs: true, models: []any{&Member{}, &Handle{}}})
+	db := e.db.Session(&gormSkipTx)
+	h := &Handle{UserID: 5, Handle: "h5"}
+	if err := e.db.Create(h).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.assertAt(t, "handles", h.ID, 5)
+	var got Handle
+	if err := db.First(&got, "handle = ?", "h5").Error; err != nil || got.ID != h.ID || got.UserID != 5 {
+		t.Fatalf("read by handle: %+v, %v", got, err)
+	}
+	if err := e.db.Create(&Handle{UserID: 6, Handle: "h5"}).Error; !errors.Is(err, ErrDuplicateLookup) {
+		t.Fatalf("duplicate handle: %v", err)
+	}
+	if err := e.db.Clauses(Shard(int64(1))).Create(&Member{Username: "noid"}).Error; !errors.Is(err, ErrLookupWrite) {
+		t.Fatalf("member without an ID source: %v, want ErrLookupWrite", err)
+	}
+	if _, orphans := e.checkLookups(t); len(orphans) != 0 {
+		t.Fatalf("orphans %v", orphans)
+	}
+}

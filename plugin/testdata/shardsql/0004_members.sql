@@ -17,3 +17,16 @@ CREATE TABLE members_email_lookup (
     value    text   PRIMARY KEY,
     owner_id bigint NOT NULL
 );
+
+-- Handles: a model keyed by a user, with a lookup column; its IDs may
+-- come from the shard's next_id().
+CREATE TABLE handles (
+    id      bigint PRIMARY KEY DEFAULT next_id(),
+    user_id bigint NOT NULL,
+    handle  text   NOT NULL
+);
+
+CREATE TABLE handles_handle_lookup (
+    value    text   PRIMARY KEY,
+    owner_id bigint NOT NULL
+);
