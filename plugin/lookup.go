@@ -52,6 +52,9 @@ var (
 	ErrLookupWrite = errors.New("write on a model with lookup columns that the plugin cannot keep its lookup tables consistent with")
 )
 
+// errNoIDSource stands for a Config without IDs in assignRow.
+var errNoIDSource = errors.New("no ID source")
+
 // lookupCol is one lookup column of a model and its lookup table.
 type lookupCol struct {
 	field  *schema.Field

@@ -488,9 +488,9 @@ type Handle struct {
 	Handle string `shard:"lookup"`
 }
 
-// Without an ID source, a row keyed by another field takes its ID from
-// its shard's next_id() before its lookup row is claimed; a row keyed by
-// its own ID cannot, and is refused.
+// Without an ID source, a new row takes its ID from its shard's
+// next_id() before its lookup row is claimed; a Create that leaves the
+// ID column to the database is refused.
 func TestLookupWithoutIDSource(t *testing.T) {
 	e := newEnv(t, envOpts{noIDs: true, models: []any{&Member{}, &Handle{}}})
 	db := e.db.Session(&gormSkipTx)
@@ -506,8 +506,13 @@ func TestLookupWithoutIDSource(t *testing.T) {
 	if err := e.db.Create(&Handle{UserID: 6, Handle: "h5"}).Error; !errors.Is(err, ErrDuplicateLookup) {
 		t.Fatalf("duplicate handle: %v", err)
 	}
-	if err := e.db.Clauses(Shard(int64(1))).Create(&Member{Username: "noid"}).Error; !errors.Is(err, ErrLookupWrite) {
-		t.Fatalf("member without an ID source: %v, want ErrLookupWrite", err)
+	m := &Member{Username: "noid"}
+	if err := e.db.Clauses(Shard(int64(1))).Create(m).Error; err != nil {
+		t.Fatal(err)
+	}
+	e.assertAt(t, "members", m.ID, 1)
+	if err := e.db.Clauses(Shard(int64(1))).Omit("id").Create(&Member{Username: "omitted"}).Error; !errors.Is(err, ErrLookupWrite) {
+		t.Fatalf("Create leaving the ID to the database: %v, want ErrLookupWrite", err)
 	}
 	if _, orphans := e.checkLookups(t); len(orphans) != 0 {
 		t.Fatalf("orphans %v", orphans)

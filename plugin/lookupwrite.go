@@ -121,14 +121,17 @@ func (p *Plugin) lookupReserveCreate(db *gorm.DB) {
 	snap := p.router.Snapshot()
 	var rs []*reservation
 	row := func(rv reflect.Value) error {
-		id, err := p.ownerID(db, m, rv, snap)
-		if err != nil {
-			return err
-		}
+		var id int64
 		for _, lc := range m.lookups {
 			v := lc.valueOf(rv, func(r reflect.Value) reflect.Value { return lc.field.ReflectValueOf(ctx, r) })
 			if v == nil {
 				continue // NULL: no lookup row
+			}
+			if id == 0 {
+				var err error
+				if id, err = ownerID(db, m, rv); err != nil {
+					return err
+				}
 			}
 			r, err := p.newReservation(lc, v, id, snap.Shards)
 			if err != nil {
@@ -160,22 +163,21 @@ func (p *Plugin) lookupReserveCreate(db *gorm.DB) {
 	}
 }
 
-// ownerID returns a new row's ID, taking one from the database's
-// next_id() of the row's shard when the ID source gave none: the lookup
-// row needs its owner's ID before the owner row exists.
-func (p *Plugin) ownerID(db *gorm.DB, m *model, rv reflect.Value, snap *router.Snapshot) (int64, error) {
-	stmt := db.Statement
-	pk := m.pk.ReflectValueOf(stmt.Context, rv)
-	if !pk.IsZero() {
-		return intOf(pk), nil
+// ownerID returns a new row's ID. assignRow gave every row of a model
+// with lookup columns its ID, from the ID source or the shard's
+// next_id(), unless Select or Omit leaves the ID column to the database.
+func ownerID(db *gorm.DB, m *model, rv reflect.Value) (int64, error) {
+	pk := m.pk.ReflectValueOf(db.Statement.Context, rv)
+	if pk.IsZero() {
+		return 0, fmt.Errorf("%w: Create of %s leaves the ID to the database (Select/Omit), and a lookup row needs its owner's ID first", ErrLookupWrite, m.schema.Name)
 	}
-	if !writes(stmt, m.pk.DBName) || !pk.CanSet() || m.key == m.pk {
-		return 0, fmt.Errorf("%w: Create of %s leaves the ID to the database, and a lookup row needs its owner's ID first; set Config.IDs, or set the ID", ErrLookupWrite, m.schema.Name)
-	}
-	shard, err := m.shardOfRow(db, rv, snap)
-	if err != nil {
-		return 0, zeroKey(err)
-	}
+	return intOf(pk), nil
+}
+
+// nextIDFromDB takes an ID from a shard's next_id(), for a new row of a
+// model with lookup columns when the ID source has none to give: its
+// lookup rows need the ID before the row exists.
+func (p *Plugin) nextIDFromDB(ctx context.Context, snap *router.Snapshot, m *model, shard int) (int64, error) {
 	pl, err := snap.Placement(shard)
 	if err != nil {
 		return 0, err
@@ -186,13 +188,13 @@ func (p *Plugin) ownerID(db *gorm.DB, m *model, rv reflect.Value, snap *router.S
 	}
 	var id int64
 	q := "SELECT " + pgx.Identifier{router.SchemaName(shard)}.Sanitize() + ".next_id()"
-	if err := srv.QueryRowContext(stmt.Context, q).Scan(&id); err != nil {
+	err = srv.QueryRowContext(ctx, q).Scan(&id)
+	srv.report(err, p.cfg.ServerRetry)
+	if err != nil {
+		if unavailable(err) {
+			return 0, &ServerError{Server: pl.Server, Shards: []int{shard}, Table: m.table, Err: err}
+		}
 		return 0, &ShardError{Shard: shard, Server: pl.Server, Table: m.table, Err: fmt.Errorf("next_id: %w", err)}
-	}
-	if pk.Kind() == reflect.Int64 || pk.Kind() == reflect.Int {
-		pk.SetInt(id)
-	} else {
-		pk.SetUint(uint64(id))
 	}
 	return id, nil
 }
