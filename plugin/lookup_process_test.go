@@ -252,7 +252,11 @@ func TestLookupConcurrentSignUps(t *testing.T) {
 	for i := range 16 {
 		bursts = append(bursts, fmt.Sprintf("burst%02d", i))
 	}
-	err = signUpBursts(ctx, e.db, bursts, 16, func(o signUpOutcome) { all = append(all, o) })
+	err = signUpBursts(ctx, e.db, bursts, 16, func(o signUpOutcome) {
+		mu.Lock()
+		defer mu.Unlock()
+		all = append(all, o)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
