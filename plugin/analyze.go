@@ -206,6 +206,16 @@ func fragmentOf(sql string) *fragment {
 // column names a condition's column if it is the model's primary key or
 // shard field, and returns that field's key kind (0: neither).
 func (m *model) column(stmt *gorm.Statement, c any) keyKind {
+	name, ok := m.columnName(stmt, c)
+	if !ok {
+		return 0
+	}
+	return m.columnKind(name)
+}
+
+// columnName returns the name of a condition's column of the model's own
+// table.
+func (m *model) columnName(stmt *gorm.Statement, c any) (string, bool) {
 	var table, name string
 	switch col := c.(type) {
 	case string:
@@ -220,12 +230,9 @@ func (m *model) column(stmt *gorm.Statement, c any) keyKind {
 			table, name = splitColumn(raw)
 		}
 	default:
-		return 0
+		return "", false
 	}
-	if !m.ownTable(stmt, table) {
-		return 0
-	}
-	return m.columnKind(name)
+	return name, m.ownTable(stmt, table)
 }
 
 func (m *model) ownTable(stmt *gorm.Statement, table string) bool {

@@ -19,7 +19,8 @@ LEFT JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.name AND c.relk
 GROUP BY t.name`
 
 // checkTables checks, once at start-up, that every registered model's
-// table exists in each shard schema of each server, so that a model
+// table, and each lookup table of its shard:"lookup" columns, exists in
+// each shard schema of each server, so that a model
 // whose table no per-shard SQL creates fails here, with what to do,
 // instead of at its first statement. A server that does not answer is
 // skipped: it is checked by its first statement instead.
@@ -28,8 +29,11 @@ func (p *Plugin) checkTables(ctx context.Context, snap *router.Snapshot) error {
 		ctx = context.Background()
 	}
 	tables := make([]string, 0, len(p.byTable))
-	for t := range p.byTable {
+	for t, m := range p.byTable {
 		tables = append(tables, t)
+		for _, lc := range m.lookups {
+			tables = append(tables, lc.table)
+		}
 	}
 	for _, srv := range snap.Servers() {
 		shards := snap.ShardsOn(srv.Name)

@@ -55,6 +55,7 @@ type Like struct {
 // generator and a gorm.DB whose default connection is an empty database.
 type env struct {
 	cat     *router.Catalog
+	catDSN  string
 	r       *router.Router
 	gen     *idgen.Generator
 	db      *gorm.DB
@@ -74,6 +75,7 @@ type envOpts struct {
 	one    bool                       // one server (cluster 0) instead of two
 	four   bool                       // four servers (databases on the two clusters) instead of two
 	dsnOf  func(server string) string // a server's database, when not on the shared clusters ("" for those)
+	models []any                      // models registered besides the default ones
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -89,7 +91,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.four {
 		e.servers = []string{"a", "b", "c", "d"}
 	}
-	cat, err := router.OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
+	e.catDSN = pgtest.NewDatabase(t, 0)
+	cat, err := router.OpenCatalog(ctx, e.catDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +145,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.p = Register(cfg, &Photo{}, &Like{}, &Album{}, &Account{})
+	e.p = Register(cfg, append([]any{&Photo{}, &Like{}, &Album{}, &Account{}}, o.models...)...)
 	if err := e.db.Use(e.p); err != nil {
 		t.Fatal(err)
 	}

@@ -40,6 +40,7 @@ type model struct {
 	exprs     []clause.Expr
 	exprShard map[*clause.Expr]int // shard of each of exprs
 	p         *Plugin              // the plugin the model is registered with (its collations)
+	lookups   []*lookupCol         // columns tagged shard:"lookup"
 }
 
 // shardOfExpr returns the shard whose table expression the plugin set on
@@ -69,6 +70,14 @@ func parseModel(db *gorm.DB, value any, shards int) (*model, error) {
 	for _, f := range s.Fields {
 		tag := f.StructField.Tag.Get("shard")
 		if tag == "" {
+			continue
+		}
+		if tag == "lookup" {
+			lc, err := newLookupCol(m, f, shards)
+			if err != nil {
+				return nil, fmt.Errorf("shardkit: %w: %s.%s: %w", ErrInvalidModel, s.Name, f.Name, err)
+			}
+			m.lookups = append(m.lookups, lc)
 			continue
 		}
 		if m.key != nil {
@@ -119,7 +128,7 @@ func fieldKind(tag string, f *schema.Field) (keyKind, error) {
 		}
 		return 0, fmt.Errorf("shard:\"id\" on a %s: want a 64-bit integer ID", f.FieldType)
 	}
-	return 0, fmt.Errorf("unknown tag shard:%q (want \"key\" or \"id\")", tag)
+	return 0, fmt.Errorf("unknown tag shard:%q (want \"key\", \"id\" or \"lookup\")", tag)
 }
 
 // errZeroKey says a row's shard field is zero: the row has no shard key.

@@ -19,6 +19,7 @@ type Plugin struct {
 	models  []any
 	byTable map[string]*model // read-only after Initialize
 	pools   *pools
+	lookups *lookupPools // pools for lookup tables' statements
 	root    *rootPool
 	orig    originals
 	coll    collations // text collations per server (collation.go)
@@ -39,7 +40,8 @@ var _ gorm.Plugin = (*Plugin)(nil)
 // primary key. Tables of other models pass through untouched.
 func Register(cfg Config, models ...any) *Plugin {
 	cfg = cfg.withDefaults()
-	return &Plugin{cfg: cfg, router: cfg.Router, models: models, pools: &pools{cfg: &cfg}}
+	ps := &pools{cfg: &cfg}
+	return &Plugin{cfg: cfg, router: cfg.Router, models: models, pools: ps, lookups: &lookupPools{ps: ps}}
 }
 
 // Name is part of the gorm.Plugin interface.
@@ -106,7 +108,7 @@ func poison(db *gorm.DB, cause error) {
 
 // Close closes the pools of the physical servers. The default connection
 // belongs to the caller.
-func (p *Plugin) Close() error { return p.pools.close() }
+func (p *Plugin) Close() error { return errors.Join(p.pools.close(), p.lookups.close()) }
 
 func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 	cb := db.Callback()
@@ -138,6 +140,11 @@ func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 		{"delete", cb.Delete().Replace("gorm:delete", p.execWrite(p.orig.delete, true))},
 		{"row route", cb.Row().Before("gorm:row").Register("shardkit:route", p.route(opRow))},
 		{"raw route", cb.Raw().Before("gorm:raw").Register("shardkit:route", p.route(opRaw))},
+		{"create lookup reserve", cb.Create().After("shardkit:assign_id").Before("shardkit:route").Register("shardkit:lookup_reserve", p.lookupReserveCreate)},
+		{"update lookup reserve", cb.Update().After("gorm:before_update").Before("shardkit:route").Register("shardkit:lookup_reserve", p.lookupReserveUpdate)},
+		{"create lookup release", cb.Create().After("*").Register("shardkit:lookup_release", p.lookupRelease)},
+		{"update lookup release", cb.Update().After("*").Register("shardkit:lookup_release", p.lookupRelease)},
+		{"delete lookup release", cb.Delete().After("*").Register("shardkit:lookup_release", p.lookupCleanupDelete)},
 		{"create outcome", cb.Create().After("gorm:create").Register("shardkit:outcome", p.outcome)},
 		{"query outcome", cb.Query().After("gorm:query").Register("shardkit:outcome", p.outcome)},
 		{"update outcome", cb.Update().After("gorm:update").Register("shardkit:outcome", p.outcome)},

@@ -179,7 +179,7 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 		n.given++
 		return
 	}
-	if p.cfg.IDs == nil || n.dbOnly {
+	if n.dbOnly || p.cfg.IDs == nil && len(m.lookups) == 0 {
 		n.fallback++
 		return // DEFAULT next_id(), read back with RETURNING
 	}
@@ -187,7 +187,14 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 		fail(db, m, shard, fmt.Errorf("%w: Create needs a pointer to the row (or to a slice of rows) to fill its ID", ErrInvalidModel))
 		return
 	}
-	id, err := p.cfg.IDs.Next(ctx, shard)
+	var id int64
+	err = errNoIDSource
+	if p.cfg.IDs != nil {
+		id, err = p.cfg.IDs.Next(ctx, shard)
+	}
+	if err != nil && (errors.Is(err, errNoIDSource) || p.cfg.NoSlot(err)) && len(m.lookups) > 0 {
+		id, err = p.nextIDFromDB(ctx, snap, m, shard) // lookup rows need the ID first
+	}
 	if err != nil {
 		if p.cfg.NoSlot(err) {
 			n.fallback++
@@ -275,6 +282,9 @@ func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 		set, d.rows, err = m.createShards(db, d.snap, p.ownShard(stmt, cs.scope, cs.hasScope, m, d.snap))
 	} else {
 		set, plainWhere, err = m.shardsAndShape(db, o, cs, d.snap)
+		if err == nil && !set.known && hint < 0 && !cs.hasScope && len(m.lookups) > 0 {
+			set, err = p.lookupShards(db, m, cs, d.snap) // a lookup column's equality
+		}
 	}
 	if err == nil && hint >= 0 {
 		set = set.and(one(hint))

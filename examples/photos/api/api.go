@@ -28,6 +28,7 @@ func NewAPI(st *store.Store, log *slog.Logger) *API { return &API{st: st, log: l
 func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("POST /users", a.createUser)
 	mux.HandleFunc("GET /users/{id}", a.getUser)
+	mux.HandleFunc("GET /usernames/{username}", a.getUserByUsername)
 	mux.HandleFunc("POST /users/{id}/photos", a.createPhoto)
 	mux.HandleFunc("GET /users/{id}/photos", a.listPhotos)
 	mux.HandleFunc("POST /users/{id}/follows", a.follow)
@@ -50,13 +51,19 @@ type Page[T any] struct {
 
 func (a *API) createUser(w http.ResponseWriter, r *http.Request) {
 	var in struct {
-		Name string `json:"name"`
+		Name     string `json:"name"`
+		Username string `json:"username"`
 	}
 	if !decode(w, r, &in) {
 		return
 	}
-	u, err := a.st.CreateUser(r.Context(), in.Name)
+	u, err := a.st.CreateUser(r.Context(), in.Name, in.Username)
 	a.reply(w, r, http.StatusCreated, u, err)
+}
+
+func (a *API) getUserByUsername(w http.ResponseWriter, r *http.Request) {
+	u, err := a.st.GetUserByUsername(r.Context(), r.PathValue("username"))
+	a.reply(w, r, http.StatusOK, u, err)
 }
 
 func (a *API) getUser(w http.ResponseWriter, r *http.Request) {

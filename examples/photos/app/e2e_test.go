@@ -173,8 +173,9 @@ func id(t *testing.T, s string) int64 {
 }
 
 type userJSON struct {
-	ID   string `json:"id"`
-	Name string `json:"name"`
+	ID       string `json:"id"`
+	Name     string `json:"name"`
+	Username string `json:"username"`
 }
 
 type photoJSON struct {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
+	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -37,6 +38,36 @@ func TestService(t *testing.T) {
 		t.FailNow()
 	}
 	owner, liker := users[0], users[1]
+
+	t.Run("unique usernames", func(t *testing.T) {
+		var ada userJSON
+		f.mustCall(t, http.StatusCreated, "POST", "/users", map[string]string{"name": "Ada", "username": "Ada_L"}, &ada)
+		if ada.Username != "ada_l" {
+			t.Fatalf("created %+v, want username ada_l", ada)
+		}
+		f.mustCall(t, http.StatusConflict, "POST", "/users", map[string]string{"name": "Other Ada", "username": "ada_l"}, nil)
+		var got userJSON
+		f.mustCall(t, http.StatusOK, "GET", "/usernames/ADA_L", nil, &got)
+		if got != ada {
+			t.Fatalf("GET by username: %+v, created %+v", got, ada)
+		}
+		f.mustCall(t, http.StatusNotFound, "GET", "/usernames/nobody", nil, nil)
+		f.mustCall(t, http.StatusBadRequest, "GET", "/usernames/no-dashes", nil, nil)
+		// The lookup row lives in the username's shard, naming Ada.
+		var shards int
+		if err := f.catalog.QueryRow(context.Background(), `SELECT count(*) FROM shardkit.shard_map`).Scan(&shards); err != nil {
+			t.Fatal(err)
+		}
+		s, err := plugin.LookupShard("ada_l", shards)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var server string
+		if err := f.catalog.QueryRow(context.Background(), `SELECT server FROM shardkit.shard_map WHERE shard = $1`, s).Scan(&server); err != nil {
+			t.Fatal(err)
+		}
+		f.assertPlaced(t, s, server, "users_username_lookup", "value = $1 AND owner_id = $2", "ada_l", id(t, ada.ID))
+	})
 
 	t.Run("upload, get and list photos", func(t *testing.T) {
 		uid := id(t, owner.ID)

@@ -5,17 +5,22 @@ import (
 	"testing"
 
 	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/plugin"
 )
 
 // The files must be what migrations.Provision accepts: versioned names,
-// unqualified tables, every table keyed by a 64-bit ID from next_id().
+// unqualified tables, every table of version 1 keyed by a 64-bit ID from
+// next_id(); version 2 adds the username and its lookup table.
 func TestFilesAreValidMigrations(t *testing.T) {
 	vs, err := migrations.ReadVersions(FS)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(vs) != 1 || vs[0].Number != 1 || vs[0].Indexes == "" {
-		t.Fatalf("versions %+v, want version 1 with an indexes part", vs)
+	if len(vs) != 2 || vs[0].Number != 1 || vs[0].Indexes == "" || vs[1].Number != 2 {
+		t.Fatalf("versions %+v, want version 1 with an indexes part, and version 2", vs)
+	}
+	if !strings.Contains(vs[1].Tables, "CREATE TABLE "+plugin.LookupTable("users", "username")+" (") {
+		t.Error("version 2 lacks the username lookup table")
 	}
 	for _, table := range []string{"users", "photos", "likes", "follows"} {
 		if !strings.Contains(vs[0].Tables, "CREATE TABLE "+table+" (\n    id ") {
@@ -25,7 +30,7 @@ func TestFilesAreValidMigrations(t *testing.T) {
 	if n := strings.Count(vs[0].Tables, "bigint PRIMARY KEY DEFAULT next_id()"); n != 4 {
 		t.Errorf("%d tables take their IDs from next_id(), want 4", n)
 	}
-	if strings.Contains(withoutComments(vs[0].Tables+vs[0].Indexes), "shard_") {
+	if strings.Contains(withoutComments(vs[0].Tables+vs[0].Indexes+vs[1].Tables), "shard_") {
 		t.Error("per-shard SQL names a shard schema; names must be unqualified")
 	}
 }

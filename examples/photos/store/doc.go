@@ -8,7 +8,7 @@
 // like is tagged shard:"id" on its photo ID and lives with the photo.
 //
 //	st := store.New(db, rt) // db uses plugin.Register(plugin.Config{Router: rt, IDs: ids}, store.Models()...)
-//	u, err := st.CreateUser(ctx, "ada")
+//	u, err := st.CreateUser(ctx, "ada", "ada_l") // name, unique username (or "")
 //	p, err := st.CreatePhoto(ctx, store.Photo{UserID: u.ID, URL: "https://…"})
 //	feed, missing, err := st.Feed(ctx, followerID, 0, 20) // missing: shards of unavailable servers
 package store

@@ -7,8 +7,11 @@ import "time"
 // follows all live there (shard:"id" on each user-ID column), so one user's
 // data is one schema on one server.
 type User struct {
-	ID        int64     `gorm:"primaryKey;autoIncrement:false" shard:"id" json:"id,string"`
-	Name      string    `json:"name"`
+	ID   int64  `gorm:"primaryKey;autoIncrement:false" shard:"id" json:"id,string"`
+	Name string `json:"name"`
+	// Username is unique across all shards (see CreateUser); nil for
+	// users made without one.
+	Username  *string   `shard:"lookup" json:"username,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 }
 

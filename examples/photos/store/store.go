@@ -49,22 +49,51 @@ func clampLimit(n int) int {
 
 // CreateUser creates a user on a random logical shard: the user's ID comes
 // from the generator for that shard, so its shard bits name the user's home
-// shard, where the user's photos and follows will live too.
-func (s *Store) CreateUser(ctx context.Context, name string) (User, error) {
+// shard, where the user's photos and follows will live too. A username
+// (optional: "" for none) is unique across all shards, through the
+// plugin's lookup table; a taken one is ErrConflict.
+func (s *Store) CreateUser(ctx context.Context, name, username string) (User, error) {
 	name = strings.TrimSpace(name)
 	if err := checkText("name", name, true, MaxNameChars); err != nil {
 		return User{}, err
+	}
+	var handle *string
+	if username != "" {
+		username = strings.ToLower(username) // one user per spelling
+		if err := checkUsername(username); err != nil {
+			return User{}, err
+		}
+		handle = &username
 	}
 	// A user's shard key is its own ID: the Shard scope places the new
 	// row, and the plugin makes its ID there (in Go from the leased slot,
 	// or, with no usable slot — the catalog down —, by the shard's
 	// next_id(), read back).
 	shard := rand.IntN(s.rt.Snapshot().Shards)
-	u := User{Name: name}
-	if err := s.db.WithContext(ctx).Clauses(plugin.Shard(int64(shard))).Create(&u).Error; err != nil {
+	u := User{Name: name, Username: handle}
+	err := s.db.WithContext(ctx).Clauses(plugin.Shard(int64(shard))).Create(&u).Error
+	if errors.Is(err, plugin.ErrDuplicateLookup) {
+		return User{}, fmt.Errorf("%w: username %q is taken", ErrConflict, username)
+	}
+	if err != nil {
 		return User{}, err
 	}
 	return u, nil
+}
+
+// GetUserByUsername returns the user with a username: the plugin reads the
+// username's lookup row, then the user on its home shard.
+func (s *Store) GetUserByUsername(ctx context.Context, username string) (User, error) {
+	username = strings.ToLower(username)
+	if err := checkUsername(username); err != nil {
+		return User{}, err
+	}
+	var u User
+	err := s.db.WithContext(ctx).Where("username = ?", username).Take(&u).Error
+	if isNotFound(err) {
+		return User{}, fmt.Errorf("%w: user @%s", ErrNotFound, username)
+	}
+	return u, err
 }
 
 // GetUser returns a user by ID.

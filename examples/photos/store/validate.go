@@ -59,3 +59,19 @@ func (s *Store) checkID(field string, id int64) error {
 	}
 	return nil
 }
+
+// MaxUsernameChars bounds a username.
+const MaxUsernameChars = 30
+
+// checkUsername accepts 1 to MaxUsernameChars of a-z, 0-9 and _.
+func checkUsername(s string) error {
+	if s == "" || len(s) > MaxUsernameChars {
+		return fmt.Errorf("%w: username must have 1 to %d characters", ErrInvalid, MaxUsernameChars)
+	}
+	for _, c := range s {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '_' {
+			return fmt.Errorf("%w: username may hold only a-z, 0-9 and _", ErrInvalid)
+		}
+	}
+	return nil
+}
