@@ -116,12 +116,18 @@ func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
 	if mc.done(StepFenced) && !mc.done(StepFlipped) {
 		mv.log.Warn("shardkit: resuming inside the fenced window", "move", m.ID, "shard", m.Shard, "step", m.Step)
 	}
-	err := mv.runCutover(ctx, mc, cutoverPlan{
+	return mv.runCutover(ctx, mc, mv.forwardPlan(mc))
+}
+
+// forwardPlan is the cutover of a move: from the source to the target.
+func (mv *Mover) forwardPlan(mc *moveCtx) cutoverPlan {
+	m := mc.m
+	return cutoverPlan{
 		from: mc.src, to: mc.tgt, fromName: m.Source, toName: m.Target, slot: mc.n.fwd,
-		fenced: StepFenced, barrier: StepBarrier, applied: StepApplied, sequences: StepSequences, flipped: StepFlipped,
+		fenced: StepFenced, barrier: StepBarrier, applied: StepApplied, sequences: StepSequences,
+		sealed: StepSealed, flipped: StepFlipped,
 		captureTargetLSN: true,
 		// The reverse slot stays: the next cutover captures a new target LSN.
 		abortState: router.StateMoving, abortStep: StepCaughtUp, what: "cutover",
-	})
-	return err
+	}
 }

@@ -1,0 +1,338 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// fenceOn reads the barrier of a shard's schema on a server.
+func (e *env) fenceOn(t *testing.T, server string, shard int) fenceBody {
+	t.Helper()
+	var src string
+	var left *float64
+	err := e.pools[server].QueryRow(context.Background(), sqlFenceBody, ident(router.SchemaName(shard), barrierName)).Scan(&src, &left)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseFenceBody(src, left)
+}
+
+// lapseInCatalog moves the catalog's fence deadline of a fenced shard into
+// the past, as if the catalog's clock had run past it: the fence watcher
+// then asks the shard's server, whose clock decides.
+func (e *env) lapseInCatalog(t *testing.T, shard int) {
+	t.Helper()
+	tag, err := e.cat.Pool().Exec(context.Background(),
+		`UPDATE shardkit.shard_map SET fence_until = now() - interval '1 millisecond' WHERE shard = $1 AND state = 'fenced'`, shard)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Errorf("lapse the fence of shard %d in the catalog: %v (%d rows)", shard, err, tag.RowsAffected())
+	}
+}
+
+// waitLapsedOn waits until the barrier on server no longer holds a lease
+// (its deadline passed on the server's clock).
+func (e *env) waitLapsedOn(t *testing.T, server string, shard int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for b := e.fenceOn(t, server, shard); b.held(); b = e.fenceOn(t, server, shard) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the lease on %s still holds after a minute", server)
+		}
+		time.Sleep(b.left + time.Millisecond)
+	}
+}
+
+// rawInsert writes a photo straight into a shard's schema on a server, as
+// a router with a stale map would.
+func (e *env) rawInsert(ctx context.Context, server string, shard int, caption string) (int64, error) {
+	var id int64
+	err := e.pools[server].QueryRow(ctx, `INSERT INTO `+ident(router.SchemaName(shard), "photos")+
+		` (user_id, caption) VALUES ($1, $2) RETURNING id`, shard+e.shards, caption).Scan(&id)
+	return id, err
+}
+
+// hasPhoto reports whether a photo is in a shard's schema on a server.
+func (e *env) hasPhoto(t *testing.T, server string, shard int, id int64) bool {
+	t.Helper()
+	var ok bool
+	err := e.pools[server].QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM `+ident(router.SchemaName(shard), "photos")+
+		` WHERE id = $1)`, id).Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// TestFenceLeaseLapsesBeforeSeal: a cutover whose lease lapses before its
+// seal (a writer that ignores the map got a row in on the source after the
+// deadline) does not flip, returns ErrFenceLapsed and leaves the shard
+// writable on its source; a resume then moves it with that row.
+func TestFenceLeaseLapsesBeforeSeal(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 2) // shard 0 on s0
+	seedPhotos(t, e, 0, 500)
+	var late int64
+	var armed atomic.Bool
+	armed.Store(true)
+	mv := e.mover(t, Config{FenceLease: 2 * time.Second, Hook: func(_ Move, s Step, done bool) {
+		if s != StepSealed || done || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// Refused while the lease holds, then taken.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			id, err := e.rawInsert(ctx, "s0", 0, "after the lease")
+			if err == nil {
+				late = id
+				return
+			}
+			if !router.IsFenceError(err) || time.Now().After(deadline) {
+				t.Errorf("write on the source while the lease runs out: %v", err)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}})
+	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
+	if !errors.Is(err, ErrFenceLapsed) {
+		t.Fatalf("move with a lapsed lease: err = %v, want ErrFenceLapsed", err)
+	}
+	var me *MoveError
+	if !errors.As(err, &me) || me.Step != StepSealed {
+		t.Errorf("err = %v, want a *MoveError at step %s", err, StepSealed)
+	}
+	if p := e.placement(t, 0); p.Server != "s0" || p.State != router.StateMoving {
+		t.Errorf("after the lapse shard 0 is %s on %s, want moving on s0", p.State, p.Server)
+	}
+	if open, err := mv.j.open(ctx, 0); err != nil || open.Step != StepCaughtUp || open.State != StateRunning {
+		t.Errorf("journal after the lapse: %s at %s (%v), want running at %s", open.State, open.Step, err, StepCaughtUp)
+	}
+	if b := e.fenceOn(t, "s0", 0); b.kind != fenceReleased {
+		t.Errorf("source barrier %q, want released", b.kind)
+	}
+	if _, err := e.rawInsert(ctx, "s0", 0, "after the abort"); err != nil {
+		t.Errorf("write on the source after the abort: %v", err)
+	}
+
+	mv2 := e.mover(t, Config{})
+	if m, err = mv2.Resume(ctx, m.Shard); err != nil || m.State != StateReversible {
+		t.Fatalf("resume: %v (%s)", err, m.State)
+	}
+	if !e.hasPhoto(t, "s1", 0, late) {
+		t.Errorf("photo %d written on the source after the lease is not on the target", late)
+	}
+	if _, err := mv2.Verify(ctx, 0); err != nil {
+		t.Errorf("verify: %v", err)
+	}
+	if _, err := e.rawInsert(ctx, "s0", 0, "after the flip"); !router.IsFenceError(err) {
+		t.Errorf("write on the old home after the flip: err = %v, want the fence", err)
+	}
+	if _, err := mv2.Complete(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFenceWatcherRacesMover runs the fence watcher against a live mover
+// at its seal: whichever of the two gets the source's locks first decides,
+// and either way the shard ends with one home and every write.
+func TestFenceWatcherRacesMover(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 2) // shard 0 on s0, shard 1 on s1
+	seedPhotos(t, e, 0, 500)
+	w := newRawWriter(t, e, []int{0, 1})
+	w.via = newPluginOpsWait(t, e, w.r, time.Minute)
+	stop := w.run(ctx)
+	defer stop()
+	watcher := e.mover(t, Config{})
+
+	cases := []struct {
+		name  string
+		step  Step // the watcher runs before this step
+		lease time.Duration
+		// lapse waits for the source's lease to lapse before the watcher runs.
+		lapse bool
+		want  string // what the watcher does
+		err   error  // what the mover returns
+	}{
+		{"watcher releases before the seal", StepSealed, 2 * time.Second, true, "released", ErrFenceLapsed},
+		{"seal before the watcher", StepFlipped, 0, false, "flipped", nil},
+		{"watcher while the source's lease holds", StepSealed, 0, false, "held", nil},
+	}
+	for _, c := range cases {
+		from := e.placement(t, 0).Server
+		to := map[string]string{"s0": "s1", "s1": "s0"}[from]
+		var got []FenceRelease
+		var werr error
+		var armed atomic.Bool
+		armed.Store(true)
+		mv := e.mover(t, Config{FenceLease: c.lease, Hook: func(_ Move, s Step, done bool) {
+			if s != c.step || done || !armed.CompareAndSwap(true, false) {
+				return
+			}
+			e.lapseInCatalog(t, 0)
+			if c.lapse {
+				e.waitLapsedOn(t, from, 0)
+			}
+			got, werr = watcher.ReleaseLapsedFences(ctx)
+		}})
+		m, err := mv.Move(ctx, 0, to, MoveOptions{})
+		if werr != nil || len(got) != 1 || got[0].Action != c.want || got[0].Server != from {
+			t.Errorf("%s: watcher did %+v (%v), want %s on %s", c.name, got, werr, c.want, from)
+		}
+		if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+			t.Fatalf("%s: move: err = %v, want %v", c.name, err, c.err)
+		}
+		p := e.placement(t, 0)
+		if err == nil {
+			if p.Server != to || p.State != router.StateActive || m.State != StateReversible {
+				t.Errorf("%s: shard 0 %s on %s, move %s; want active on %s, reversible", c.name, p.State, p.Server, m.State, to)
+			}
+			if _, err := e.rawInsert(ctx, from, 0, "stale"); !router.IsFenceError(err) {
+				t.Errorf("%s: write on the old home: err = %v, want the fence", c.name, err)
+			}
+		} else {
+			if p.Server != from || p.State != router.StateMoving {
+				t.Errorf("%s: shard 0 %s on %s, want moving on %s", c.name, p.State, p.Server, from)
+			}
+			if m, err = watcher.Resume(ctx, 0); err != nil {
+				t.Fatalf("%s: resume: %v", c.name, err)
+			}
+		}
+		resume := w.hold() // Verify compares copies at rest
+		if _, err := watcher.Verify(ctx, 0); err != nil {
+			t.Errorf("%s: verify: %v", c.name, err)
+		}
+		resume()
+		if _, err := watcher.Complete(ctx, 0); err != nil {
+			t.Fatalf("%s: complete: %v", c.name, err)
+		}
+		t.Logf("%s: move %d, watcher %s", c.name, m.ID, c.want)
+	}
+	stop()
+	w.check(t)
+	if left := e.leftovers(t); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	t.Logf("writer: %d ops, longest write %v", w.ops, w.maxWait)
+}
+
+// TestKillMoverThenWatchFences kills the mover at every step of the fenced
+// window and resumes nothing: the fence watcher alone makes the shard
+// writable again through the plugin, within the lease and its interval,
+// with one writable home; then the move is resumed (or rolled back) and
+// nothing the writers were told was written is lost or doubled.
+func TestKillMoverThenWatchFences(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 2) // shard 0 on s0, shard 1 on s1
+	seedPhotos(t, e, 0, 1000)
+	const lease, interval = 3 * time.Second, 200 * time.Millisecond
+	mv := e.mover(t, Config{})
+	wctx, cancel := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	go func() { watched <- mv.WatchFences(wctx, interval) }()
+	defer func() { cancel(); <-watched }()
+
+	w := newRawWriter(t, e, []int{0, 1})
+	w.via = newPluginOpsWait(t, e, w.r, 2*time.Minute) // writes wait out a dead mover's fence
+	probe := newPluginOpsWait(t, e, w.r, 2*time.Minute)
+	stop := w.run(ctx)
+	defer stop()
+
+	type kill struct {
+		op    string
+		step  Step
+		atEnd bool
+	}
+	kills := []kill{
+		{"move", StepFenced, true}, {"move", StepBarrier, false}, {"move", StepBarrier, true},
+		{"move", StepApplied, true}, {"move", StepSequences, true}, {"move", StepSealed, true},
+		{"rollback", StepRbApplied, true}, {"rollback", StepRbSealed, true},
+	}
+	// The lease counts from the barrier, before the kill: a write waits at
+	// most the lease, the watcher's interval and the time they take on a
+	// loaded machine.
+	bound := lease + interval + 15*time.Second
+	for i, k := range kills {
+		name := fmt.Sprintf("%s_%s_%v", k.op, k.step, k.atEnd)
+		from := e.placement(t, 0).Server
+		to := map[string]string{"s0": "s1", "s1": "s0"}[from]
+		src, tgt := from, to
+		if k.op == "rollback" {
+			if _, err := mv.Move(ctx, 0, to, MoveOptions{}); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			src, tgt = to, from // the rollback cuts over from the target
+		}
+		runChildLease(t, e, k.op, 0, to, k.step, k.atEnd, lease)
+		killed := time.Now()
+		id, err := probe.insert(ctx, 0, int64(e.shards), "probe "+name)
+		took := time.Since(killed)
+		if err != nil {
+			t.Fatalf("%s: write through the plugin after the kill: %v", name, err)
+		}
+		if took > bound {
+			t.Errorf("%s: first write after the kill took %v, bound %v", name, took, bound)
+		}
+		// One writable home: the probe is where the map says, and the other
+		// side refuses writes (or holds no copy of the shard).
+		p := e.placement(t, 0)
+		other := map[string]string{"s0": "s1", "s1": "s0"}[p.Server]
+		if p.State == router.StateFenced || !e.hasPhoto(t, p.Server, 0, id) {
+			t.Errorf("%s: probe %d not on the map's home %s (%s)", name, id, p.Server, p.State)
+		}
+		sealed := k.step == StepSealed || k.step == StepRbSealed
+		if want := map[bool]string{true: tgt, false: src}[sealed]; p.Server != want {
+			t.Errorf("%s: shard 0 on %s after the watcher, want %s", name, p.Server, want)
+		}
+		// A forward move's target never carries a barrier: it is not in the map.
+		if e.schemaOn(t, other, 0) && !(k.op == "move" && other == to) {
+			if _, err := e.rawInsert(ctx, other, 0, "stale"); !router.IsFenceError(err) {
+				t.Errorf("%s: write on %s, not the shard's home: err = %v, want the fence", name, other, err)
+			}
+		}
+		t.Logf("%s: writable again after %v, shard 0 %s on %s", name, took.Round(time.Millisecond), p.State, p.Server)
+
+		// Then the move goes on, or back.
+		var m Move
+		switch {
+		case k.op == "rollback" && p.Server == src:
+			m, err = mv.Rollback(ctx, 0) // released: roll back again
+		case k.op == "rollback":
+			m, err = mv.Resume(ctx, 0) // flipped back to the source: finish the rollback
+		default:
+			if m, err = mv.Resume(ctx, 0); err == nil {
+				resume := w.hold() // Verify compares copies at rest
+				_, err = mv.Verify(ctx, 0)
+				resume()
+				if err == nil {
+					if i%2 == 0 {
+						m, err = mv.Complete(ctx, 0)
+					} else {
+						m, err = mv.Rollback(ctx, 0)
+					}
+				}
+			}
+		}
+		if err != nil {
+			t.Fatalf("%s: finishing the move: %v", name, err)
+		}
+		if m.Open() {
+			t.Fatalf("%s: move %d still %s", name, m.ID, m.State)
+		}
+		if p := e.placement(t, 0); p.State != router.StateActive {
+			t.Errorf("%s: shard 0 is %s", name, p.State)
+		}
+	}
+	stop()
+	w.check(t)
+	if left := e.leftovers(t); len(left) > 0 {
+		t.Errorf("left behind: %v", left)
+	}
+	t.Logf("writer: %d ops, %d failed, longest write %v", w.ops, len(w.failures), w.maxWait)
+}
