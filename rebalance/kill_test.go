@@ -30,7 +30,8 @@ func TestMoverChild(t *testing.T) {
 	// The cutover wait is not what this test is about: on a loaded machine
 	// the default 10 s has run out before the step the child dies at.
 	lease, _ := time.ParseDuration(os.Getenv("CHILD_LEASE")) // "" is 0: the default
-	mv, err := New(Config{Catalog: cat, CutoverTimeout: time.Minute, FenceLease: lease, Hook: func(_ Move, s Step, done bool) {
+	lag, _ := time.ParseDuration(os.Getenv("CHILD_CUTOVER_LAG"))
+	mv, err := New(Config{Catalog: cat, CutoverTimeout: time.Minute, FenceLease: lease, CutoverLag: lag, Hook: func(_ Move, s Step, done bool) {
 		if s == kill && done == phase {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
@@ -63,8 +64,9 @@ func runChild(t *testing.T, e *env, op string, shard int, target string, step St
 	runChildLease(t, e, op, shard, target, step, atEnd, 0)
 }
 
-// runChildLease is runChild with the child's Config.FenceLease (0: default).
-func runChildLease(t *testing.T, e *env, op string, shard int, target string, step Step, atEnd bool, lease time.Duration) {
+// runChildLease is runChild with the child's Config.FenceLease (0: default)
+// and more of its environment (CHILD_CUTOVER_LAG: Config.CutoverLag).
+func runChildLease(t *testing.T, e *env, op string, shard int, target string, step Step, atEnd bool, lease time.Duration, env ...string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMoverChild$", "-test.count=1")
 	phase := "begin"
@@ -73,6 +75,7 @@ func runChildLease(t *testing.T, e *env, op string, shard int, target string, st
 	}
 	cmd.Env = append(os.Environ(), childEnv+"=1", "CHILD_CATALOG="+e.catalogDSN, "CHILD_OP="+op,
 		"CHILD_SHARD="+strconv.Itoa(shard), "CHILD_TARGET="+target, "CHILD_KILL="+string(step), "CHILD_PHASE="+phase, "CHILD_LEASE="+lease.String())
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {

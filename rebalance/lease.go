@@ -424,3 +424,35 @@ func (mv *Mover) WatchFences(ctx context.Context, interval time.Duration) error 
 		}
 	}
 }
+
+// Fence is a shard fenced by an online move's cutover, as the catalog
+// records it.
+type Fence struct {
+	Shard  int
+	Server string
+	Until  time.Time     // when the lease lapses, on the catalog's clock
+	Left   time.Duration // until then (negative: lapsed; the fence watcher ends it)
+}
+
+const sqlFences = `SELECT shard, server, fence_until, extract(epoch FROM fence_until - now())::float8
+	FROM shardkit.shard_map WHERE state = 'fenced' AND fence_until IS NOT NULL ORDER BY shard`
+
+// Fences returns the shards fenced under a lease now: what `shardctl
+// status` shows next to the moves.
+func Fences(ctx context.Context, cat *router.Catalog) ([]Fence, error) {
+	rows, err := cat.Pool().Query(ctx, sqlFences)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: read fenced shards: %w", err)
+	}
+	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fence, error) {
+		var f Fence
+		var left float64
+		err := r.Scan(&f.Shard, &f.Server, &f.Until, &left)
+		f.Left = time.Duration(left * float64(time.Second))
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: read fenced shards: %w", err)
+	}
+	return fs, nil
+}
