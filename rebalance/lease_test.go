@@ -181,6 +181,46 @@ func TestFenceLease(t *testing.T) {
 		}
 		t.Logf("%s: move %d, watcher %q", c.name, m.ID, c.want)
 	}
+
+	// Then no hook: the watcher polls without pause while a mover whose
+	// lease is about as long as a fenced window on a loaded machine cuts
+	// over, so they meet at whatever point the timing gives. Each attempt
+	// seals and flips, or lapses and is resumed; nothing else may happen.
+	wctx, cancel := context.WithCancel(ctx)
+	watched := make(chan error, 1)
+	go func() { watched <- watcher.WatchFences(wctx, time.Millisecond) }()
+	from := e.placement(t, 0).Server
+	to := map[string]string{"s0": "s1", "s1": "s0"}[from]
+	mv := e.mover(t, Config{FenceLease: 40 * time.Millisecond})
+	m, err := mv.Move(ctx, 0, to, MoveOptions{})
+	lapses := 0
+	for ; errors.Is(err, ErrFenceLapsed) && lapses < 10; lapses++ {
+		m, err = mv.Resume(ctx, 0)
+	}
+	cancel()
+	<-watched
+	if errors.Is(err, ErrFenceLapsed) { // the machine is too slow for the lease: finish with the default
+		m, err = watcher.Resume(ctx, 0)
+	}
+	if err != nil || m.State != StateReversible {
+		t.Fatalf("racing the watcher: %v (%s)", err, m.State)
+	}
+	if p := e.placement(t, 0); p.Server != to || p.State != router.StateActive {
+		t.Errorf("racing the watcher: shard 0 %s on %s, want active on %s", p.State, p.Server, to)
+	}
+	if _, err := e.rawInsert(ctx, from, 0, "stale"); !router.IsFenceError(err) {
+		t.Errorf("racing the watcher: write on the old home: err = %v, want the fence", err)
+	}
+	resume := w.hold()
+	if _, err := watcher.Verify(ctx, 0); err != nil {
+		t.Errorf("racing the watcher: verify: %v", err)
+	}
+	resume()
+	if _, err := watcher.Complete(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("racing the watcher: move %d cut over after %d lapsed attempts (lease 40ms)", m.ID, lapses)
+
 	stop()
 	w.check(t)
 	if left := e.leftovers(t); len(left) > 0 {
