@@ -40,7 +40,7 @@ const (
 	// barrier would reach the target only at the WAL writer's next round
 	// (wal_writer_delay, 200 ms by default), all inside the fenced window.
 	sqlLockWait  = `SET LOCAL lock_timeout = '5s'; SET LOCAL synchronous_commit = on`
-	sqlBarrierOn = `SELECT pg_current_wal_lsn()::text`
+	sqlBarrierOn = `SELECT pg_current_wal_insert_lsn()::text`
 	// The fence function's body names the SQLSTATE shared with the plugin.
 	// This barrier has no lease (an offline move's, held for the copy).
 	sqlFenceFunc = `CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
@@ -198,7 +198,13 @@ func waitClockPastNewestID(ctx context.Context, p *pgxpool.Pool, schema string, 
 // names it back, so a barrier that ran elsewhere cannot pass unnoticed.
 const (
 	sqlBarrierSettings = `SET LOCAL lock_timeout = '%dms'; SET LOCAL synchronous_commit = on; SET LOCAL search_path = %s`
-	sqlBarrierLSN      = `SELECT current_schema()::text, pg_current_wal_lsn()::text`
+	// The insert position, not pg_current_wal_lsn() (the write position):
+	// with asynchronous commit a write acknowledged just before the barrier
+	// may have its commit record in WAL buffers only, past the write
+	// position, and a final LSN before it would let the flip (and a
+	// rollback's cleanup) come before the replica applied that write. The
+	// barrier's synchronous commit flushes everything up to it.
+	sqlBarrierLSN = `SELECT current_schema()::text, pg_current_wal_insert_lsn()::text`
 	sqlBarrierSeqs     = `SELECT sequencename::text, coalesce(last_value, 0)::text FROM pg_sequences
 	WHERE schemaname = current_schema() ORDER BY sequencename`
 )

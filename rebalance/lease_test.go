@@ -353,3 +353,97 @@ func TestKillMoverThenWatchFences(t *testing.T) {
 	}
 	t.Logf("writer: %d ops, %d failed, longest write %v", w.ops, len(w.failures), w.maxWait)
 }
+
+// TestFenceBodies walks a barrier through its bodies on one server: the
+// lease refuses writes until its deadline only, the seal refuses for good
+// and only over its own unlapsed lease, a release lets writes in and makes
+// a later seal fail.
+func TestFenceBodies(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 1, 1, 1)
+	schema := router.SchemaName(0)
+	pool := e.pools["s0"]
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	write := func() error { _, err := e.rawInsert(ctx, "s0", 0, "body"); return err }
+	install := func(token string, lease time.Duration) {
+		t.Helper()
+		sql, _, err := barrierSQL(ctx, pool, schema, time.Second, token, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := write(); err != nil {
+			t.Fatalf("write with the barrier prepared: %v", err)
+		}
+		if _, err := runBarrier(ctx, conn, schema, sql, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tables, err := listTables(ctx, pool, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A lease that holds: refused; another attempt's seal fails; its own seals.
+	install("aa01", time.Hour)
+	if b := e.fenceOn(t, "s0", 0); b.kind != fenceLease || !b.held() {
+		t.Fatalf("body %+v, want a lease that holds", b)
+	}
+	if err := write(); !router.IsFenceError(err) {
+		t.Fatalf("write under the lease: %v, want the fence", err)
+	}
+	if err := runSeal(ctx, conn, schema, sealSQL(schema, "bb02", tables, time.Second)); !errors.Is(err, ErrFenceLapsed) {
+		t.Errorf("seal of another attempt: %v, want ErrFenceLapsed", err)
+	}
+	if err := runSeal(ctx, conn, schema, sealSQL(schema, "aa01", tables, time.Second)); err != nil {
+		t.Fatalf("seal: %v", err)
+	}
+	if err := write(); !router.IsFenceError(err) {
+		t.Errorf("write after the seal: %v, want the fence", err)
+	}
+	// A sealed barrier is neither released nor prepared over.
+	if b, err := releaseBarrier(ctx, pool, schema, true); err != nil || b.kind != fenceSealed {
+		t.Errorf("release of a sealed barrier: %+v %v", b, err)
+	}
+	if _, _, err := barrierSQL(ctx, pool, schema, time.Second, "cc03", time.Hour); !errors.Is(err, ErrFenceLapsed) {
+		t.Errorf("preparing over a sealed barrier: %v, want ErrFenceLapsed", err)
+	}
+	if err := removeBarrier(ctx, pool, schema); err != nil {
+		t.Fatal(err)
+	}
+
+	// A lease that lapsed: writes go through, the seal fails.
+	install("dd04", 50*time.Millisecond)
+	e.waitLapsedOn(t, "s0", 0)
+	if err := write(); err != nil {
+		t.Errorf("write after the lease lapsed: %v", err)
+	}
+	if err := runSeal(ctx, conn, schema, sealSQL(schema, "dd04", tables, time.Second)); !errors.Is(err, ErrFenceLapsed) {
+		t.Errorf("seal after the lapse: %v, want ErrFenceLapsed", err)
+	}
+
+	// Released while it holds (a resume): writes go through, the seal
+	// fails, and so does that attempt's barrier.
+	install("ee05", time.Hour)
+	if b, err := releaseBarrier(ctx, pool, schema, false); err != nil || b.kind != fenceLease {
+		t.Fatalf("release without force: %+v %v", b, err)
+	}
+	if err := write(); !router.IsFenceError(err) {
+		t.Errorf("a lease that holds was released without force: %v", err)
+	}
+	if _, err := releaseBarrier(ctx, pool, schema, true); err != nil {
+		t.Fatal(err)
+	}
+	if b := e.fenceOn(t, "s0", 0); b.kind != fenceReleased {
+		t.Errorf("body %+v after the release, want released", b)
+	}
+	if err := write(); err != nil {
+		t.Errorf("write after the release: %v", err)
+	}
+	if err := runSeal(ctx, conn, schema, sealSQL(schema, "ee05", tables, time.Second)); !errors.Is(err, ErrFenceLapsed) {
+		t.Errorf("seal after the release: %v, want ErrFenceLapsed", err)
+	}
+}

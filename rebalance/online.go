@@ -108,14 +108,11 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx, deferIndexes boo
 }
 
 // cutover fences the shard, stops writes on the source, waits for the
-// target to apply everything, carries the sequences and flips the map. Any
-// failure before the flip aborts: barrier removed, shard unfenced, and the
-// journal back at caught_up, so a resume tries again.
+// target to apply everything, carries the sequences, seals the barrier and
+// flips the map. Any failure before the seal aborts: barrier released,
+// shard unfenced, and the journal back at caught_up, so a resume tries
+// again.
 func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
-	m := mc.m
-	if mc.done(StepFenced) && !mc.done(StepFlipped) {
-		mv.log.Warn("shardkit: resuming inside the fenced window", "move", m.ID, "shard", m.Shard, "step", m.Step)
-	}
 	return mv.runCutover(ctx, mc, mv.forwardPlan(mc))
 }
 

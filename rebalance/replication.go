@@ -257,7 +257,10 @@ func waitSlotReachedOn(ctx context.Context, conn *pgxpool.Conn, slot, lsn string
 // position just before it: once a slot's consumer confirmed that position,
 // it is as current as the serving side was when the probe ran. One
 // simple-protocol round trip, one implicit transaction.
-const sqlProbe = `SET LOCAL synchronous_commit = on; SELECT txid_current(); SELECT pg_current_wal_lsn()::text`
+// The position is the insert position: with asynchronous commit, changes
+// acknowledged before the probe may not be written out yet (see
+// sqlBarrierLSN).
+const sqlProbe = `SET LOCAL synchronous_commit = on; SELECT txid_current(); SELECT pg_current_wal_insert_lsn()::text`
 
 // probeLSN runs sqlProbe.
 func probeLSN(ctx context.Context, conn *pgxpool.Conn) (string, error) {
