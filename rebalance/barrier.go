@@ -204,8 +204,8 @@ const (
 	// position, and a final LSN before it would let the flip (and a
 	// rollback's cleanup) come before the replica applied that write. The
 	// barrier's synchronous commit flushes everything up to it.
-	sqlBarrierLSN = `SELECT current_schema()::text, pg_current_wal_insert_lsn()::text`
-	sqlBarrierSeqs     = `SELECT sequencename::text, coalesce(last_value, 0)::text FROM pg_sequences
+	sqlBarrierLSN  = `SELECT current_schema()::text, pg_current_wal_insert_lsn()::text`
+	sqlBarrierSeqs = `SELECT sequencename::text, coalesce(last_value, 0)::text FROM pg_sequences
 	WHERE schemaname = current_schema() ORDER BY sequencename`
 )
 
