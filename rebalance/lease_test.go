@@ -369,7 +369,7 @@ func TestFenceBodies(t *testing.T) {
 	}
 	defer conn.Release()
 	write := func() error { _, err := e.rawInsert(ctx, "s0", 0, "body"); return err }
-	install := func(token string, lease time.Duration) {
+	install := func(token string, lease time.Duration) string {
 		t.Helper()
 		sql, _, err := barrierSQL(ctx, pool, schema, time.Second, token, lease)
 		if err != nil {
@@ -381,6 +381,7 @@ func TestFenceBodies(t *testing.T) {
 		if _, err := runBarrier(ctx, conn, schema, sql, time.Second); err != nil {
 			t.Fatal(err)
 		}
+		return sql
 	}
 	tables, err := listTables(ctx, pool, schema)
 	if err != nil {
@@ -427,7 +428,7 @@ func TestFenceBodies(t *testing.T) {
 
 	// Released while it holds (a resume): writes go through, the seal
 	// fails, and so does that attempt's barrier.
-	install("ee05", time.Hour)
+	ee05 := install("ee05", time.Hour)
 	if b, err := releaseBarrier(ctx, pool, schema, false); err != nil || b.kind != fenceLease {
 		t.Fatalf("release without force: %+v %v", b, err)
 	}
@@ -445,5 +446,11 @@ func TestFenceBodies(t *testing.T) {
 	}
 	if err := runSeal(ctx, conn, schema, sealSQL(schema, "ee05", tables, time.Second)); !errors.Is(err, ErrFenceLapsed) {
 		t.Errorf("seal after the release: %v, want ErrFenceLapsed", err)
+	}
+	if _, err := runBarrier(ctx, conn, schema, ee05, time.Second); !errors.Is(err, ErrFenceLapsed) {
+		t.Errorf("barrier of a released attempt: %v, want ErrFenceLapsed", err)
+	}
+	if err := write(); err != nil {
+		t.Errorf("write after a released attempt's barrier: %v", err)
 	}
 }
