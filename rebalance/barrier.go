@@ -40,18 +40,13 @@ const (
 	// barrier would reach the target only at the WAL writer's next round
 	// (wal_writer_delay, 200 ms by default), all inside the fenced window.
 	sqlLockWait  = `SET LOCAL lock_timeout = '5s'; SET LOCAL synchronous_commit = on`
-	sqlBarrierOn = `SELECT pg_current_wal_lsn()::text`
+	sqlBarrierOn = `SELECT pg_current_wal_insert_lsn()::text`
 	// The fence function's body names the SQLSTATE shared with the plugin.
+	// This barrier has no lease (an offline move's, held for the copy).
 	sqlFenceFunc = `CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     RAISE EXCEPTION 'shardkit: shard schema %% has moved to another server; reload the shard map and retry there', TG_TABLE_SCHEMA
         USING ERRCODE = '` + router.FenceSQLState + `';
-END $fn$`
-	// sqlFenceFuncPass is the barrier's function before the barrier: it
-	// lets every write through (a statement trigger's result is ignored).
-	sqlFenceFuncPass = `CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
-BEGIN
-    RETURN NULL;
 END $fn$`
 	sqlFenceTrigger = `CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
     FOR EACH STATEMENT EXECUTE FUNCTION %s()`
@@ -203,8 +198,14 @@ func waitClockPastNewestID(ctx context.Context, p *pgxpool.Pool, schema string, 
 // names it back, so a barrier that ran elsewhere cannot pass unnoticed.
 const (
 	sqlBarrierSettings = `SET LOCAL lock_timeout = '%dms'; SET LOCAL synchronous_commit = on; SET LOCAL search_path = %s`
-	sqlBarrierLSN      = `SELECT current_schema()::text, pg_current_wal_lsn()::text`
-	sqlBarrierSeqs     = `SELECT sequencename::text, coalesce(last_value, 0)::text FROM pg_sequences
+	// The insert position, not pg_current_wal_lsn() (the write position):
+	// with asynchronous commit a write acknowledged just before the barrier
+	// may have its commit record in WAL buffers only, past the write
+	// position, and a final LSN before it would let the flip (and a
+	// rollback's cleanup) come before the replica applied that write. The
+	// barrier's synchronous commit flushes everything up to it.
+	sqlBarrierLSN  = `SELECT current_schema()::text, pg_current_wal_insert_lsn()::text`
+	sqlBarrierSeqs = `SELECT sequencename::text, coalesce(last_value, 0)::text FROM pg_sequences
 	WHERE schemaname = current_schema() ORDER BY sequencename`
 )
 
@@ -219,8 +220,9 @@ type barrierResult struct {
 }
 
 // barrierSQL builds the barrier statement of schema from its tables, and
-// creates the trigger function, before the fenced window.
-func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait time.Duration) (string, []string, error) {
+// creates the trigger function, before the fenced window. The barrier is
+// attempt token's, with a fence lease of lease (lease.go).
+func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait time.Duration, token string, lease time.Duration) (string, []string, error) {
 	tables, err := listTables(ctx, p, schema)
 	if err != nil {
 		return "", nil, err
@@ -231,15 +233,19 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait ti
 	// The triggers go in before the window, with a function that lets
 	// every write through; inside the window the barrier only locks the
 	// tables (waiting for running writes) and replaces the function's body
-	// with one that refuses: no DDL on the tables there. A write that gets
-	// its table lock after the barrier committed sees the new body (taking
-	// the lock processes the invalidation).
+	// with one that refuses until the lease's deadline: no DDL on the
+	// tables there. A write that gets its table lock after the barrier
+	// committed sees the new body (taking the lock processes the
+	// invalidation). A sealed barrier is never replaced here.
 	fn := ident(schema, barrierName)
-	pre := []string{fmt.Sprintf(sqlFenceFuncPass, fn)}
 	quoted := make([]string, len(tables))
 	for i, t := range tables {
 		quoted[i] = ident(schema, t)
-		pre = append(pre, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), quoted[i], fn))
+	}
+	pre := []string{"LOCK TABLE " + strings.Join(quoted, ", ") + " IN SHARE ROW EXCLUSIVE MODE",
+		fenceSQL(sqlFencePrepCheck, schema, token, 0), fenceSQL(sqlFenceBodyPass, schema, token, 0)}
+	for _, q := range quoted {
+		pre = append(pre, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), q, fn))
 	}
 	// Creating a trigger takes the same lock as the barrier: it waits for
 	// running writes and holds new ones behind it. So it waits at most
@@ -251,6 +257,9 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait ti
 		if err == nil {
 			break
 		}
+		if errors.As(err, &pe) && pe.Code == fenceLapsedSQLState {
+			return "", nil, fmt.Errorf("prepare the write barrier on %s: %w: %s", schema, ErrFenceLapsed, pe.Message)
+		}
 		if !errors.As(err, &pe) || pe.Code != "55P03" {
 			return "", nil, fmt.Errorf("prepare the write barrier on %s: %w", schema, err)
 		}
@@ -259,7 +268,7 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait ti
 		}
 	}
 	stmts := []string{sqlBarrierSettings, "LOCK TABLE " + strings.Join(quoted, ", ") + " IN SHARE ROW EXCLUSIVE MODE",
-		fmt.Sprintf(sqlFenceFunc, fn)}
+		fenceSQL(sqlFenceLease, schema, token, lease)}
 	newest, err := newestIDSQL(ctx, p, schema)
 	if err != nil {
 		return "", nil, err
@@ -275,6 +284,10 @@ func runBarrier(ctx context.Context, conn *pgxpool.Conn, schema, sql string, loc
 	var res barrierResult
 	sql = strings.Replace(sql, sqlBarrierSettings, fmt.Sprintf(sqlBarrierSettings, max(lockTimeout.Milliseconds(), 1), ident(schema)), 1)
 	results, err := conn.Conn().PgConn().Exec(ctx, sql).ReadAll()
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == fenceLapsedSQLState {
+		return res, fmt.Errorf("install write barrier on %s: %w: %s", schema, ErrFenceLapsed, pe.Message)
+	}
 	if err != nil {
 		return res, fmt.Errorf("install write barrier on %s: %w", schema, err)
 	}
@@ -311,26 +324,6 @@ func removeBarrierSQL(schema string, tables []string) string {
 	return strings.Join(stmts, ";\n")
 }
 
-// sqlCarryAndClock runs on the replica once it applied the final LSN, in
-// one round trip: its WAL position (reverse replication starts there), the
-// sequences carried as sqlCarry does, the newest ID and the clock. The
-// UNION of max(id) over the schema's tables is appended.
-const sqlCarryAndClock = `SELECT pg_current_wal_lsn()::text,
-	coalesce((SELECT max(setval(q.seq, greatest(u.val + $4, coalesce(pg_sequence_last_value(q.seq), 0)), true))
-		FROM unnest($2::text[], $3::bigint[]) AS u(name, val),
-		LATERAL (SELECT format('%%I.%%I', $1::text, u.name)::regclass AS seq) q), 0),
-	(SELECT coalesce(max(x), 0) FROM (%s) AS m(x)),
-	` + sqlClockMsExpr
-
-// carryAndClockSQL builds sqlCarryAndClock for the ID tables of schema.
-func carryAndClockSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
-	maxes, err := idMaxesSQL(ctx, p, schema)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf(sqlCarryAndClock, maxes), nil
-}
-
 // idMaxesSQL builds `SELECT 0 UNION ALL SELECT max(id) FROM …` over the
 // schema's tables with a bigint id column.
 func idMaxesSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
@@ -347,64 +340,6 @@ func idMaxesSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, er
 		parts = append(parts, "SELECT max(id) FROM "+ident(schema, t))
 	}
 	return strings.Join(parts, " UNION ALL "), nil
-}
-
-// carried is what sqlCarryAndClock returns.
-type carried struct {
-	lsn           string
-	seq           int64
-	newestMs, now int64
-}
-
-func carryAndClock(ctx context.Context, p *pgxpool.Conn, sql, schema string, b barrierResult, margin int64, layout idgen.Layout) (carried, error) {
-	var c carried
-	var id int64
-	names, vals := b.names, b.vals
-	if names == nil {
-		names, vals = []string{}, []int64{}
-	}
-	err := p.QueryRow(ctx, sql, pgx.QueryExecModeExec, schema, names, vals, margin).Scan(&c.lsn, &c.seq, &id, &c.now)
-	if err != nil {
-		return c, fmt.Errorf("carry sequences of %s: %w", schema, err)
-	}
-	if id > 0 {
-		c.newestMs = layout.UnixMsOf(id)
-	}
-	return c, nil
-}
-
-// waitClockPast waits until the server's clock is past ms, asking it again
-// after sleeping the difference.
-func waitClockPast(ctx context.Context, p *pgxpool.Conn, newestMs, now int64) error {
-	for now <= newestMs {
-		if err := sleep(ctx, time.Duration(newestMs-now+1)*time.Millisecond); err != nil {
-			return fmt.Errorf("wait for the clock to pass the newest ID (%d ms): %w", newestMs, err)
-		}
-		if err := p.QueryRow(ctx, `SELECT `+sqlClockMsExpr).Scan(&now); err != nil {
-			return fmt.Errorf("read the clock: %w", err)
-		}
-	}
-	return nil
-}
-
-// readSequences reads the schema's sequences on the serving side, for a
-// cutover resumed past its barrier (which read them the first time).
-func readSequences(ctx context.Context, p *pgxpool.Pool, schema string) (barrierResult, error) {
-	var res barrierResult
-	rows, err := p.Query(ctx, sqlSequences, schema)
-	if err != nil {
-		return res, fmt.Errorf("read sequences of %s: %w", schema, err)
-	}
-	var name string
-	var v int64
-	if _, err := pgx.ForEachRow(rows, []any{&name, &v}, func() error {
-		res.names, res.vals = append(res.names, name), append(res.vals, v)
-		return nil
-	}); err != nil {
-		return res, fmt.Errorf("read sequences of %s: %w", schema, err)
-	}
-	res.lsn = "resumed"
-	return res, nil
 }
 
 // newestIDSQL builds a query for the largest id over the schema's tables

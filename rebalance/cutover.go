@@ -23,7 +23,7 @@ type cutoverPlan struct {
 	slot             string // the replication slot on from that feeds to
 
 	// The journal steps of this direction.
-	fenced, barrier, applied, sequences, flipped Step
+	fenced, barrier, applied, sequences, sealed, flipped Step
 
 	// captureTargetLSN records, after the flip, to's WAL position at the end
 	// of the last change its subscription (named slot) applied, as
@@ -42,11 +42,12 @@ type cutoverPlan struct {
 }
 
 // runCutover runs the fenced window: map fenced, write barrier on from
-// with the final WAL position, wait until to has applied it, carry the
-// sequences and wait for to's clock, flip the map. Steps already journalled
-// are skipped. Any failure before the flip aborts, a cancelled ctx included
-// (Ctrl-C must not leave the shard fenced); only a killed process leaves
-// the fence up, for Resume or Rollback to finish.
+// with the final WAL position and a fence lease, wait until to has applied
+// it, carry the sequences and wait for to's clock, seal the barrier while
+// the lease holds, flip the map. Steps already journalled are skipped. Any
+// failure before the seal aborts, a cancelled ctx included (Ctrl-C must
+// not leave the shard fenced); a killed process leaves the fence up until
+// its lease lapses (Mover.WatchFences then ends it) or a resume ends it.
 func (mv *Mover) runCutover(ctx context.Context, mc *moveCtx, p cutoverPlan) error {
 	err := mv.fencedWindow(ctx, mc, p)
 	if err == nil || mc.done(p.flipped) {
@@ -55,30 +56,23 @@ func (mv *Mover) runCutover(ctx context.Context, mc *moveCtx, p cutoverPlan) err
 	if abortErr := mv.abortCutover(ctx, mc, p, err); abortErr != nil {
 		return errors.Join(err, abortErr)
 	}
+	if mc.done(p.flipped) {
+		return nil // sealed before the failure: the abort flipped the map
+	}
 	return err
 }
 
 // abortCutover undoes a cutover that did not reach the flip: barrier
-// removed from the serving copy, map unfenced, journal back a step.
+// released on the serving copy, map unfenced, journal back a step. A
+// barrier found sealed is not undone: the map flips instead.
 func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, p cutoverPlan, cause error) error {
 	m := mc.m
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	mv.log.Warn("shardkit: aborting "+p.what, "move", m.ID, "shard", m.Shard, "cause", cause)
-	if err := removeBarrier(ctx, p.from, mc.schema); err != nil {
+	s, err := mv.settleFence(ctx, mc, p, true, nil, "")
+	if err != nil || s == settledFlipped {
 		return err
-	}
-	if err := setMapState(ctx, mv.cfg.Catalog, m.Shard, p.fromName, p.abortState); err != nil {
-		return err
-	}
-	if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(p.abortStep)); err != nil {
-		return err
-	}
-	m.Step, m.Doing = p.abortStep, ""
-	if p.afterAbort != nil {
-		if err := p.afterAbort(ctx); err != nil {
-			return err
-		}
 	}
 	return mv.j.exec(ctx, sqlFailStep, m.ID, p.what+" aborted: "+cause.Error())
 }
@@ -92,26 +86,37 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, p cutoverPlan, c
 // side: locks, refusing trigger body, final LSN, sequences, newest ID),
 // the wait for the replica to confirm the final LSN while the sequences
 // are carried to it (with a reading of its clock), a clock wait only when
-// the newest ID is ahead of that clock, and the flip (catalog, journal
-// included). The steps between the fence and the flip are not journalled
-// on their own: a resume from the fence runs them again, and each is
-// idempotent. The breakdown is recorded after the flip.
+// the newest ID is ahead of that clock, the seal (serving side: locks, a
+// check that the lease holds, a barrier that refuses for good) and the
+// flip (catalog, journal included). The steps between the fence and the
+// flip are not journalled on their own. A mover resumed inside the window
+// does not go on with them: the barrier decides (settleFence). Sealed, the
+// map flips; otherwise the attempt is released and a new one starts. The
+// breakdown is recorded after the flip.
 func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) error {
 	m := mc.m
 	if mc.done(p.flipped) {
 		return nil
 	}
+	if mc.done(p.fenced) {
+		mv.log.Warn("shardkit: resuming inside the fenced window; the barrier decides", "move", m.ID, "shard", m.Shard, "step", m.Step)
+		s, err := mv.settleFence(ctx, mc, p, true, nil, "")
+		if err != nil {
+			return mv.stepFailed(ctx, m, p.fenced, err)
+		}
+		if s == settledFlipped {
+			return nil
+		}
+	}
 	var ct CutoverTimes
+	token := newFenceToken()
 	pctx, cancel := context.WithTimeout(ctx, mv.cfg.GateTimeout)
-	barSQL, tables, err := barrierSQL(pctx, p.from, mc.schema, mv.cfg.BarrierWait)
+	barSQL, tables, err := barrierSQL(pctx, p.from, mc.schema, mv.cfg.BarrierWait, token, mv.cfg.FenceLease)
 	cancel()
 	if err != nil {
 		return mv.stepFailed(ctx, m, p.fenced, err)
 	}
-	carrySQL, err := carryAndClockSQL(ctx, p.to, mc.schema)
-	if err != nil {
-		return mv.stepFailed(ctx, m, p.fenced, err)
-	}
+	seal := sealSQL(mc.schema, token, tables, 5*time.Second)
 	var removeSQL string
 	if p.removeOnTo {
 		removeSQL = removeBarrierSQL(mc.schema, tables)
@@ -166,7 +171,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		ct.Attempts++
 		fencedAt = time.Now()
 		err = mv.windowStep(ctx, mc, p.fenced, true, &ct.Fence, func(ctx context.Context) error {
-			return fenceJournalled(ctx, cat, m, p.fromName, router.StateFenced, p.fenced, p.barrier)
+			return fenceJournalled(ctx, cat, stmtFenceJournal, m, p.fromName, router.StateFenced, mv.cfg.FenceLease, p.fenced, p.barrier)
 		})
 		if err != nil {
 			return err
@@ -185,7 +190,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		if err != nil && !last && errors.As(err, &pe) && pe.Code == "55P03" {
 			// Back to where the fence found the shard, in one statement.
 			prev := mc.steps[stepIndex(mc.steps, p.fenced)-1]
-			if err := fenceJournalled(ctx, cat, m, p.fromName, p.abortState, prev, p.fenced); err != nil {
+			if err := fenceJournalled(ctx, cat, stmtFenceJournal, m, p.fromName, p.abortState, 0, prev, p.fenced); err != nil {
 				return mv.stepFailed(ctx, m, p.fenced, err)
 			}
 			m.Step, m.Doing = prev, p.fenced
@@ -203,9 +208,6 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			mv.cfg.Hook(*m, p.barrier, true)
 		}
 		break
-	}
-	if fencedAt.IsZero() {
-		fencedAt = time.Now() // resumed inside the window
 	}
 	// The sequences go to the replica while it applies the final LSN.
 	type carryResult struct {
@@ -234,35 +236,26 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 	}
 	if err == nil {
 		err = mv.windowStep(ctx, mc, p.sequences, false, &ct.Carry, func(ctx context.Context) error {
-			if carry != nil {
-				r := <-carry
-				carry = nil
-				if r.err != nil {
-					return r.err
-				}
-				m.SeqValue = r.c.top
-				t := time.Now()
-				err := r.c.clockPast(ctx, mc.layout.UnixMsOf(bar.newestID))
-				ct.Clock = time.Since(t)
-				return err
+			r := <-carry
+			carry = nil
+			if r.err != nil {
+				return r.err
 			}
-			// Resumed inside the window past the barrier: read the
-			// sequences (the barrier is in place) and carry them now.
-			var err error
-			if bar, err = readSequences(ctx, p.from, mc.schema); err != nil {
-				return err
-			}
-			c, err := carryAndClock(ctx, to, carrySQL, mc.schema, bar, mv.cfg.SequenceMargin, mc.layout)
-			if err != nil {
-				return err
-			}
-			m.SeqValue = c.seq
+			m.SeqValue = r.c.top
 			t := time.Now()
-			err = waitClockPast(ctx, to, c.newestMs, c.now)
+			err := r.c.clockPast(ctx, mc.layout.UnixMsOf(bar.newestID))
 			ct.Clock = time.Since(t)
 			return err
 		})
 		ct.Carry -= ct.Clock
+	}
+	// The seal: only a barrier sealed while its lease held lets the map
+	// flip. It comes before the barrier on to is removed, so that a lapsed
+	// lease leaves to as it was.
+	if err == nil {
+		err = mv.windowStep(ctx, mc, p.sealed, false, &ct.Seal, func(ctx context.Context) error {
+			return runSeal(ctx, from, mc.schema, seal)
+		})
 	}
 	if err == nil {
 		err = mv.windowStep(ctx, mc, p.flipped, true, &ct.Flip, func(ctx context.Context) error {
@@ -271,7 +264,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 					return fmt.Errorf("remove write barrier on %s: %w", mc.schema, err)
 				}
 			}
-			return flipJournalled(ctx, cat, m, p.fromName, p.toName, p.flipped, mc.next(p.flipped))
+			return flipJournalled(ctx, cat, stmtFlipJournal, m, p.fromName, p.toName, p.flipped, mc.next(p.flipped))
 		})
 		if err == nil {
 			m.FencedFor = time.Since(fencedAt)

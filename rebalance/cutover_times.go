@@ -18,6 +18,7 @@ type CutoverTimes struct {
 	Apply   time.Duration // until the replica confirmed the final LSN
 	Carry   time.Duration // sequences carried, replica LSN, newest ID and clock read (one statement)
 	Clock   time.Duration // until the replica's clock passed the newest ID's millisecond
+	Seal    time.Duration // barrier sealed while its fence lease held (one statement)
 	Flip    time.Duration // shard map flipped, journal updated (one catalog statement)
 
 	// Attempts counts fences: an attempt whose barrier could not get its
@@ -30,7 +31,7 @@ type CutoverTimes struct {
 
 // Fenced is the sum of the steps inside the fenced window.
 func (c CutoverTimes) Fenced() time.Duration {
-	return c.Fence + c.Barrier + c.Apply + c.Carry + c.Clock + c.Flip
+	return c.Fence + c.Barrier + c.Apply + c.Carry + c.Clock + c.Seal + c.Flip
 }
 
 // IsZero reports whether nothing was measured (no cutover yet).
@@ -46,7 +47,7 @@ func (c CutoverTimes) fencedParts() []struct {
 		D    time.Duration
 	}{
 		{"fence", c.Fence}, {"barrier", c.Barrier}, {"apply", c.Apply},
-		{"carry", c.Carry}, {"clock", c.Clock}, {"flip", c.Flip},
+		{"carry", c.Carry}, {"clock", c.Clock}, {"seal", c.Seal}, {"flip", c.Flip},
 	}
 }
 
@@ -85,17 +86,18 @@ type cutoverJSON struct {
 	Apply    float64 `json:"apply_ms"`
 	Carry    float64 `json:"carry_ms"`
 	Clock    float64 `json:"clock_ms"`
+	Seal     float64 `json:"seal_ms,omitempty"`
 	Flip     float64 `json:"flip_ms"`
 	Attempts int     `json:"attempts,omitempty"`
 	Aborted  float64 `json:"aborted_ms,omitempty"`
 }
 
 // MarshalJSON writes the durations as milliseconds (queue_ms, gate_ms,
-// fence_ms, barrier_ms, apply_ms, carry_ms, clock_ms, flip_ms, aborted_ms)
+// fence_ms, barrier_ms, apply_ms, carry_ms, clock_ms, seal_ms, flip_ms, aborted_ms)
 // and the attempts.
 func (c CutoverTimes) MarshalJSON() ([]byte, error) {
 	return json.Marshal(cutoverJSON{millis(c.Queue), millis(c.Gate), millis(c.Fence), millis(c.Barrier), millis(c.Apply),
-		millis(c.Carry), millis(c.Clock), millis(c.Flip), c.Attempts, millis(c.Aborted)})
+		millis(c.Carry), millis(c.Clock), millis(c.Seal), millis(c.Flip), c.Attempts, millis(c.Aborted)})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote.
@@ -105,6 +107,6 @@ func (c *CutoverTimes) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*c = CutoverTimes{fromMs(j.Queue), fromMs(j.Gate), fromMs(j.Fence), fromMs(j.Barrier), fromMs(j.Apply),
-		fromMs(j.Carry), fromMs(j.Clock), fromMs(j.Flip), j.Attempts, fromMs(j.Aborted)}
+		fromMs(j.Carry), fromMs(j.Clock), fromMs(j.Seal), fromMs(j.Flip), j.Attempts, fromMs(j.Aborted)}
 	return nil
 }

@@ -19,9 +19,9 @@ func TestCutoverTimes(t *testing.T) {
 			name: "every step",
 			ct: CutoverTimes{Queue: 3 * time.Millisecond, Gate: 250 * time.Millisecond, Fence: 2500 * time.Microsecond,
 				Barrier: 7 * time.Millisecond, Apply: 11 * time.Millisecond, Carry: 1 * time.Millisecond,
-				Clock: 0, Flip: 3 * time.Millisecond},
-			fenced: 24500 * time.Microsecond,
-			text: []string{"fence 2.5 + barrier 7.0 + apply 11.0 + carry 1.0 + clock 0.0 + flip 3.0 ms",
+				Clock: 0, Seal: 2 * time.Millisecond, Flip: 3 * time.Millisecond},
+			fenced: 26500 * time.Microsecond,
+			text: []string{"fence 2.5 + barrier 7.0 + apply 11.0 + carry 1.0 + clock 0.0 + seal 2.0 + flip 3.0 ms",
 				"queue 3.0, lag gate 250.0 ms"},
 		},
 	} {

@@ -30,15 +30,17 @@
 //     statement on the source locks every table (waiting at most
 //     Config.BarrierWait for running writes, else the attempt is unfenced
 //     and retried), turns the statement triggers installed beforehand
-//     into ones that raise router.FenceSQLState (the apply worker of
+//     into ones that raise router.FenceSQLState until a deadline on the
+//     source's clock, Config.FenceLease away (the apply worker of
 //     logical replication runs as a replica and does not fire them), and
 //     reads the final WAL position, the sequences and the newest ID; the
 //     sequences are carried to the target (last_value plus a margin)
 //     while the mover waits for the target to confirm the final position
-//     (abort on timeout: barrier removed, shard unfenced); a wait until
+//     (abort on timeout: barrier released, shard unfenced); a wait until
 //     the target's clock is past the newest ID's millisecond, only if it
-//     is not already; the map flips (routers are notified; journal in the
-//     same statement). The window and each step's duration are recorded
+//     is not already; the barrier is sealed (same locks: if the lease
+//     still holds, it refuses for good; else ErrFenceLapsed and no flip);
+//     the map flips (routers are notified; journal in the same statement). The window and each step's duration are recorded
 //     (Move.FencedFor, Move.Cutover); the target's position where reverse
 //     replication starts is read after the flip from its subscription's
 //     replication origin;
@@ -55,4 +57,9 @@
 // Plan proposes moves that even out servers by bytes or rows (Sizes), onto
 // new empty servers too; Rebalance runs a plan K moves at a time.
 // ActiveMoves lists unfinished moves for `shardctl status`.
+//
+// A mover killed inside the fenced window leaves a lease that lapses on its
+// own: Mover.WatchFences (run it in every service, or `shardctl
+// watch-fences`) then flips the map if the barrier was sealed, or releases
+// the barrier and unfences the shard; the move stays resumable.
 package rebalance

@@ -25,6 +25,12 @@ var (
 	// apply the source's final LSN in time; the barrier was removed and the
 	// shard unfenced. Resume to try again.
 	ErrCutoverTimeout = errors.New("cutover timed out waiting for the target to apply the final LSN; barrier removed, shard unfenced; resume to retry")
+	// ErrFenceLapsed reports a cutover whose fence lease (Config.FenceLease,
+	// counted on the serving side's clock) lapsed, or was released by the
+	// fence watcher, before the cutover sealed its write barrier: the map
+	// was not flipped, writes go to the old home again and the move is
+	// resumable. Retry with Mover.Resume, or raise Config.FenceLease.
+	ErrFenceLapsed = errors.New("fence lease lapsed before the cutover sealed the write barrier; map not flipped, shard writable on its old home; the move is resumable: Mover.Resume (or raise Config.FenceLease)")
 	// ErrLagGate reports a cutover that did not start because the replica
 	// never confirmed the serving side's position within
 	// Config.CutoverLag before Config.GateTimeout; nothing was fenced.

@@ -32,6 +32,7 @@ const (
 	StepApplied      Step = "applied"        // target applied the final LSN
 	StepReverseSlot  Step = "reverse_slot"   // publication and slot on the target for rollback
 	StepSequences    Step = "sequences"      // sequences carried, target clock past the newest ID
+	StepSealed       Step = "sealed"         // source barrier sealed before its fence lease lapsed
 	StepFlipped      Step = "flipped"        // shard map points at the target, active
 	StepReverse      Step = "reverse"        // forward replication gone, reverse replication running
 	StepCleaned      Step = "cleaned"        // replication and the old copy removed
@@ -44,7 +45,7 @@ const (
 var onlineSteps = []Step{
 	StepCreated, StepMapMoving, StepTargetSchema, StepPublication, StepSubscription,
 	StepCopied, StepIndexes, StepCaughtUp, StepReverseSlot, StepFenced, StepBarrier, StepApplied,
-	StepSequences, StepFlipped, StepReverse,
+	StepSequences, StepSealed, StepFlipped, StepReverse,
 }
 
 // offlineSteps is the order of an offline move.

@@ -29,7 +29,9 @@ func TestMoverChild(t *testing.T) {
 	kill, phase := Step(os.Getenv("CHILD_KILL")), os.Getenv("CHILD_PHASE") == "end"
 	// The cutover wait is not what this test is about: on a loaded machine
 	// the default 10 s has run out before the step the child dies at.
-	mv, err := New(Config{Catalog: cat, CutoverTimeout: time.Minute, Hook: func(_ Move, s Step, done bool) {
+	lease, _ := time.ParseDuration(os.Getenv("CHILD_LEASE")) // "" is 0: the default
+	lag, _ := time.ParseDuration(os.Getenv("CHILD_CUTOVER_LAG"))
+	mv, err := New(Config{Catalog: cat, CutoverTimeout: time.Minute, FenceLease: lease, CutoverLag: lag, Hook: func(_ Move, s Step, done bool) {
 		if s == kill && done == phase {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}
@@ -44,11 +46,27 @@ func TestMoverChild(t *testing.T) {
 	case "rollback":
 		_, err = mv.Rollback(ctx, shard)
 	}
+	// A short lease may lapse on a loaded machine before the step the
+	// child dies at: the move is resumable, so try again.
+	for i := 0; i < 5 && errors.Is(err, ErrFenceLapsed); i++ {
+		if os.Getenv("CHILD_OP") == "rollback" {
+			_, err = mv.Rollback(ctx, shard)
+		} else {
+			_, err = mv.Resume(ctx, shard)
+		}
+	}
 	t.Fatalf("child was not killed at %s (err %v)", kill, err)
 }
 
 // runChild runs the mover in a child process that kills itself at step.
 func runChild(t *testing.T, e *env, op string, shard int, target string, step Step, atEnd bool) {
+	t.Helper()
+	runChildLease(t, e, op, shard, target, step, atEnd, 0)
+}
+
+// runChildLease is runChild with the child's Config.FenceLease (0: default)
+// and more of its environment (CHILD_CUTOVER_LAG: Config.CutoverLag).
+func runChildLease(t *testing.T, e *env, op string, shard int, target string, step Step, atEnd bool, lease time.Duration, env ...string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMoverChild$", "-test.count=1")
 	phase := "begin"
@@ -56,7 +74,8 @@ func runChild(t *testing.T, e *env, op string, shard int, target string, step St
 		phase = "end"
 	}
 	cmd.Env = append(os.Environ(), childEnv+"=1", "CHILD_CATALOG="+e.catalogDSN, "CHILD_OP="+op,
-		"CHILD_SHARD="+strconv.Itoa(shard), "CHILD_TARGET="+target, "CHILD_KILL="+string(step), "CHILD_PHASE="+phase)
+		"CHILD_SHARD="+strconv.Itoa(shard), "CHILD_TARGET="+target, "CHILD_KILL="+string(step), "CHILD_PHASE="+phase, "CHILD_LEASE="+lease.String())
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {

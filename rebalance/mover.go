@@ -28,6 +28,19 @@ type Config struct {
 	// final LSN while writes are fenced; past it the cutover is aborted
 	// (barrier removed, shard unfenced). 0 means 10s.
 	CutoverTimeout time.Duration
+	// FenceLease bounds how long a cutover's fence can keep the shard from
+	// taking writes if its mover dies: the write barrier refuses writes
+	// only until FenceLease after it was installed, on the serving
+	// server's own clock, and the cutover flips the map only after
+	// sealing the barrier before that deadline (else ErrFenceLapsed, and
+	// the move stays resumable). A fenced shard whose lease lapsed is
+	// unfenced (or, if sealed, flipped) by Mover.WatchFences. It should
+	// exceed CutoverTimeout, which bounds the wait for the final LSN inside
+	// the lease; plugin writes to a fenced shard wait plugin.Config.FenceWait
+	// (2s by default) and then fail with a retriable error, so a dead
+	// mover costs writers at most FenceLease plus the watcher's interval
+	// of such errors. 0 means CutoverTimeout + 5s (15s by default).
+	FenceLease time.Duration
 	// CatchUpBytes is the replication lag under which the catch-up step
 	// ends and the cutover prepares. 0 means 1 MiB.
 	CatchUpBytes int64
@@ -94,6 +107,9 @@ func New(cfg Config) (*Mover, error) {
 	}
 	if cfg.CutoverTimeout <= 0 {
 		cfg.CutoverTimeout = 10 * time.Second
+	}
+	if cfg.FenceLease <= 0 {
+		cfg.FenceLease = cfg.CutoverTimeout + 5*time.Second
 	}
 	if cfg.CatchUpBytes <= 0 {
 		cfg.CatchUpBytes = 1 << 20

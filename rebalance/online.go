@@ -108,20 +108,23 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx, deferIndexes boo
 }
 
 // cutover fences the shard, stops writes on the source, waits for the
-// target to apply everything, carries the sequences and flips the map. Any
-// failure before the flip aborts: barrier removed, shard unfenced, and the
-// journal back at caught_up, so a resume tries again.
+// target to apply everything, carries the sequences, seals the barrier and
+// flips the map. Any failure before the seal aborts: barrier released,
+// shard unfenced, and the journal back at caught_up, so a resume tries
+// again.
 func (mv *Mover) cutover(ctx context.Context, mc *moveCtx) error {
+	return mv.runCutover(ctx, mc, mv.forwardPlan(mc))
+}
+
+// forwardPlan is the cutover of a move: from the source to the target.
+func (mv *Mover) forwardPlan(mc *moveCtx) cutoverPlan {
 	m := mc.m
-	if mc.done(StepFenced) && !mc.done(StepFlipped) {
-		mv.log.Warn("shardkit: resuming inside the fenced window", "move", m.ID, "shard", m.Shard, "step", m.Step)
-	}
-	err := mv.runCutover(ctx, mc, cutoverPlan{
+	return cutoverPlan{
 		from: mc.src, to: mc.tgt, fromName: m.Source, toName: m.Target, slot: mc.n.fwd,
-		fenced: StepFenced, barrier: StepBarrier, applied: StepApplied, sequences: StepSequences, flipped: StepFlipped,
+		fenced: StepFenced, barrier: StepBarrier, applied: StepApplied, sequences: StepSequences,
+		sealed: StepSealed, flipped: StepFlipped,
 		captureTargetLSN: true,
 		// The reverse slot stays: the next cutover captures a new target LSN.
 		abortState: router.StateMoving, abortStep: StepCaughtUp, what: "cutover",
-	})
-	return err
+	}
 }

@@ -42,6 +42,12 @@ func (o pluginOps) update(ctx context.Context, _ int, user, id int64, version in
 
 func newPluginOps(t *testing.T, e *env, r *router.Router) pluginOps {
 	t.Helper()
+	return newPluginOpsWait(t, e, r, 0)
+}
+
+// newPluginOpsWait is newPluginOps with plugin.Config.FenceWait (0: default).
+func newPluginOpsWait(t *testing.T, e *env, r *router.Router, fenceWait time.Duration) pluginOps {
+	t.Helper()
 	ctx := context.Background()
 	l, err := router.NewLeaser(ctx, e.cat, router.LeaserConfig{})
 	if err != nil {
@@ -56,7 +62,7 @@ func newPluginOps(t *testing.T, e *env, r *router.Router) pluginOps {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := plugin.Register(plugin.Config{Router: r, IDs: gen}, &pluginPhoto{})
+	p := plugin.Register(plugin.Config{Router: r, IDs: gen, FenceWait: fenceWait}, &pluginPhoto{})
 	if err := db.Use(p); err != nil {
 		t.Fatal(err)
 	}

@@ -264,12 +264,21 @@ func waitSlotReachedOn(ctx context.Context, conn *pgxpool.Conn, slot, lsn string
 // asynchronously, and a walsender sends only flushed WAL), and returns a
 // position just before it: once a slot's consumer confirmed that position,
 // it is as current as the serving side was when the probe ran. One
-// simple-protocol round trip, one implicit transaction.
-const sqlProbe = `SET LOCAL synchronous_commit = on; SELECT txid_current(); SELECT pg_current_wal_lsn()::text`
+// simple-protocol round trip, one implicit transaction. The position is
+// the insert position: with asynchronous commit, changes acknowledged
+// before the probe may not be written out yet (see sqlBarrierLSN).
+const sqlProbe = `SET LOCAL synchronous_commit = on; SELECT txid_current(); SELECT pg_current_wal_insert_lsn()::text`
 
-// probeLSN runs sqlProbe.
-func probeLSN(ctx context.Context, conn *pgxpool.Conn) (string, error) {
-	results, err := conn.Conn().PgConn().Exec(ctx, sqlProbe).ReadAll()
+// sqlGateProbe is sqlProbe with the write position, for the lag gate: a
+// prediction of the fenced window's wait, not a guarantee of anything, and
+// the write position keeps it as it was measured (on busy servers with
+// asynchronous commit the insert position runs ahead of it by up to
+// wal_writer_delay's worth of WAL, which the gate would count as lag).
+const sqlGateProbe = `SET LOCAL synchronous_commit = on; SELECT txid_current(); SELECT pg_current_wal_lsn()::text`
+
+// probeLSN runs a probe (sqlProbe or sqlGateProbe).
+func probeLSN(ctx context.Context, conn *pgxpool.Conn, probe string) (string, error) {
+	results, err := conn.Conn().PgConn().Exec(ctx, probe).ReadAll()
 	if err != nil {
 		return "", err
 	}
@@ -288,12 +297,13 @@ func waitCurrent(ctx context.Context, p *pgxpool.Pool, slot string, timeout time
 		return 0, fmt.Errorf("probe for slot %s: %w", slot, err)
 	}
 	defer conn.Release()
-	return waitCurrentOn(ctx, conn, slot, timeout)
+	return waitCurrentOn(ctx, conn, slot, sqlProbe, timeout)
 }
 
-// waitCurrentOn is waitCurrent on a connection held already.
-func waitCurrentOn(ctx context.Context, conn *pgxpool.Conn, slot string, timeout time.Duration) (time.Duration, error) {
-	lsn, err := probeLSN(ctx, conn)
+// waitCurrentOn is waitCurrent on a connection held already, with probe
+// (sqlProbe or sqlGateProbe).
+func waitCurrentOn(ctx context.Context, conn *pgxpool.Conn, slot, probe string, timeout time.Duration) (time.Duration, error) {
+	lsn, err := probeLSN(ctx, conn, probe)
 	if err != nil {
 		return 0, fmt.Errorf("probe for slot %s: %w", slot, err)
 	}
@@ -322,7 +332,7 @@ func (mv *Mover) lagGate(ctx context.Context, cat, from *pgxpool.Conn, slot stri
 		if err := cat.Ping(ctx); err != nil {
 			return fmt.Errorf("lag gate: catalog: %w", err)
 		}
-		_, err := waitCurrentOn(ctx, from, slot, min(mv.cfg.CutoverTimeout, max(time.Until(deadline), time.Millisecond)))
+		_, err := waitCurrentOn(ctx, from, slot, sqlGateProbe, min(mv.cfg.CutoverTimeout, max(time.Until(deadline), time.Millisecond)))
 		d := time.Since(start)
 		if err != nil && !errors.Is(err, ErrCutoverTimeout) {
 			return fmt.Errorf("lag gate: %w", err)

@@ -17,11 +17,12 @@ const (
 	StepRbBarrier   Step = "rb_barrier"   // target refuses writes; its final LSN captured
 	StepRbApplied   Step = "rb_applied"   // source applied the target's final LSN
 	StepRbSequences Step = "rb_sequences" // sequences carried back
+	StepRbSealed    Step = "rb_sealed"    // target barrier sealed before its fence lease lapsed
 	StepRbFlipped   Step = "rb_flipped"   // map points at the source again
 	StepRbCleaned   Step = "rb_cleaned"   // replication and the target's copy removed
 )
 
-var rollbackSteps = []Step{StepReverse, StepRbFenced, StepRbBarrier, StepRbApplied, StepRbSequences, StepRbFlipped, StepRbCleaned}
+var rollbackSteps = []Step{StepReverse, StepRbFenced, StepRbBarrier, StepRbApplied, StepRbSequences, StepRbSealed, StepRbFlipped, StepRbCleaned}
 
 // Rollback returns a shard to the source of its unfinished move. Before the
 // cutover it removes what the move made; after it (a reversible move) it
@@ -31,6 +32,20 @@ func (mv *Mover) Rollback(ctx context.Context, shard int) (Move, error) {
 	m, err := mv.j.open(ctx, shard)
 	if err != nil {
 		return Move{}, err
+	}
+	if i := stepIndex(onlineSteps, m.Step); m.State == StateRunning && m.Mode == ModeOnline &&
+		i >= stepIndex(onlineSteps, StepFenced) && i < stepIndex(onlineSteps, StepFlipped) {
+		// Stopped inside the fenced window: the barrier decides. Sealed,
+		// the target has every write and the map flips (then the rollback
+		// cuts back over); otherwise the fence is released, so that a
+		// mover still running cannot seal it any more.
+		mc, err := mv.prepare(ctx, &m)
+		if err != nil {
+			return m, err
+		}
+		if _, err := mv.settleFence(ctx, mc, mv.forwardPlan(mc), true, nil, ""); err != nil {
+			return m, err
+		}
 	}
 	if m.State == StateRunning && m.Mode == ModeOnline && stepIndex(onlineSteps, m.Step) >= stepIndex(onlineSteps, StepFlipped) {
 		// Cut over but killed before reverse replication: finish that first.
@@ -119,20 +134,26 @@ func (mv *Mover) dropReplication(ctx context.Context, mc *moveCtx, onSource bool
 
 // rollbackCutover cuts a reversible move back over to its source.
 func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
+	if err := mv.runCutover(ctx, mc, mv.rollbackPlan(mc)); err != nil {
+		return err
+	}
+	return mv.step(ctx, mc, StepRbCleaned, func(ctx context.Context) error { return mv.dropReplication(ctx, mc, false) })
+}
+
+// rollbackPlan is the cutover of a rollback: from the target back to the
+// source.
+func (mv *Mover) rollbackPlan(mc *moveCtx) cutoverPlan {
 	m := mc.m
-	err := mv.runCutover(ctx, mc, cutoverPlan{
+	return cutoverPlan{
 		from: mc.tgt, to: mc.src, fromName: m.Target, toName: m.Source, slot: mc.n.rev,
-		fenced: StepRbFenced, barrier: StepRbBarrier, applied: StepRbApplied, sequences: StepRbSequences, flipped: StepRbFlipped,
+		fenced: StepRbFenced, barrier: StepRbBarrier, applied: StepRbApplied, sequences: StepRbSequences,
+		sealed: StepRbSealed, flipped: StepRbFlipped,
 		// The source still carries the barrier of the forward cutover.
 		removeOnTo: true,
 		// Aborted, the shard stays on the target, reversible again.
 		abortState: router.StateActive, abortStep: StepReverse, what: "rollback cutover",
 		afterAbort: func(ctx context.Context) error { return mv.setState(ctx, m, StateReversible) },
-	})
-	if err != nil {
-		return err
 	}
-	return mv.step(ctx, mc, StepRbCleaned, func(ctx context.Context) error { return mv.dropReplication(ctx, mc, false) })
 }
 
 // Complete finishes a reversible move: reverse replication, slots,

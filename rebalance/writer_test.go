@@ -28,6 +28,9 @@ type rawWriter struct {
 	// plugin); nil means raw SQL that honours the fence itself.
 	via writeOps
 
+	// gate is held (read) by every write; hold takes it to pause them.
+	gate sync.RWMutex
+
 	mu       sync.Mutex
 	rows     map[int64]int // photo id → last version written
 	shardOf  map[int64]int
@@ -119,6 +122,7 @@ func (w *rawWriter) run(ctx context.Context) func() {
 			users := map[int64]int64{}
 			for i := 0; wctx.Err() == nil; i++ {
 				time.Sleep(w.pause)
+				w.gate.RLock()
 				if i%3 == 2 && len(mine) > 0 {
 					id := mine[(i*7919)%len(mine)]
 					w.mu.Lock()
@@ -126,15 +130,23 @@ func (w *rawWriter) run(ctx context.Context) func() {
 					w.mu.Unlock()
 					err := w.update(qctx, shard, users[id], id, v)
 					w.done(err, func() { w.rows[id] = v })
+					w.gate.RUnlock()
 					continue
 				}
 				user := int64(shard + w.e.shards*(1+i%50)) // never 0: a zero key is "no key" to GORM
 				id, err := w.insert(qctx, shard, user, fmt.Sprintf("photo %d", i))
 				w.done(err, func() { w.rows[id] = 0; w.shardOf[id] = shard; users[id] = user; mine = append(mine, id) })
+				w.gate.RUnlock()
 			}
 		}()
 	}
 	return func() { cancel(); wg.Wait() }
+}
+
+// hold pauses the writes once those under way finished; resume ends it.
+func (w *rawWriter) hold() (resume func()) {
+	w.gate.Lock()
+	return w.gate.Unlock
 }
 
 func (w *rawWriter) done(err error, ok func()) {

@@ -30,12 +30,24 @@ type moveStatus struct {
 	// Cutover is where the fenced window went, step by step.
 	Cutover *rebalance.CutoverTimes `json:"cutover,omitempty"`
 	Updated string                  `json:"updated"`
+	// FenceLeftMs is, for a shard fenced by this move's cutover, the time
+	// until its lease lapses on the catalog's clock (negative: lapsed).
+	FenceLeftMs *float64 `json:"fence_lease_left_ms,omitempty"`
+	FencedOn    string   `json:"fenced_on,omitempty"`
 }
 
 func collectMoves(ctx context.Context, cat *router.Catalog) (any, error) {
 	ms, err := rebalance.ActiveMoves(ctx, cat)
 	if err != nil {
 		return nil, err
+	}
+	fences, err := rebalance.Fences(ctx, cat)
+	if err != nil {
+		return nil, err
+	}
+	fenced := map[int]rebalance.Fence{}
+	for _, f := range fences {
+		fenced[f.Shard] = f
 	}
 	out := make([]moveStatus, 0, len(ms))
 	for _, m := range ms {
@@ -46,6 +58,10 @@ func collectMoves(ctx context.Context, cat *router.Catalog) (any, error) {
 		out = append(out, moveStatus{Cutover: ct, ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, Mode: string(m.Mode),
 			State: string(m.State), Step: string(m.Step), Doing: string(m.Doing), Error: m.Error,
 			FencedMs: float64(m.FencedFor) / float64(time.Millisecond), Updated: m.Updated.UTC().Format(time.RFC3339)})
+		if f, ok := fenced[m.Shard]; ok {
+			left := float64(f.Left) / float64(time.Millisecond)
+			out[len(out)-1].FenceLeftMs, out[len(out)-1].FencedOn = &left, f.Server
+		}
 	}
 	return out, nil
 }
@@ -68,6 +84,14 @@ func printMoves(w io.Writer, v any) {
 	}
 	_ = tw.Flush()
 	for _, m := range ms {
+		switch {
+		case m.FenceLeftMs == nil:
+		case *m.FenceLeftMs >= 0:
+			fmt.Fprintf(w, "  move %d: shard %d fenced on %s, lease lapses in %.1f s\n", m.ID, m.Shard, m.FencedOn, *m.FenceLeftMs/1000)
+		default:
+			fmt.Fprintf(w, "  move %d: shard %d fenced on %s, lease lapsed %.1f s ago: `shardctl watch-fences` ends it\n",
+				m.ID, m.Shard, m.FencedOn, -*m.FenceLeftMs/1000)
+		}
 		if m.Cutover != nil {
 			fmt.Fprintf(w, "  move %d fenced %.1f ms: %s\n", m.ID, m.FencedMs, m.Cutover)
 		}

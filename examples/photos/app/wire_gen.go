@@ -51,6 +51,15 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 	admin := api.NewAdmin(router, stats, storeStore, log)
 	handler := api.NewHandler(apiAPI, admin, metricsMetrics, router)
 	server := api.NewServer(addr, handler, log)
+	fenceWatcher, cleanup6, err := store.NewFenceWatcher(catalog, log)
+	if err != nil {
+		cleanup5()
+		cleanup4()
+		cleanup3()
+		cleanup2()
+		cleanup()
+		return nil, nil, err
+	}
 	app := &App{
 		Server:  server,
 		Router:  router,
@@ -58,8 +67,10 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 		Stats:   stats,
 		Metrics: metricsMetrics,
 		Log:     log,
+		Fences:  fenceWatcher,
 	}
 	return app, func() {
+		cleanup6()
 		cleanup5()
 		cleanup4()
 		cleanup3()

@@ -25,9 +25,9 @@ type CatalogDSN string
 type FenceWait time.Duration
 
 // ProviderSet provides the catalog, the router (watching the map), the ID
-// generator, the GORM handle with the shardkit plugin, the row counter and
-// the Store.
-var ProviderSet = wire.NewSet(OpenCatalog, NewRouter, NewIDs, OpenDB, NewStats, New)
+// generator, the GORM handle with the shardkit plugin, the row counter, the
+// fence watcher and the Store.
+var ProviderSet = wire.NewSet(OpenCatalog, NewRouter, NewIDs, OpenDB, NewStats, NewFenceWatcher, New)
 
 // OpenCatalog connects to the catalog.
 func OpenCatalog(ctx context.Context, dsn CatalogDSN) (*router.Catalog, func(), error) {
