@@ -9,8 +9,8 @@ RACE_PKGS := ./idgen/... ./router/... ./plugin/... ./migrations/... ./rebalance/
 # Both stages always run: a failure in the first must not hide what -race finds.
 test: postgres vet lint
 	@plain=0; race=0; \
-	$(GO) test -count=1 -timeout 12m $(PKGS) || plain=$$?; \
-	$(GO) test -count=1 -race -timeout 12m $(RACE_PKGS) || race=$$?; \
+	$(GO) test -count=1 -timeout 20m $(PKGS) || plain=$$?; \
+	$(GO) test -count=1 -race -timeout 20m $(RACE_PKGS) || race=$$?; \
 	echo "make test: tests $$( [ $$plain = 0 ] && echo passed || echo FAILED ), race tests $$( [ $$race = 0 ] && echo passed || echo FAILED )"; \
 	[ $$plain = 0 ] && [ $$race = 0 ]
 

@@ -21,7 +21,7 @@ func hint(err error) string {
 		return "`shardctl move --resume` or `--complete` finishes it; `shardctl rollback` undoes it"
 	case errors.Is(err, rebalance.ErrNotLogical):
 		return "or move with `shardctl move --offline`"
-	case errors.Is(err, rebalance.ErrLagGate), errors.Is(err, rebalance.ErrCutoverTimeout):
+	case errors.Is(err, rebalance.ErrLagGate), errors.Is(err, rebalance.ErrCutoverTimeout), errors.Is(err, rebalance.ErrFenceLapsed):
 		return "retry with `shardctl move --resume`"
 	case errors.Is(err, router.ErrNoCatalog):
 		return "run `shardctl init --server NAME=DSN` first"
