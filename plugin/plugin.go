@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 
@@ -21,6 +22,9 @@ type Plugin struct {
 	pools   *pools
 	root    *rootPool
 	orig    originals
+
+	observed atomic.Bool  // keep routing decisions for Routed (see Observe)
+	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
 }
 
 // originals are GORM's own callbacks that the plugin wraps.
