@@ -45,7 +45,8 @@ type routeRecord struct {
 	shards  []int
 	places  []router.Placement // nil for one shard
 	one     router.Placement
-	oneIdx  [1]int // backing array of shards for one shard
+	oneIdx  [1]int    // backing array of shards for one shard
+	oneSrv  [1]string // backing array of Routed's Servers for one shard
 	version int64
 	fenced  time.Duration
 }
@@ -115,10 +116,13 @@ func Routed(stmt *gorm.Statement) (RouteInfo, bool) {
 	case len(r.shards) == 1:
 		// A write retried on a moved shard's new home runs there: the
 		// statement's connection names it while the statement holds it.
-		if s := serverOf(stmt.ConnPool); s != "" {
-			info.Servers = []string{s}
-		} else if r.one.Server != "" {
-			info.Servers = []string{r.one.Server}
+		s := serverOf(stmt.ConnPool)
+		if s == "" {
+			s = r.one.Server
+		}
+		if s != "" {
+			r.oneSrv[0] = s
+			info.Servers = r.oneSrv[:]
 		}
 	}
 	return info, true
