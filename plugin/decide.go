@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -25,6 +26,7 @@ type decision struct {
 	rows   map[int][]int      // Create: row indexes by shard; nil when one shard
 	tx     *shardTx           // the statement's transaction, if any
 	read   bool
+	fenced time.Duration // time a write waited on fenced shards
 }
 
 // placement returns the home of the i-th shard.

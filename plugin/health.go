@@ -98,15 +98,18 @@ func (s *serverDB) downFor(retry time.Duration) bool {
 
 // report records the outcome of a statement on the server: a failure
 // that says the server is unreachable marks it down for retry; any other
-// outcome marks it up.
+// outcome marks it up. A statement failed at once because the server is
+// known down never reached it, and changes nothing.
 func (s *serverDB) report(err error, retry time.Duration) {
 	if retry <= 0 {
 		return
 	}
-	if unavailable(err) && !knownDown(err) {
+	if !unavailable(err) {
+		if s.downUntil.Load() != 0 {
+			s.downUntil.Store(0)
+		}
+	} else if !knownDown(err) {
 		s.downUntil.Store(time.Now().UnixNano() + int64(retry))
-	} else if s.downUntil.Load() != 0 {
-		s.downUntil.Store(0)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 
@@ -23,6 +24,9 @@ type Plugin struct {
 	root    *rootPool
 	orig    originals
 	coll    collations // text collations per server (collation.go)
+
+	observed atomic.Bool  // keep routing decisions for Routed (see Observe)
+	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
 }
 
 // originals are GORM's own callbacks that the plugin wraps.

@@ -109,6 +109,9 @@ func (p *Plugin) assignID(db *gorm.DB) {
 	default:
 		fail(db, m, -1, fmt.Errorf("%w: Create from a %s; create from a struct or a slice of structs", ErrUnroutableSQL, rv.Kind()))
 	}
+	if n.fallback > 0 {
+		p.dbIDs.Add(int64(n.fallback))
+	}
 	if db.Error == nil && n.given > 0 && n.dbOnly {
 		fail(db, m, -1, fmt.Errorf("%w: Create of %s with IDs set leaves out the ID column %s (Select/Omit); the database would give the rows other IDs", ErrUnroutableSQL, m.schema.Name, m.pk.DBName))
 		return
@@ -216,6 +219,10 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 // there), or leaves a multi-shard decision for the executor.
 func (p *Plugin) route(o op) func(*gorm.DB) {
 	return func(db *gorm.DB) {
+		observed := p.observed.Load()
+		if observed {
+			db.Statement.Settings.Delete(routedKey) // a record copied from an earlier statement
+		}
 		if db.Error != nil {
 			return
 		}
@@ -223,6 +230,9 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 		if o == opRaw || stmt.SQL.Len() > 0 {
 			delete(stmt.Clauses, planName) // a plan left by a failed earlier run
 			p.routeRaw(db)
+			if observed {
+				p.recordRaw(db)
+			}
 			return
 		}
 		// The decision lives on this frame; only a multi-shard one, which
@@ -231,6 +241,9 @@ func (p *Plugin) route(o op) func(*gorm.DB) {
 		sharded, err := p.decide(db, o, &d)
 		if err == nil && sharded && len(d.shards) == 1 {
 			err = p.bind(db, &d, 0)
+		}
+		if observed && (sharded || err != nil) {
+			record(stmt, &d)
 		}
 		if err != nil {
 			shard := -1
@@ -356,7 +369,9 @@ func (p *Plugin) place(ctx context.Context, d *decision) error {
 			return err
 		}
 		if !d.read && pl.State == router.StateFenced {
+			start := time.Now()
 			snap, fresh, err := p.waitFence(ctx, s)
+			d.fenced += time.Since(start)
 			if err != nil {
 				return err
 			}

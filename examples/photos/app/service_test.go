@@ -247,11 +247,17 @@ func TestService(t *testing.T) {
 		}
 		body := f.get(t, "/metrics")
 		for _, want := range []string{
-			`photos_db_statements_total{kind="create",server="alpha"}`,
-			`photos_db_statements_total{kind="create",server="beta"}`,
-			`photos_db_statement_seconds_bucket{kind="query",server="alpha"`,
+			`shardkit_statements_total{kind="create",server="alpha",shape="single"}`,
+			`shardkit_statements_total{kind="create",server="beta",shape="single"}`,
+			`shardkit_statement_duration_seconds_bucket{kind="query",server="alpha",shape="single"`,
+			`shardkit_statement_errors_total{kind="query",server="alpha",type="server_unavailable"} 0`,
+			`shardkit_server_up{server="alpha"} 1`,
+			`shardkit_server_up{server="beta"} 1`,
+			`shardkit_map_version `,
+			`shardkit_id_lease_valid 1`,
+			`shardkit_id_fallback 0`,
 			`photos_http_requests_total{code="201",route="POST /users"}`,
-			`photos_fenced_write_wait_seconds`,
+			`shardkit_fence_wait_seconds`,
 		} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %s", want)
@@ -284,7 +290,7 @@ func TestService(t *testing.T) {
 		f.assertPlaced(t, shard, server, "photos", "id = $1", id(t, p.ID))
 		photos = append(photos, p)
 		body := f.get(t, "/metrics")
-		m := regexp.MustCompile(`photos_fenced_write_wait_seconds_sum\{server="` + server + `"\} ([0-9.e+-]+)`).FindStringSubmatch(body)
+		m := regexp.MustCompile(`shardkit_fence_wait_seconds_sum\{server="` + server + `"\} ([0-9.e+-]+)`).FindStringSubmatch(body)
 		if m == nil {
 			t.Fatalf("no fence wait recorded for %s", server)
 		}

@@ -63,9 +63,10 @@ func NewIDs(ctx context.Context, rt *router.Router) (*idgen.Generator, func(), e
 		router.LeaserConfig{Holder: fmt.Sprintf("photos@%s:%d", host, os.Getpid())}, idgen.Config{})
 }
 
-// OpenDB opens GORM with the shardkit plugin. The default connection is the
-// catalog: no sharded table lives there, so a statement the plugin did not
-// route fails instead of landing on the wrong server.
+// OpenDB opens GORM with the shardkit plugin and its telemetry (m). The
+// default connection is the catalog: no sharded table lives there, so a
+// statement the plugin did not route fails instead of landing on the wrong
+// server.
 func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence FenceWait, m *metrics.Metrics) (*gorm.DB, func(), error) {
 	db, err := gorm.Open(postgres.Open(string(dsn)), &gorm.Config{
 		Logger: logger.Discard,
@@ -87,7 +88,7 @@ func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence Fence
 		closeDB()
 		return nil, nil, fmt.Errorf("photos: register the shardkit plugin: %w", err)
 	}
-	if err := m.InstrumentGORM(db, rt); err != nil {
+	if err := m.InstrumentGORM(db); err != nil {
 		closeDB()
 		return nil, nil, err
 	}

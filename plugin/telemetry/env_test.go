@@ -1,0 +1,251 @@
+package telemetry
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/plugin"
+	"github.com/shardkit/shardkit/router"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m, 2) }
+
+// Photo is the test model keyed by user (the plugin's test schema).
+type Photo struct {
+	ID        int64
+	UserID    int64 `shard:"key"`
+	Caption   string
+	Likes     int
+	CreatedAt time.Time
+}
+
+// env is a catalog, shard servers a and b, a router, an ID generator, a
+// gorm.DB with the plugin and the telemetry, a registry holding it, and
+// an in-memory span recorder.
+type env struct {
+	cat    *router.Catalog
+	r      *router.Router
+	gen    *idgen.Generator
+	db     *gorm.DB
+	p      *plugin.Plugin
+	tel    *Telemetry
+	reg    *prometheus.Registry
+	spans  *tracetest.SpanRecorder
+	cfg    plugin.Config
+	shards int
+}
+
+type envOpts struct {
+	dsnB string // server b's database; "" for one on cluster 1
+	cfg  func(*plugin.Config)
+}
+
+const testShards = 16
+
+func newEnv(t testing.TB, o envOpts) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{shards: testShards}
+	cat, err := router.OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	e.cat = cat
+	dsnB := o.dsnB
+	if dsnB == "" {
+		dsnB = pgtest.NewDatabase(t, 1)
+	}
+	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{
+		Servers:  []migrations.ServerSpec{{Name: "a", DSN: pgtest.NewDatabase(t, 0)}, {Name: "b", DSN: dsnB}},
+		Shards:   testShards,
+		ShardSQL: os.DirFS("../testdata/shardsql"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.r, err = router.New(ctx, cat); err != nil {
+		t.Fatal(err)
+	}
+	l, err := router.NewLeaser(ctx, cat, router.LeaserConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, stop, err := idgen.Start(ctx, e.r.Snapshot().Layout, l, idgen.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	e.gen = gen
+	e.cfg = plugin.Config{Router: e.r, IDs: gen}
+	if o.cfg != nil {
+		o.cfg(&e.cfg)
+	}
+	e.spans = tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(e.spans))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	e.tel = New(Config{TracerProvider: tp})
+	e.db, e.p = e.open(t, e.cfg, e.tel)
+	e.reg = prometheus.NewRegistry()
+	e.reg.MustRegister(e.tel)
+	return e
+}
+
+// open opens a gorm.DB on an empty default database with its own plugin
+// of cfg, and tel (when not nil).
+func (e *env) open(t testing.TB, cfg plugin.Config, tel *Telemetry) (*gorm.DB, *plugin.Plugin) {
+	t.Helper()
+	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	p := plugin.Register(cfg, &Photo{})
+	if err := db.Use(p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	if tel != nil {
+		if err := db.Use(tel); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db, p
+}
+
+// shardOf is the shard of a user key.
+func (e *env) shardOf(user int64) int { return int(user % int64(e.shards)) }
+
+// serverOf names the server of a shard in the current map.
+func (e *env) serverOf(t testing.TB, shard int) string {
+	t.Helper()
+	pl, err := e.r.Snapshot().Placement(shard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl.Server
+}
+
+// userOn returns a user whose shard is on server.
+func (e *env) userOn(t testing.TB, server string) int64 {
+	t.Helper()
+	for u := int64(1); u <= int64(e.shards); u++ {
+		if e.serverOf(t, e.shardOf(u)) == server {
+			return u
+		}
+	}
+	t.Fatalf("no shard on server %s", server)
+	return 0
+}
+
+// setShard changes one shard's row of the map in the catalog.
+func (e *env) setShard(t *testing.T, shard int, server string, state router.ShardState) {
+	t.Helper()
+	_, err := e.cat.ChangeMap(context.Background(), func(ctx context.Context, tx pgx.Tx, v int64) error {
+		_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET server = $2, state = $3, version = $4 WHERE shard = $1`, shard, server, string(state), v)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// metric returns the value of the metric with the name and exactly these
+// labels (a counter's or gauge's value, a histogram's sample count), and
+// whether it is exported.
+func (e *env) metric(t testing.TB, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	fams, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if !sameLabels(m.GetLabel(), labels) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				return m.GetCounter().GetValue(), true
+			case m.Gauge != nil:
+				return m.GetGauge().GetValue(), true
+			case m.Histogram != nil:
+				return float64(m.GetHistogram().GetSampleCount()), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// value is metric for one that must be exported.
+func (e *env) value(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	v, ok := e.metric(t, name, labels)
+	if !ok {
+		t.Fatalf("metric %s%v not exported", name, labels)
+	}
+	return v
+}
+
+// histogramSum is the sum of a histogram's samples.
+func (e *env) histogramSum(t testing.TB, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if sameLabels(m.GetLabel(), labels) && m.Histogram != nil {
+				return m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	t.Fatalf("histogram %s%v not exported", name, labels)
+	return 0
+}
+
+func sameLabels(got []*dto.LabelPair, want map[string]string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for _, l := range got {
+		if v, ok := want[l.GetName()]; !ok || v != l.GetValue() {
+			return false
+		}
+	}
+	return true
+}
+
+// lbl builds a label set from name, value pairs.
+func lbl(kv ...string) map[string]string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
