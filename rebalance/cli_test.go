@@ -10,6 +10,9 @@ import (
 // TestShardctlCommands runs the shardctl binary's move, verify, rollback,
 // status and rebalance commands against a real catalog.
 func TestShardctlCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the shardctl binary (the first make test stage runs it)")
+	}
 	bin := filepath.Join(t.TempDir(), "shardctl")
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/shardctl").CombinedOutput(); err != nil {
 		t.Fatalf("build shardctl: %v\n%s", err, out)

@@ -84,6 +84,9 @@ func runChildLease(t *testing.T, e *env, op string, shard int, target string, st
 }
 
 func TestKillMoverAtEveryStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills mover processes at every step (their concurrency is between processes; the first make test stage runs it)")
+	}
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 2) // shard 0 on s0, shard 1 on s1
 	seedPhotos(t, e, 0, 3000)

@@ -235,6 +235,9 @@ func TestFenceLease(t *testing.T) {
 // with one writable home; then the move is resumed (or rolled back) and
 // nothing the writers were told was written is lost or doubled.
 func TestKillMoverThenWatchFences(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills mover processes (between processes; the first make test stage runs it)")
+	}
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 2) // shard 0 on s0, shard 1 on s1
 	seedPhotos(t, e, 0, 1000)

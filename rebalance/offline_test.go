@@ -17,6 +17,9 @@ import (
 // wal_level is replica: the online move is refused with ErrNotLogical, the
 // offline one fences, copies, verifies and flips, with writers running.
 func TestOfflineMoveWithoutLogicalWAL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a cluster without logical WAL for one sequential move (the first make test stage runs it)")
+	}
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4)
 	c, err := pgtest.Set(t).Add(ctx, pglocal.Options{Settings: map[string]string{"wal_level": "replica"}})
