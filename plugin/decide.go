@@ -246,10 +246,19 @@ func (m *model) checkAssignments(db *gorm.DB, shards []int, snap *router.Snapsho
 		}
 		return nil
 	}
+	return m.eachAssignment(stmt, []*schema.Field{m.key, m.pk}, check)
+}
+
+// eachAssignment calls fn with each column an UPDATE assigns and its
+// value, read as GORM writes them: the SET clause, a map destination, or
+// a struct destination (for the given fields only) after Select and Omit.
+// The model's own primary key, which GORM makes the condition when the
+// destination is the model, is not an assignment.
+func (m *model) eachAssignment(stmt *gorm.Statement, fields []*schema.Field, fn func(col string, v any) error) error {
 	if c, ok := stmt.Clauses["SET"]; ok {
 		if set, ok := c.Expression.(clause.Set); ok {
 			for _, a := range set {
-				if err := check(a.Column.Name, a.Value); err != nil {
+				if err := fn(a.Column.Name, a.Value); err != nil {
 					return err
 				}
 			}
@@ -271,7 +280,7 @@ func (m *model) checkAssignments(db *gorm.DB, shards []int, snap *router.Snapsho
 		for k, v := range d {
 			f := m.schema.LookUpField(k)
 			if f != nil && assigned(f.DBName, false) {
-				if err := check(f.DBName, v); err != nil {
+				if err := fn(f.DBName, v); err != nil {
 					return err
 				}
 			}
@@ -281,13 +290,13 @@ func (m *model) checkAssignments(db *gorm.DB, shards []int, snap *router.Snapsho
 		if rv.Kind() != reflect.Struct || rv.Type() != m.schema.ModelType {
 			return nil
 		}
-		for _, f := range []*schema.Field{m.key, m.pk} {
+		for _, f := range fields {
 			v := f.ReflectValueOf(stmt.Context, rv)
 			if f == m.pk && rv.CanAddr() && stmt.Dest == stmt.Model {
 				continue // GORM uses the model's own key as the condition
 			}
 			if assigned(f.DBName, v.IsZero()) {
-				if err := check(f.DBName, v.Interface()); err != nil {
+				if err := fn(f.DBName, v.Interface()); err != nil {
 					return err
 				}
 			}

@@ -5,7 +5,7 @@ import (
 	"reflect"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
 )
 
 // lookupAssignments returns the lookup columns an UPDATE sets, with their
@@ -36,48 +36,12 @@ func (m *model) lookupAssignments(db *gorm.DB) (map[*lookupCol]any, error) {
 		out[lc] = nv
 		return nil
 	}
-	if c, ok := stmt.Clauses["SET"]; ok {
-		if sc, ok := c.Expression.(clause.Set); ok {
-			for _, a := range sc {
-				if err := set(a.Column.Name, a.Value); err != nil {
-					return nil, err
-				}
-			}
-		}
+	fields := make([]*schema.Field, len(m.lookups))
+	for i, lc := range m.lookups {
+		fields[i] = lc.field
 	}
-	var sel map[string]bool
-	var restricted bool
-	if len(stmt.Selects) > 0 || len(stmt.Omits) > 0 {
-		sel, restricted = stmt.SelectAndOmitColumns(false, true)
-	}
-	assigned := func(col string, zero bool) bool {
-		if v, ok := sel[col]; ok {
-			return v
-		}
-		return !restricted && !zero
-	}
-	switch d := stmt.Dest.(type) {
-	case map[string]any:
-		for k, v := range d {
-			if f := m.schema.LookUpField(k); f != nil && assigned(f.DBName, false) {
-				if err := set(f.DBName, v); err != nil {
-					return nil, err
-				}
-			}
-		}
-	default:
-		rv := reflect.Indirect(reflect.ValueOf(stmt.Dest))
-		if rv.Kind() != reflect.Struct || rv.Type() != m.schema.ModelType {
-			return out, nil
-		}
-		for _, lc := range m.lookups {
-			v := lc.field.ReflectValueOf(stmt.Context, rv)
-			if assigned(lc.column, v.IsZero()) {
-				if err := set(lc.column, v.Interface()); err != nil {
-					return nil, err
-				}
-			}
-		}
+	if err := m.eachAssignment(stmt, fields, set); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
