@@ -12,9 +12,6 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
-
-	"github.com/shardkit/shardkit/internal/pglocal"
-	"github.com/shardkit/shardkit/internal/pgtest"
 )
 
 // TestTextCollationRefused gives the photos' caption column an ICU
@@ -66,19 +63,8 @@ END $$`)
 // the same read merges.
 func TestTextOrderWithUnreadCollation(t *testing.T) {
 	ctx := context.Background()
-	set := pgtest.Set(t)
-	c, err := set.Add(ctx, pglocal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	dsnB := pgtest.NewDatabase(t, len(set.Clusters)-1)
-	e := newEnv(t, envOpts{dsnOf: func(s string) string {
-		if s == "b" {
-			return dsnB
-		}
-		return ""
-	}})
+	c, dsnOf := ownClusterForB(t)
+	e := newEnv(t, envOpts{dsnOf: dsnOf})
 	for u := int64(1); u <= int64(e.shards); u++ {
 		if err := e.db.Create(&Photo{UserID: u, Caption: fmt.Sprintf("c%03d", u)}).Error; err != nil {
 			t.Fatal(err)

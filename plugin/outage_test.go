@@ -21,21 +21,30 @@ import (
 // across shards; server a's shards unaffected; a Partial read with a's
 // rows and b's shards reported missing; and recovery without restart
 // once b is back.
-func TestServerDown(t *testing.T) {
-	ctx := context.Background()
+// ownClusterForB starts a cluster of its own for server b, so that a test
+// can stop or freeze it without touching the other servers, and returns
+// it with the envOpts.dsnOf that places b there.
+func ownClusterForB(t *testing.T) (*pglocal.Cluster, func(string) string) {
+	t.Helper()
 	set := pgtest.Set(t)
-	c, err := set.Add(ctx, pglocal.Options{})
+	c, err := set.Add(context.Background(), pglocal.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Stop() })
 	dsnB := pgtest.NewDatabase(t, len(set.Clusters)-1)
-	e := newEnv(t, envOpts{dsnOf: func(s string) string {
+	return c, func(s string) string {
 		if s == "b" {
 			return dsnB
 		}
 		return ""
-	}})
+	}
+}
+
+func TestServerDown(t *testing.T) {
+	ctx := context.Background()
+	c, dsnOf := ownClusterForB(t)
+	e := newEnv(t, envOpts{dsnOf: dsnOf})
 	byServer := map[string][]int{} // shards by server
 	for s := 0; s < e.shards; s++ {
 		srv := e.serverOf(t, s)
@@ -183,23 +192,11 @@ func signalCluster(t *testing.T, dir string, sig syscall.Signal) {
 // shards answer throughout; after the thaw, b answers again without
 // restart.
 func TestServerFrozen(t *testing.T) {
-	ctx := context.Background()
-	set := pgtest.Set(t)
-	c, err := set.Add(ctx, pglocal.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Stop() })
-	dsnB := pgtest.NewDatabase(t, len(set.Clusters)-1)
+	c, dsnOf := ownClusterForB(t)
 	const timeout = 2 * time.Second
 	e := newEnv(t, envOpts{
-		dsnOf: func(s string) string {
-			if s == "b" {
-				return dsnB
-			}
-			return ""
-		},
-		cfg: func(c *Config) { c.StatementTimeout = timeout },
+		dsnOf: dsnOf,
+		cfg:   func(c *Config) { c.StatementTimeout = timeout },
 	})
 	var ua, ub int64
 	for u := int64(1); u <= int64(e.shards); u++ {
@@ -224,7 +221,7 @@ func TestServerFrozen(t *testing.T) {
 
 	start := time.Now()
 	var p Photo
-	err = e.db.Where("user_id = ?", ub).Take(&p).Error
+	err := e.db.Where("user_id = ?", ub).Take(&p).Error
 	took := time.Since(start)
 	var se *ServerError
 	if !errors.As(err, &se) || se.Server != "b" || !errors.Is(err, ErrServerUnavailable) {
