@@ -49,12 +49,8 @@ memory.`,
 		if table == "" || column == "" {
 			return fmt.Errorf("%w: --table and --column are required", errUsage)
 		}
-		dsn, err := getCatalog()
-		if err != nil {
-			return err
-		}
 		ctx := cmd.Context()
-		cat, err := router.OpenCatalog(ctx, dsn)
+		cat, err := openCatalog(ctx, getCatalog)
 		if err != nil {
 			return err
 		}

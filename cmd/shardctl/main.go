@@ -17,6 +17,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/router"
 )
 
 // CatalogEnv is the environment variable read when --catalog is absent.
@@ -47,6 +49,15 @@ var commands []func() *cobra.Command
 
 // catalogFlag adds --catalog to cmd and returns a getter that falls back to
 // $SHARDKIT_CATALOG and fails with a usage error when neither is set.
+// openCatalog opens the catalog whose DSN dsnOf gives (a catalogFlag).
+func openCatalog(ctx context.Context, dsnOf func() (string, error)) (*router.Catalog, error) {
+	dsn, err := dsnOf()
+	if err != nil {
+		return nil, err
+	}
+	return router.OpenCatalog(ctx, dsn)
+}
+
 func catalogFlag(cmd *cobra.Command) func() (string, error) {
 	var dsn string
 	cmd.Flags().StringVar(&dsn, "catalog", "", "catalog database DSN (default $"+CatalogEnv+")")

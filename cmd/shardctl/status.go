@@ -45,12 +45,8 @@ every table. A server that cannot be reached is shown with its error.`,
 	var asJSON bool
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object, for scripts")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		dsn, err := catalog()
-		if err != nil {
-			return err
-		}
 		ctx := cmd.Context()
-		cat, err := router.OpenCatalog(ctx, dsn)
+		cat, err := openCatalog(ctx, catalog)
 		if err != nil {
 			return err
 		}
