@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,7 +191,11 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 		pushed = limit + offset
 	}
 	counts := make([]int64, len(units))
-	parts := make([]reflect.Value, len(units))
+	parts := make([]reflect.Value, len(units)) // a unit's rows until the unit is read
+	var mg *pageMerger
+	if !count {
+		mg = newPageMerger(sliceTyp, keys, pushed)
+	}
 	// runShard reads shard i into unit u's result, or, given the unit's
 	// shards, the whole unit in one statement (unioned reports which).
 	runShard := func(db *gorm.DB, u, i int, unit []int) (ok, unioned bool) {
@@ -226,7 +229,7 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 		}
 		return true, unioned
 	}
-	runUnit := func(db *gorm.DB, u int) bool {
+	readUnit := func(db *gorm.DB, u int) bool {
 		unit := units[u]
 		rest := unit
 		if len(unit) > 1 && !db.DryRun {
@@ -243,40 +246,37 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 		}
 		return true
 	}
+	// runUnit reads a unit and merges its rows once all of them are in: a
+	// unit whose server fails part-way adds none (Partial leaves it out).
+	runUnit := func(db *gorm.DB, u int) bool {
+		if mg != nil && mg.full() {
+			return true
+		}
+		if !readUnit(db, u) {
+			return false
+		}
+		if mg != nil {
+			mg.add(u, parts[u])
+			parts[u] = reflect.Value{}
+		}
+		return true
+	}
 	for _, u := range p.fanoutByServer(db, f, units, partialOf(stmt), runUnit) {
 		counts[u], parts[u] = 0, reflect.Value{} // a server that did not answer: none of its rows
 	}
 	if db.Error != nil {
 		return
 	}
-	var sum int64
-	var acc reflect.Value
 	if count {
+		var sum int64
 		for _, n := range counts {
 			sum += n
 		}
-	} else {
-		acc = reflect.MakeSlice(sliceTyp, 0, 16)
-		for _, part := range parts {
-			if part.IsValid() {
-				acc = reflect.AppendSlice(acc, part)
-			}
-		}
-	}
-	if count {
 		rv.SetInt(sum)
 		db.RowsAffected = 1
 		return
 	}
-	if len(keys) > 0 {
-		sortRows(acc, keys)
-	}
-	if offset > 0 {
-		acc = acc.Slice(min(offset, acc.Len()), acc.Len())
-	}
-	if limit >= 0 && acc.Len() > limit {
-		acc = acc.Slice(0, limit)
-	}
+	acc := mg.page(offset, limit)
 	db.RowsAffected = int64(acc.Len())
 	switch {
 	case single && acc.Len() > 0:
@@ -579,48 +579,6 @@ func selectedColumn(stmt *gorm.Statement) string {
 		}
 	}
 	return ""
-}
-
-// sortRows sorts merged rows (structs of the model, pointers to them, or
-// maps) by the ORDER BY keys.
-func sortRows(rows reflect.Value, keys []orderKey) {
-	get := func(i int, k orderKey) reflect.Value {
-		row := reflect.Indirect(rows.Index(i))
-		if k.scalar {
-			return row
-		}
-		switch row.Kind() {
-		case reflect.Struct:
-			if k.field != nil {
-				return reflect.Indirect(row.FieldByIndex(k.field.StructField.Index))
-			}
-		case reflect.Map:
-			if v := row.MapIndex(reflect.ValueOf(k.name)); v.IsValid() {
-				return reflect.Indirect(reflect.ValueOf(v.Interface()))
-			}
-		}
-		return reflect.Value{}
-	}
-	tmp := make([]reflect.Value, rows.Len())
-	for i := range tmp {
-		tmp[i] = reflect.ValueOf(rows.Index(i).Interface())
-	}
-	idx := make([]int, rows.Len())
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool {
-		for _, k := range keys {
-			c := compare(get(idx[a], k), get(idx[b], k))
-			if c != 0 {
-				return (c < 0) != k.desc
-			}
-		}
-		return false
-	})
-	for i, j := range idx {
-		rows.Index(i).Set(tmp[j])
-	}
 }
 
 // compare orders two scalar values as Postgres does: NULL (a nil
