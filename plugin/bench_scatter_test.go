@@ -3,6 +3,12 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,9 +137,100 @@ FROM generate_series(1, %d) AS g`
 				b.ReportMetric(float64(ts.Microseconds())/float64(b.N), "sharded-µs/op")
 				b.ReportMetric(float64(tp.Microseconds())/float64(b.N), "plain-µs/op")
 				b.ReportMetric(float64(ts)/float64(tp), "ratio")
+				// CPU spent per read, by this process and by the test
+				// clusters' processes: the wall-clock ratio above
+				// swings with whatever else this machine runs, the CPU
+				// each side takes much less.
+				shardedCPU := measureCPU(b, cpuReads, func() error { return r.fn(all) })
+				plainCPU := measureCPU(b, 20*cpuReads, func() error { return r.fn(plain) })
+				b.ReportMetric(float64(shardedCPU.client.Microseconds()), "sharded-client-cpu-µs/op")
+				b.ReportMetric(float64(shardedCPU.server.Microseconds()), "sharded-server-cpu-µs/op")
+				b.ReportMetric(float64(plainCPU.client+plainCPU.server)/1e3, "plain-cpu-µs/op")
+				b.ReportMetric(float64(shardedCPU.client+shardedCPU.server)/float64(plainCPU.client+plainCPU.server), "cpu-ratio")
 			})
 		}
 	}
 	unionShards = unionBatch
 	_ = ctx
+}
+
+// cpuReads is how many reads of all shards measureCPU times (the plain
+// table's 20 times as many): enough clock ticks of /proc's 10 ms.
+const cpuReads = 40
+
+type cpuPerRead struct{ client, server time.Duration }
+
+// measureCPU runs read n times and returns the CPU time per read of this
+// process (getrusage) and of the test clusters (every process whose
+// parent is one of their postmasters, from /proc).
+func measureCPU(b *testing.B, n int, read func() error) cpuPerRead {
+	b.Helper()
+	var postmasters []int
+	for i := range 2 {
+		pid, err := postmasterPID(pgtest.Cluster(b, i).Dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		postmasters = append(postmasters, pid)
+	}
+	c0, s0 := selfCPU(b), clustersCPU(postmasters)
+	for range n {
+		if err := read(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c1, s1 := selfCPU(b), clustersCPU(postmasters)
+	return cpuPerRead{client: (c1 - c0) / time.Duration(n), server: (s1 - s0) / time.Duration(n)}
+}
+
+func selfCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func postmasterPID(dataDir string) (int, error) {
+	raw, err := os.ReadFile(filepath.Join(dataDir, "postmaster.pid"))
+	if err != nil {
+		return 0, err
+	}
+	first, _, _ := strings.Cut(string(raw), "\n")
+	return strconv.Atoi(strings.TrimSpace(first))
+}
+
+// clustersCPU sums user and system time of the postmasters and their
+// children (backends, background workers), in /proc's clock ticks of
+// 10 ms.
+func clustersCPU(postmasters []int) time.Duration {
+	entries, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid … utime stime: fields after the comm's ')'
+		_, rest, ok := strings.Cut(string(raw), ") ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) < 13 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		if !slices.Contains(postmasters, pid) && !slices.Contains(postmasters, ppid) {
+			continue
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		ticks += ut + st
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
 }
