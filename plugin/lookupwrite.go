@@ -338,7 +338,9 @@ func (p *Plugin) lookupRelease(db *gorm.DB) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(db.Statement.Context), lookupCleanupTimeout)
 	defer cancel()
-	if db.Error != nil {
+	if db.Error != nil || db.RowsAffected == 0 {
+		// Failed, or an Update whose conditions matched no row: the
+		// values it claimed have no owner row holding them.
 		p.abandon(ctx, res)
 		return
 	}
