@@ -415,6 +415,10 @@ func (p *Plugin) reserve(ctx context.Context, snap *router.Snapshot, m *model, r
 			return nil, err
 		}
 	}
+	// A claim that met a moved shard reloaded the map: hold on that one.
+	if cur := p.router.Snapshot(); cur.Version > snap.Version {
+		snap = cur
+	}
 	err := p.hold(ctx, snap, res)
 	if moved, ok := p.movedHome(ctx, err); ok {
 		p.unhold(res)
