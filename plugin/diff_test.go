@@ -108,10 +108,11 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 		t.Fatalf("plain GORM panicked on %s: %s", c.code(), rp.panicked)
 	}
 	var st state
+	seed := d.seedOf(c.Pins)
 	if c.Op.write() {
-		st = d.state(t)
-		if !slices.Equal(st.sharded, d.seed) || !slices.Equal(st.plain, d.seed) || !slices.Equal(st.orphans, d.seedOrphanRows) {
-			defer d.reset(t)
+		st = d.state(t, c.Pins)
+		if !slices.Equal(st.sharded, seed) || !slices.Equal(st.plain, seed) || c.Pins && !slices.Equal(st.orphans, d.seedOrphanRows) {
+			defer d.reset(t, c.Pins)
 		}
 	}
 	switch {
@@ -125,12 +126,12 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 		return bad("error that is not a typed refusal", "%v", rs.err)
 	case rs.err == nil && rp.err != nil:
 		return bad("success where plain GORM failed", "plain: %v", rp.err)
-	case rs.err != nil && c.Op.write() && !slices.Equal(st.sharded, d.seed):
+	case rs.err != nil && c.Op.write() && !slices.Equal(st.sharded, seed):
 		kind := "refusal changed the data"
 		if rp.err != nil {
 			kind = "failed statement changed the data"
 		}
-		return bad(kind, "%s", diffRows(d.seed, st.sharded))
+		return bad(kind, "%s", diffRows(seed, st.sharded))
 	case rs.err != nil && c.Op.write() && (len(st.misplaced) > 0 || len(d.newOrphans(st)) > 0):
 		return bad("failed write left lookup rows behind", "%s", strings.Join(append(st.misplaced, d.newOrphans(st)...), "\n"))
 	case rs.err != nil && rp.err != nil:
@@ -194,6 +195,9 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 // outcome counts a case's outcome, and those of aggregate cases apart.
 func (d *diffEnv) outcome(c dcase, kind string) {
 	d.stats[kind]++
+	if c.Pins {
+		d.stats["pin, "+kind]++
+	}
 	if c.Agg != nil {
 		d.stats["aggregate, "+kind]++
 		if c.All {

@@ -546,6 +546,22 @@ func (d *diffEnv) pinState(t testing.TB, ctx context.Context, srv string, st *st
 	}
 }
 
+// plainPins reads the plain side's pins into st.
+func (d *diffEnv) plainPins(t testing.TB, ctx context.Context, st *state) {
+	t.Helper()
+	rows, err := d.conn(t, d.plainDSN).Query(ctx, `SELECT id, user_id, caption, likes, created_at, slug FROM pins`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p Pin
+	if _, err := pgx.ForEachRow(rows, []any{&p.ID, &p.UserID, &p.Caption, &p.Likes, &p.CreatedAt, &p.Slug}, func() error {
+		st.plain = append(st.plain, pinRows([]Pin{p})[0])
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // lookups judges the slug lookup rows against the pins: every pin's slug
 // has its row naming the pin (else the pin is reported as misplaced); a
 // row whose owner does not hold its value is an orphan.

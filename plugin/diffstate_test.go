@@ -34,13 +34,15 @@ type diffEnv struct {
 	plainDSN string
 	layout   idgen.Layout
 	data     *seedData
-	seedRows []Photo              // the seeded rows, with their IDs
-	seedPins []Pin                // their pin twins (difflookup_test.go)
-	seed     []string             // canonical rows of the seed (photos and pins), sorted
-	schemas  map[string][]string  // server → schemas holding a photos table
-	home     map[string]string    // schema → server the map places it on
-	conns    map[string]*pgx.Conn // direct connections by DSN
-	stats    map[string]int       // outcomes that were not failures, by kind
+	seedRows []Photo  // the seeded rows, with their IDs
+	seedPins []Pin    // their pin twins (difflookup_test.go)
+	seed     []string // canonical rows of the seeded photos, sorted
+	// seedPinRows is the canonical rows of the seeded pins, sorted.
+	seedPinRows []string
+	schemas     map[string][]string  // server → schemas holding a photos table
+	home        map[string]string    // schema → server the map places it on
+	conns       map[string]*pgx.Conn // direct connections by DSN
+	stats       map[string]int       // outcomes that were not failures, by kind
 	// The lookup rows of the seed that no pin holds (planted), and their
 	// canonical text.
 	seedOrphans    []lookupRow
@@ -124,17 +126,30 @@ func newDiffEnv(t testing.TB) *diffEnv {
 		d.data.fresh = append(d.data.fresh, id)
 	}
 	d.addPins(t)
-	d.seed = append(photoRows(d.seedRows), pinRows(d.seedPins)...)
+	d.seed = photoRows(d.seedRows)
 	slices.Sort(d.seed)
-	st := d.state(t)
-	if len(st.misplaced) > 0 || !slices.Equal(st.sharded, d.seed) || !slices.Equal(st.plain, d.seed) || len(st.orphans) != len(d.seedOrphans) {
-		t.Fatalf("seeded data differs: misplaced %v\nsharded %d rows, plain %d rows, want %d; orphans %v", st.misplaced, len(st.sharded), len(st.plain), len(d.seed), st.orphans)
+	d.seedPinRows = pinRows(d.seedPins)
+	slices.Sort(d.seedPinRows)
+	for _, pins := range []bool{false, true} {
+		st, seed := d.state(t, pins), d.seedOf(pins)
+		if len(st.misplaced) > 0 || !slices.Equal(st.sharded, seed) || !slices.Equal(st.plain, seed) || pins && len(st.orphans) != len(d.seedOrphans) {
+			t.Fatalf("seeded data differs: misplaced %v\nsharded %d rows, plain %d rows, want %d; orphans %v", st.misplaced, len(st.sharded), len(st.plain), len(seed), st.orphans)
+		}
+		d.seedOrphanRows = st.orphans
 	}
-	d.seedOrphanRows = st.orphans
 	return d
 }
 
-// state is the data of both sides, read with direct SQL.
+// seedOf is the canonical seed rows of the photos, or of the pins.
+func (d *diffEnv) seedOf(pins bool) []string {
+	if pins {
+		return d.seedPinRows
+	}
+	return d.seed
+}
+
+// state is the data of both sides, read with direct SQL: of the photos
+// table, or of the pins table and its lookup table (a case writes one).
 type state struct {
 	sharded   []string // canonical rows of every schema of every server, sorted
 	plain     []string
@@ -143,14 +158,23 @@ type state struct {
 	orphans   []string         // lookup rows whose owner does not hold their value, sorted
 }
 
-func (d *diffEnv) state(t testing.TB) state {
+func (d *diffEnv) state(t testing.TB, pins bool) state {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st := state{slugs: map[int64]string{}}
-	found := map[string]lookupRow{}
+	if pins {
+		found := map[string]lookupRow{}
+		for _, srv := range d.e.servers {
+			d.pinState(t, ctx, srv, &st, found)
+		}
+		st.lookups(found)
+		d.plainPins(t, ctx, &st)
+		slices.Sort(st.sharded)
+		slices.Sort(st.plain)
+		return st
+	}
 	for _, srv := range d.e.servers {
-		d.pinState(t, ctx, srv, &st, found)
 		var parts []string
 		for _, s := range d.schemas[srv] {
 			parts = append(parts, fmt.Sprintf("SELECT %s::text, id, user_id, caption, likes, created_at FROM %s",
@@ -180,20 +204,8 @@ func (d *diffEnv) state(t testing.TB) state {
 			t.Fatal(err)
 		}
 	}
-	st.lookups(found)
 	conn := d.conn(t, d.plainDSN)
-	rows, err := conn.Query(ctx, `SELECT id, user_id, caption, likes, created_at, slug FROM pins`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pin Pin
-	if _, err := pgx.ForEachRow(rows, []any{&pin.ID, &pin.UserID, &pin.Caption, &pin.Likes, &pin.CreatedAt, &pin.Slug}, func() error {
-		st.plain = append(st.plain, pinRows([]Pin{pin})[0])
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	rows, err = conn.Query(ctx, `SELECT id, user_id, caption, likes, created_at FROM photos`)
+	rows, err := conn.Query(ctx, `SELECT id, user_id, caption, likes, created_at FROM photos`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,8 +235,9 @@ func (d *diffEnv) conn(t testing.TB, dsn string) *pgx.Conn {
 	return c
 }
 
-// reset puts the seed rows back on both sides, with direct SQL.
-func (d *diffEnv) reset(t testing.TB) {
+// reset puts the seed rows of the photos, or of the pins, back on both
+// sides, with direct SQL.
+func (d *diffEnv) reset(t testing.TB, pins bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -236,18 +249,24 @@ func (d *diffEnv) reset(t testing.TB) {
 	for _, srv := range d.e.servers {
 		var b strings.Builder
 		for _, s := range d.schemas[srv] {
+			if pins {
+				d.resetPins(&b, s, srv)
+				continue
+			}
 			table := pgx.Identifier{s, "photos"}.Sanitize()
 			b.WriteString("DELETE FROM " + table + ";\n")
 			if rows := bySchema[s]; len(rows) > 0 && d.home[s] == srv {
 				b.WriteString(insertSQL(table, rows))
 			}
-			d.resetPins(&b, s, srv)
 		}
 		if _, err := d.conn(t, d.e.dsn[srv]).Exec(ctx, b.String(), pgx.QueryExecModeSimpleProtocol); err != nil {
 			t.Fatalf("reset server %s: %v", srv, err)
 		}
 	}
-	sql := "DELETE FROM photos;\n" + insertSQL("photos", d.seedRows) + "DELETE FROM pins;\n" + insertPinsSQL("pins", d.seedPins)
+	sql := "DELETE FROM photos;\n" + insertSQL("photos", d.seedRows)
+	if pins {
+		sql = "DELETE FROM pins;\n" + insertPinsSQL("pins", d.seedPins)
+	}
 	if _, err := d.conn(t, d.plainDSN).Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
 		t.Fatalf("reset plain: %v", err)
 	}
