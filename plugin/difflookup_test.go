@@ -286,8 +286,7 @@ func (c cond) renderSlug() ([]any, string) {
 		}
 		return []any{map[string]any{"slug": c.Slugs}}, fmt.Sprintf(`map[string]any{"slug": []string{%s}}`, goList(c.Slugs))
 	case cSlugStruct:
-		s := c.Slugs[0]
-		return []any{&Pin{Slug: &s}}, fmt.Sprintf(`&Pin{Slug: strp(%q)}`, s)
+		return []any{&Pin{Slug: strp(c.Slugs[0])}}, fmt.Sprintf(`&Pin{Slug: strp(%q)}`, c.Slugs[0])
 	case cSlugClauseIn:
 		vals := make([]any, len(c.Slugs))
 		for i, s := range c.Slugs {
