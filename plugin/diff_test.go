@@ -51,6 +51,9 @@ var refusals = []struct {
 	{"ErrCrossShard", ErrCrossShard},
 	{"ErrIDShardMismatch", ErrIDShardMismatch},
 	{"ErrShardKeyChange", ErrShardKeyChange},
+	{"ErrLookupUnroutable", ErrLookupUnroutable},
+	{"ErrLookupWrite", ErrLookupWrite},
+	{"ErrLookupInTransaction", ErrLookupInTransaction},
 }
 
 // refusal reports whether err is a typed refusal: one of refusals, or a
@@ -105,10 +108,11 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 		t.Fatalf("plain GORM panicked on %s: %s", c.code(), rp.panicked)
 	}
 	var st state
+	seed := d.seedOf(c.Pins)
 	if c.Op.write() {
-		st = d.state(t)
-		if !slices.Equal(st.sharded, d.seed) || !slices.Equal(st.plain, d.seed) {
-			defer d.reset(t)
+		st = d.state(t, c.Pins)
+		if !slices.Equal(st.sharded, seed) || !slices.Equal(st.plain, seed) || c.Pins && !slices.Equal(st.orphans, d.seedOrphanRows) {
+			defer d.reset(t, c.Pins)
 		}
 	}
 	switch {
@@ -118,18 +122,23 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 		return bad("statement reached the default connection", "%d calls on the default connection, which has no photos table", defCalls)
 	case errors.Is(rs.err, gorm.ErrRecordNotFound) && rp.err == nil:
 		return bad("rows differ", "plugin: record not found\n%s", diffRows(rp.rows, nil))
-	case rs.err != nil && rp.err == nil && !refusal(rs.err):
+	case rs.err != nil && rp.err == nil && !refusal(rs.err) && !claimedForNoRow(c, rs, rp):
 		return bad("error that is not a typed refusal", "%v", rs.err)
 	case rs.err == nil && rp.err != nil:
 		return bad("success where plain GORM failed", "plain: %v", rp.err)
-	case rs.err != nil && c.Op.write() && !slices.Equal(st.sharded, d.seed):
+	case rs.err != nil && c.Op.write() && !slices.Equal(st.sharded, seed):
 		kind := "refusal changed the data"
 		if rp.err != nil {
 			kind = "failed statement changed the data"
 		}
-		return bad(kind, "%s", diffRows(d.seed, st.sharded))
+		return bad(kind, "%s", diffRows(seed, st.sharded))
+	case rs.err != nil && c.Op.write() && (len(st.misplaced) > 0 || len(d.newOrphans(st)) > 0):
+		return bad("failed write left lookup rows behind", "%s", strings.Join(append(st.misplaced, d.newOrphans(st)...), "\n"))
 	case rs.err != nil && rp.err != nil:
 		d.outcome(c, "both failed")
+		return nil
+	case claimedForNoRow(c, rs, rp):
+		d.outcome(c, "ErrDuplicateLookup for an update of no row")
 		return nil
 	case rs.err != nil:
 		d.outcome(c, "refused: "+refusalName(rs.err))
@@ -141,6 +150,11 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 		}
 		if !slices.Equal(st.sharded, st.plain) {
 			return bad("data differs after the write", "%s", diffRows(st.plain, st.sharded))
+		}
+		// A delete by conditions does not have the values in hand, and
+		// leaves its rows' lookup rows as orphans (see "Lookup columns").
+		if o := d.newOrphans(st); len(o) > 0 && c.Op != dDelete && c.Op != dDeleteIDs {
+			return bad("write left an orphaned lookup row", "%s", strings.Join(o, "\n"))
 		}
 	}
 	ordered, exact := c.ordered()
@@ -181,12 +195,24 @@ func (d *diffEnv) check(t testing.TB, c dcase) *failure {
 // outcome counts a case's outcome, and those of aggregate cases apart.
 func (d *diffEnv) outcome(c dcase, kind string) {
 	d.stats[kind]++
+	if c.Pins {
+		d.stats["pin, "+kind]++
+	}
 	if c.Agg != nil {
 		d.stats["aggregate, "+kind]++
 		if c.All {
 			d.stats["aggregate on all shards, "+kind]++
 		}
 	}
+}
+
+// claimedForNoRow reports an Update that gives a lookup column a value
+// another row holds, and whose conditions match no row: plain GORM
+// changes nothing and succeeds, the plugin claims the value before the
+// row is written, finds it taken and returns ErrDuplicateLookup (see
+// "Lookup columns" in the README). The data must still be unchanged.
+func claimedForNoRow(c dcase, rs, rp result) bool {
+	return c.Op == dUpdate && errors.Is(rs.err, ErrDuplicateLookup) && rp.err == nil && rp.affected == 0
 }
 
 // refusalName names the refusal an error matches.

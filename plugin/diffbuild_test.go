@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -71,8 +72,12 @@ func goList[T any](xs []T) string {
 }
 
 // render returns a condition's arguments for Where/Or/Not (built on root,
-// a fresh *gorm.DB of the side, when root is not nil) and their Go text.
-func (c cond) render(root *gorm.DB) ([]any, string) {
+// a fresh *gorm.DB of the side, when root is not nil) and their Go text,
+// on Pin instead of Photo when pins is set.
+func (c cond) render(root *gorm.DB, pins bool) ([]any, string) {
+	if c.Kind >= numConds {
+		return c.renderSlug()
+	}
 	var args []any
 	var text string
 	switch c.Kind {
@@ -90,6 +95,9 @@ func (c cond) render(root *gorm.DB) ([]any, string) {
 		args, text = []any{"caption = ?", c.S}, fmt.Sprintf(`"caption = ?", %q`, c.S)
 	case cStruct:
 		args, text = []any{&Photo{UserID: c.Users[0], Caption: c.S}}, fmt.Sprintf(`&Photo{UserID: %d, Caption: %q}`, c.Users[0], c.S)
+		if pins {
+			args, text = []any{&Pin{UserID: c.Users[0], Caption: c.S}}, fmt.Sprintf(`&Pin{UserID: %d, Caption: %q}`, c.Users[0], c.S)
+		}
 	case cMap:
 		if len(c.Users) == 1 {
 			args, text = []any{map[string]any{"user_id": c.Users[0]}}, fmt.Sprintf(`map[string]any{"user_id": %d}`, c.Users[0])
@@ -112,14 +120,18 @@ func (c cond) render(root *gorm.DB) ([]any, string) {
 	case cKeyAndID:
 		args, text = []any{"user_id = ? AND id = ?", c.Users[0], c.IDs[0]}, fmt.Sprintf(`"user_id = ? AND id = ?", %d, %d`, c.Users[0], c.IDs[0])
 	case cSub:
-		kid, kt := c.Kids[0].render(root)
-		if root != nil {
-			args = []any{"id IN (?)", root.Model(&Photo{}).Select("id").Where(kid[0], kid[1:]...)}
+		kid, kt := c.Kids[0].render(root, pins)
+		model, name := any(&Photo{}), "Photo"
+		if pins {
+			model, name = &Pin{}, "Pin"
 		}
-		text = fmt.Sprintf(`"id IN (?)", db.Model(&Photo{}).Select("id").Where(%s)`, kt)
+		if root != nil {
+			args = []any{"id IN (?)", root.Model(model).Select("id").Where(kid[0], kid[1:]...)}
+		}
+		text = fmt.Sprintf(`"id IN (?)", db.Model(&%s{}).Select("id").Where(%s)`, name, kt)
 	case cGroup:
-		a, at := c.Kids[0].render(root)
-		b, bt := c.Kids[1].render(root)
+		a, at := c.Kids[0].render(root, pins)
+		b, bt := c.Kids[1].render(root, pins)
 		if root != nil {
 			args = []any{root.Where(a[0], a[1:]...).Or(b[0], b[1:]...)}
 		}
@@ -192,19 +204,20 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 	if c.Returning {
 		ch.do("Clauses(clause.Returning{})", func(q *gorm.DB) *gorm.DB { return q.Clauses(clause.Returning{}) })
 	}
-	var ret []Photo
+	ret := &rowsDest{isPin: c.Pins}
+	name := c.modelName()
 	switch c.Op {
 	case dFindSmall, dFindMap, dCount, dPluckID, dPluckCaption, dScan, dGroup, dDistinct:
-		ch.do("Model(&Photo{})", func(q *gorm.DB) *gorm.DB { return q.Model(&Photo{}) })
+		ch.do("Model(&"+name+"{})", func(q *gorm.DB) *gorm.DB { return q.Model(c.newModel(0, 0)) })
 	case dUpdate:
 		switch {
 		case c.Returning:
-			ch.do("Model(&ret)", func(q *gorm.DB) *gorm.DB { return q.Model(&ret) })
+			ch.do("Model(&ret)", func(q *gorm.DB) *gorm.DB { return q.Model(ret.ptr()) })
 		case c.Model != nil:
-			m := &Photo{ID: c.Model.ID, UserID: c.Model.UserID}
-			ch.do(fmt.Sprintf("Model(&Photo{ID: %d, UserID: %d})", m.ID, m.UserID), func(q *gorm.DB) *gorm.DB { return q.Model(m) })
+			m := c.newModel(c.Model.ID, c.Model.UserID)
+			ch.do(fmt.Sprintf("Model(&%s{ID: %d, UserID: %d})", name, c.Model.ID, c.Model.UserID), func(q *gorm.DB) *gorm.DB { return q.Model(m) })
 		default:
-			ch.do("Model(&Photo{})", func(q *gorm.DB) *gorm.DB { return q.Model(&Photo{}) })
+			ch.do("Model(&"+name+"{})", func(q *gorm.DB) *gorm.DB { return q.Model(c.newModel(0, 0)) })
 		}
 	}
 	if len(c.Select) > 0 {
@@ -228,7 +241,7 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 		ch.do(`Distinct("user_id").Order("user_id")`, func(q *gorm.DB) *gorm.DB { return q.Distinct("user_id").Order("user_id") })
 	}
 	for _, cl := range c.Calls {
-		args, text := cl.C.render(root)
+		args, text := cl.C.render(root, c.Pins)
 		name := [...]string{"Where", "Or", "Not"}[cl.How]
 		ch.do(fmt.Sprintf("%s(%s)", name, text), func(q *gorm.DB) *gorm.DB {
 			switch cl.How {
@@ -257,14 +270,14 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 	var written func() []int64
 	switch c.Op {
 	case dFind:
-		var rows []Photo
+		rows := &rowsDest{isPin: c.Pins}
 		if len(c.Inline) > 0 {
 			ids := c.Inline
-			ch.do(fmt.Sprintf("Find(&rows, []int64{%s}) // rows []Photo", goList(ids)), func(q *gorm.DB) *gorm.DB { return q.Find(&rows, ids) })
+			ch.do(fmt.Sprintf("Find(&rows, []int64{%s}) // rows []%s", goList(ids), name), func(q *gorm.DB) *gorm.DB { return q.Find(rows.ptr(), ids) })
 		} else {
-			ch.do("Find(&rows) // rows []Photo", func(q *gorm.DB) *gorm.DB { return q.Find(&rows) })
+			ch.do("Find(&rows) // rows []"+name, func(q *gorm.DB) *gorm.DB { return q.Find(rows.ptr()) })
 		}
-		canon = func() []string { return photoRows(rows) }
+		canon = rows.canon
 	case dFindSmall, dScan:
 		var rows []photoKey
 		name := map[bool]string{true: "Scan", false: "Find"}[c.Op == dScan]
@@ -292,30 +305,25 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 			return out
 		}
 	case dFirst, dTake, dLast:
-		var row Photo
-		name := map[dop]string{dFirst: "First", dTake: "Take", dLast: "Last"}[c.Op]
-		text := name + "(&row) // row Photo"
+		row := &rowDest{isPin: c.Pins}
+		call := map[dop]string{dFirst: "First", dTake: "Take", dLast: "Last"}[c.Op]
+		text := call + "(&row) // row " + name
 		if len(c.Inline) > 0 {
-			text = fmt.Sprintf("%s(&row, %d) // row Photo", name, c.Inline[0])
+			text = fmt.Sprintf("%s(&row, %d) // row %s", call, c.Inline[0], name)
 		}
 		ch.do(text, func(q *gorm.DB) *gorm.DB {
 			switch c.Op {
 			case dFirst:
 				if len(c.Inline) > 0 {
-					return q.First(&row, c.Inline[0])
+					return q.First(row.ptr(), c.Inline[0])
 				}
-				return q.First(&row)
+				return q.First(row.ptr())
 			case dTake:
-				return q.Take(&row)
+				return q.Take(row.ptr())
 			}
-			return q.Last(&row)
+			return q.Last(row.ptr())
 		})
-		canon = func() []string {
-			if row.ID == 0 {
-				return nil
-			}
-			return photoRows([]Photo{row})
-		}
+		canon = row.canon
 	case dCount:
 		var n int64
 		ch.do("Count(&n)", func(q *gorm.DB) *gorm.DB { return q.Count(&n) })
@@ -368,6 +376,9 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 			f = func(q *gorm.DB) *gorm.DB { return q.Updates(map[string]any{"caption": s.S, "likes": s.N}) }
 		case setStruct:
 			text, f = fmt.Sprintf(`Updates(Photo{Likes: %d})`, s.N), func(q *gorm.DB) *gorm.DB { return q.Updates(Photo{Likes: s.N}) }
+			if c.Pins {
+				text, f = fmt.Sprintf(`Updates(Pin{Likes: %d})`, s.N), func(q *gorm.DB) *gorm.DB { return q.Updates(Pin{Likes: s.N}) }
+			}
 		case setExpr:
 			text = fmt.Sprintf(`UpdateColumn("likes", gorm.Expr("likes + ?", %d))`, s.N)
 			f = func(q *gorm.DB) *gorm.DB { return q.UpdateColumn("likes", gorm.Expr("likes + ?", s.N)) }
@@ -378,64 +389,56 @@ func (c dcase) build(ch *chain, root *gorm.DB, ids []int64) result {
 			f = func(q *gorm.DB) *gorm.DB { return q.Updates(map[string]any{"user_id": s.U, "caption": s.S}) }
 		case setID:
 			text, f = fmt.Sprintf(`Update("id", %d)`, s.ID), func(q *gorm.DB) *gorm.DB { return q.Update("id", s.ID) }
+		case setSlug, setSlugNull, setSlugMap:
+			text, f = s.slugCall()
 		}
 		if c.Returning {
-			text += " // ret []Photo"
+			text += " // ret []" + name
 		}
 		ch.do(text, f)
-		canon = func() []string { return photoRows(ret) }
+		canon = ret.canon
 	case dDelete:
 		switch {
 		case c.Returning:
-			ch.do("Delete(&ret) // ret []Photo", func(q *gorm.DB) *gorm.DB { return q.Delete(&ret) })
+			ch.do("Delete(&ret) // ret []"+name, func(q *gorm.DB) *gorm.DB { return q.Delete(ret.ptr()) })
 		case c.Model != nil:
-			m := &Photo{ID: c.Model.ID, UserID: c.Model.UserID}
-			ch.do(fmt.Sprintf("Delete(&Photo{ID: %d, UserID: %d})", m.ID, m.UserID), func(q *gorm.DB) *gorm.DB { return q.Delete(m) })
+			m := c.newModel(c.Model.ID, c.Model.UserID)
+			ch.do(fmt.Sprintf("Delete(&%s{ID: %d, UserID: %d})", name, c.Model.ID, c.Model.UserID), func(q *gorm.DB) *gorm.DB { return q.Delete(m) })
 		default:
-			ch.do("Delete(&Photo{})", func(q *gorm.DB) *gorm.DB { return q.Delete(&Photo{}) })
+			ch.do("Delete(&"+name+"{})", func(q *gorm.DB) *gorm.DB { return q.Delete(c.newModel(0, 0)) })
 		}
-		canon = func() []string { return photoRows(ret) }
+		canon = ret.canon
 	case dDeleteIDs:
 		ids := make([]int64, len(c.Rows))
 		for i, r := range c.Rows {
 			ids[i] = r.ID
 		}
-		ch.do(fmt.Sprintf("Delete(&Photo{}, []int64{%s})", goList(ids)), func(q *gorm.DB) *gorm.DB { return q.Delete(&Photo{}, ids) })
+		ch.do(fmt.Sprintf("Delete(&%s{}, []int64{%s})", name, goList(ids)), func(q *gorm.DB) *gorm.DB { return q.Delete(c.newModel(0, 0), ids) })
 		canon = func() []string { return nil }
 	case dCreate, dSave:
-		rows := make([]Photo, len(c.Rows))
+		rows := c.written(ids)
 		var lits []string
-		for i, r := range c.Rows {
-			rows[i] = Photo{ID: r.ID, UserID: r.UserID, Caption: r.Caption, Likes: r.Likes, CreatedAt: diffEpoch.Add(time.Duration(r.At) * time.Minute)}
-			if r.ID == 0 && i < len(ids) {
-				rows[i].ID = ids[i] // the plain side takes the sharded side's IDs
-			}
-			lits = append(lits, fmt.Sprintf("{ID: %d, UserID: %d, Caption: %q, Likes: %d, CreatedAt: diffEpoch.Add(%d * time.Minute)}", r.ID, r.UserID, r.Caption, r.Likes, r.At))
+		for _, r := range c.Rows {
+			lits = append(lits, c.rowLit(r))
 		}
-		name := map[dop]string{dCreate: "Create", dSave: "Save"}[c.Op]
+		call := map[dop]string{dCreate: "Create", dSave: "Save"}[c.Op]
 		if c.Many {
-			ch.do(fmt.Sprintf("%s(&[]Photo{%s})", name, strings.Join(lits, ", ")), func(q *gorm.DB) *gorm.DB {
+			ch.do(fmt.Sprintf("%s(&[]%s{%s})", call, name, strings.Join(lits, ", ")), func(q *gorm.DB) *gorm.DB {
 				if c.Op == dSave {
-					return q.Save(&rows)
+					return q.Save(rows.ptr())
 				}
-				return q.Create(&rows)
+				return q.Create(rows.ptr())
 			})
 		} else {
-			ch.do(fmt.Sprintf("%s(&Photo%s)", name, lits[0]), func(q *gorm.DB) *gorm.DB {
+			ch.do(fmt.Sprintf("%s(&%s%s)", call, name, lits[0]), func(q *gorm.DB) *gorm.DB {
 				if c.Op == dSave {
-					return q.Save(&rows[0])
+					return q.Save(rows.first())
 				}
-				return q.Create(&rows[0])
+				return q.Create(rows.first())
 			})
 		}
-		canon = func() []string { return photoRows(rows) }
-		written = func() []int64 {
-			out := make([]int64, len(rows))
-			for i, r := range rows {
-				out[i] = r.ID
-			}
-			return out
-		}
+		canon = rows.canon
+		written = rows.ids
 	}
 	if ch.q == nil {
 		return res
@@ -484,6 +487,9 @@ func mapRow(r map[string]any) string {
 		v := r[k]
 		if t, ok := v.(time.Time); ok {
 			v = normTime(t)
+		}
+		if rv := reflect.ValueOf(v); rv.Kind() == reflect.Ptr && !rv.IsNil() {
+			v = fmt.Sprintf("*%v", rv.Elem()) // a nullable column's field type, *string
 		}
 		fmt.Fprintf(&b, "%s=%v ", k, v)
 	}

@@ -65,6 +65,7 @@ type cond struct {
 	IDs   []int64
 	N     int
 	S     string
+	Slugs []string // lookup values (pin cases, difflookup_test.go)
 	Kids  []cond
 }
 
@@ -103,6 +104,7 @@ type setSpec struct {
 	N    int
 	U    int64
 	ID   int64
+	Slug *string // a slug assignment's value (nil: NULL)
 }
 
 // prow is a row to create or save, or the model value of an update or
@@ -112,7 +114,8 @@ type prow struct {
 	UserID  int64
 	Caption string
 	Likes   int
-	At      int // minutes after diffEpoch
+	At      int     // minutes after diffEpoch
+	Slug    *string // pin cases: the lookup column (nil: NULL)
 }
 
 // dcase is one generated statement.
@@ -133,6 +136,7 @@ type dcase struct {
 	Inline    []int64 // Find(&rows, ids) / First(&row, id): primary keys as inline conditions
 	Many      bool
 	Agg       *aggSpec // group and distinct: a generated aggregate statement (diffagg_test.go); nil: the fixed shape
+	Pins      bool     // on Pin, the model with a lookup column (difflookup_test.go), instead of Photo
 }
 
 // chooser makes the generator's choices. Zero is always the simplest one.
@@ -164,7 +168,9 @@ type seedData struct {
 	absent []int64 // users without rows, on shards of both servers
 	ids    []int64 // seeded photo IDs
 	owner  map[int64]int64
-	fresh  []int64 // IDs no row has, one per user shard of users[i]
+	fresh  []int64         // IDs no row has, one per user shard of users[i]
+	pinOf  map[int64]int64 // seeded photo ID → its pin twin's ID
+	slugs  []string        // the seeded pins' slugs
 }
 
 var (
@@ -300,8 +306,18 @@ func (g *gen) row(existing bool) prow {
 	return r
 }
 
-// dcase generates one case.
+// dcase generates one case: a Photo case, and for a quarter of them its
+// Pin variant. The Pin choice comes last, so that inputs from before pins
+// existed still make the Photo cases they made.
 func (g *gen) dcase() dcase {
+	c := g.photoCase()
+	if g.pick(4) == 3 {
+		g.pinify(&c)
+	}
+	return c
+}
+
+func (g *gen) photoCase() dcase {
 	c := dcase{Op: dop(g.pick(int(numOps)))}
 	c.All = g.pick(3) == 2
 	c.SkipTx = g.pick(4) == 3

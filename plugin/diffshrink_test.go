@@ -99,6 +99,13 @@ func (c cond) shrinks() []cond {
 			out = append(out, d)
 		}
 	}
+	if len(c.Slugs) > 1 && c.Kind != cSlugAnd {
+		for i := range c.Slugs {
+			d := c.clone()
+			d.Slugs = append(d.Slugs[:i:i], d.Slugs[i+1:]...)
+			out = append(out, d)
+		}
+	}
 	if c.Kind == cStruct && c.S != "" {
 		d := c.clone()
 		d.S = ""
@@ -118,6 +125,7 @@ func (c cond) clone() cond {
 	d := c
 	d.Users = append([]int64(nil), c.Users...)
 	d.IDs = append([]int64(nil), c.IDs...)
+	d.Slugs = append([]string(nil), c.Slugs...)
 	d.Kids = make([]cond, len(c.Kids))
 	for i, k := range c.Kids {
 		d.Kids[i] = k.clone()
@@ -176,6 +184,10 @@ func (c dcase) features() []string {
 			add("map condition")
 		case cClauseIn:
 			add("clause.IN")
+		case cSlugEq, cSlugIn, cSlugMap, cSlugStruct, cSlugClauseIn, cSlugAnd:
+			add("lookup column by = or IN")
+		case cSlugOr, cSlugLike, cSlugNull:
+			add("lookup column in OR, LIKE or IS NULL")
 		}
 		for _, k := range x.Kids {
 			walk(k)
@@ -189,6 +201,9 @@ func (c dcase) features() []string {
 			add("Not()")
 		}
 		walk(cl.C)
+	}
+	if c.Pins {
+		add("Pin (a lookup column)")
 	}
 	if c.All {
 		add("AllShards()")
@@ -231,6 +246,8 @@ func (c dcase) features() []string {
 			add("update of the shard key")
 		case setID:
 			add("update of the primary key")
+		case setSlug, setSlugNull, setSlugMap:
+			add("update of the lookup column")
 		}
 	}
 	if len(c.Rows) > 1 {

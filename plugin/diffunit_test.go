@@ -94,7 +94,7 @@ func TestDiffCode(t *testing.T) {
 // so shrinking ends.
 func TestDiffShrinks(t *testing.T) {
 	d := &seedData{users: []int64{1, 2, 3}, absent: []int64{9}, ids: []int64{100, 200, 300}, fresh: []int64{400},
-		owner: map[int64]int64{100: 1, 200: 2, 300: 3}}
+		owner: map[int64]int64{100: 1, 200: 2, 300: 3}, slugs: []string{"s00", "s01"}, pinOf: map[int64]int64{100: 101, 200: 201, 300: 301}}
 	for i := 0; i < 300; i++ {
 		in := make([]byte, 48)
 		for j := range in {
@@ -126,7 +126,7 @@ func caseSize(c dcase) int {
 }
 
 func condSize(c cond) int {
-	n := 1 + len(c.Users) + len(c.IDs)
+	n := 1 + len(c.Users) + len(c.IDs) + len(c.Slugs)
 	if c.S != "" && c.Kind == cStruct {
 		n++
 	}

@@ -338,7 +338,9 @@ func (p *Plugin) lookupRelease(db *gorm.DB) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(db.Statement.Context), lookupCleanupTimeout)
 	defer cancel()
-	if db.Error != nil {
+	if db.Error != nil || db.RowsAffected == 0 {
+		// Failed, or an Update whose conditions matched no row: the
+		// values it claimed have no owner row holding them.
 		p.abandon(ctx, res)
 		return
 	}
@@ -413,15 +415,43 @@ func (p *Plugin) reserve(ctx context.Context, snap *router.Snapshot, m *model, r
 			return nil, err
 		}
 	}
-	if err := p.hold(ctx, snap, res); err != nil {
-		for _, tx := range res.holds {
-			_ = tx.Rollback()
-		}
-		res.holds = nil
+	// A claim that met a moved shard reloaded the map: hold on that one.
+	if cur := p.router.Snapshot(); cur.Version > snap.Version {
+		snap = cur
+	}
+	err := p.hold(ctx, snap, res)
+	if moved, ok := p.movedHome(ctx, err); ok {
+		p.unhold(res)
+		err = p.hold(ctx, moved, res)
+	}
+	if err != nil {
+		p.unhold(res)
 		p.abandon(ctx, res)
 		return nil, err
 	}
 	return res, nil
+}
+
+// unhold rolls back a write's holds.
+func (p *Plugin) unhold(res *reserved) {
+	for _, tx := range res.holds {
+		_ = tx.Rollback()
+	}
+	res.holds = nil
+}
+
+// movedHome reports a lookup statement that the old home of its shard
+// refused because the shard moved (lookupErr made it ErrShardMoved), and
+// returns the map that places the shard on its new home, to run the
+// statement there once more: what runWrite does for the row's own write,
+// through the same wait (awaitMove, at most Config.FenceWait).
+func (p *Plugin) movedHome(ctx context.Context, err error) (*router.Snapshot, bool) {
+	var se *ShardError
+	if !errors.Is(err, ErrShardMoved) || !errors.As(err, &se) {
+		return nil, false
+	}
+	snap, _, werr := p.awaitMove(ctx, se.Shard, se.Server)
+	return snap, werr == nil
 }
 
 // abandon drops the lookup rows a failed write claimed, if orphaned.
@@ -472,28 +502,41 @@ const (
 // goes under it (deleted between the insert's conflict and the lock).
 const claimAttempts = 5
 
-// claim inserts a lookup row, or takes over an orphaned one (step 1).
+// claim inserts a lookup row, or takes over an orphaned one (step 1). A
+// claim the old home of a moved shard refused runs once more on the new
+// home.
 func (p *Plugin) claim(ctx context.Context, snap *router.Snapshot, m *model, r *reservation) error {
+	retried := false
 	for range claimAttempts {
-		db, pl, err := p.lookupDB(ctx, snap, r.shard, false)
-		if err != nil {
-			return err
+		done, err := p.claimOnce(ctx, snap, m, r)
+		if moved, ok := p.movedHome(ctx, err); ok && !retried {
+			snap, retried = moved, true
+			continue
 		}
-		_, err = db.ExecContext(ctx, fmt.Sprintf(sqlClaim, r.lc.quoted[r.shard]), r.value, r.owner)
-		if err == nil {
-			r.took = true
-			return nil
-		}
-		var pe *pgconn.PgError
-		if !errors.As(err, &pe) || pe.Code != "23505" {
-			return p.lookupErr(ctx, r, pl, err)
-		}
-		done, err := p.reclaim(ctx, db, pl, m, r, pe)
 		if err != nil || done {
 			return err
 		}
 	}
 	return fmt.Errorf("shardkit: %w: %s %q: its lookup row kept changing under %d attempts", ErrDuplicateLookup, r.lc.column, r.key, claimAttempts)
+}
+
+// claimOnce is one round of claim; it reports false when the lookup row
+// went away between the insert's conflict and the lock (claim again).
+func (p *Plugin) claimOnce(ctx context.Context, snap *router.Snapshot, m *model, r *reservation) (bool, error) {
+	db, pl, err := p.lookupDB(ctx, snap, r.shard, false)
+	if err != nil {
+		return false, err
+	}
+	_, err = db.ExecContext(ctx, fmt.Sprintf(sqlClaim, r.lc.quoted[r.shard]), r.value, r.owner)
+	if err == nil {
+		r.took = true
+		return true, nil
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "23505" {
+		return false, p.lookupErr(ctx, r, pl, err)
+	}
+	return p.reclaim(ctx, db, pl, m, r, pe)
 }
 
 // reclaim handles a claim's unique violation: the value is ours already,
@@ -610,9 +653,16 @@ func (p *Plugin) hold(ctx context.Context, snap *router.Snapshot, res *reserved)
 }
 
 // dropIfOrphan deletes a lookup row if it still names owner and the owner
-// row does not hold its value.
+// row does not hold its value; on the new home too when the shard moved.
 func (p *Plugin) dropIfOrphan(ctx context.Context, m *model, r *reservation) error {
-	snap := p.router.Snapshot()
+	err := p.dropOnce(ctx, p.router.Snapshot(), m, r)
+	if moved, ok := p.movedHome(ctx, err); ok {
+		err = p.dropOnce(ctx, moved, m, r)
+	}
+	return err
+}
+
+func (p *Plugin) dropOnce(ctx context.Context, snap *router.Snapshot, m *model, r *reservation) error {
 	db, pl, err := p.lookupDB(ctx, snap, r.shard, false)
 	if err != nil {
 		return err
