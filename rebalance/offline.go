@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -46,9 +45,7 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			return nil
 		}},
 		{StepCopiedOff, func(ctx context.Context) error { return mv.copyTables(ctx, mc) }},
-		{StepIndexes, func(ctx context.Context) error {
-			return migrations.ApplyIndexes(ctx, mc.tgt, mc.layout, m.Shard, mv.cfg.ShardSQL)
-		}},
+		{StepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
 		{StepVerified, func(ctx context.Context) error {
 			_, err := compareSchemas(ctx, mc.src, mc.tgt, mc.schema)
 			return err
