@@ -315,9 +315,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 		reported[objKey(df.Object)] = true
 		r.fail(CheckObjects, r.Source, df.Object.String()+" in "+r.Schema, drift(df), ErrSchemaDrift)
 	}
-	for _, it := range create {
-		r.Carried = append(r.Carried, it.obj)
-	}
+	r.Carried = listCarried(create)
 	sort.SliceStable(r.Carried, func(i, j int) bool { return r.Carried[i].String() < r.Carried[j].String() })
 	failures, err := createMissing(ctx, tx, r.Schema, create)
 	if err != nil {
@@ -509,7 +507,7 @@ func (r *Report) checkVersions(ctx context.Context, src *pgxpool.Pool, shardSQL 
 	sort.Strings(lacks)
 	sort.Strings(extra)
 	if len(lacks) == 0 && len(extra) == 0 {
-		r.pass(CheckVersions, r.Source, fmt.Sprintf("%d versions, equal", len(versions)))
+		r.pass(CheckVersions, r.Source, fmt.Sprintf("versions 0-%d applied, as on the target", maxVersion(versions)))
 		return nil
 	}
 	var parts []string
@@ -521,4 +519,32 @@ func (r *Report) checkVersions(ctx context.Context, src *pgxpool.Pool, shardSQL 
 	}
 	r.fail(CheckVersions, r.Source, "schema "+r.Schema, strings.Join(parts, "; "), ErrShardSQLMismatch)
 	return nil
+}
+
+// listCarried lists the objects to carry, leaving out the replica identity
+// of a carried table and the ownership of a carried sequence (they go with
+// it).
+func listCarried(create []*item) []SchemaObject {
+	made := map[string]bool{}
+	for _, it := range create {
+		made[it.obj.Kind+" "+it.obj.Name] = true
+	}
+	var out []SchemaObject
+	for _, it := range create {
+		switch {
+		case it.obj.Kind == "replica identity" && made["table "+it.obj.Name],
+			it.obj.Kind == "sequence ownership" && made["sequence "+it.obj.Name]:
+			continue
+		}
+		out = append(out, it.obj)
+	}
+	return out
+}
+
+func maxVersion(vs []migrations.Version) int {
+	n := 0
+	for _, v := range vs {
+		n = max(n, v.Number)
+	}
+	return n
 }
