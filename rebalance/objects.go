@@ -414,17 +414,17 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 // two differ beyond that.
 type schemaDiff struct {
 	missing []*item      // on the source only; each carried unless why is set
-	differ  []Difference // present on both with different definitions, or on the target only
+	differ  []difference // present on both with different definitions, or on the target only
 }
 
-// Difference is an object whose definition differs between two copies of
+// difference is an object whose definition differs between two copies of
 // a shard schema, or that one copy lacks.
-type Difference struct {
+type difference struct {
 	Object         SchemaObject
 	Source, Target string // the definitions; "" where the object is absent
 }
 
-func (d Difference) String() string {
+func (d difference) String() string {
 	switch {
 	case d.Source == "":
 		return d.Object.String() + " is on the target only"
@@ -453,12 +453,12 @@ func diffInventories(src, tgt *inventory) schemaDiff {
 			continue
 		}
 		if s.def != t.def {
-			d.differ = append(d.differ, Difference{Object: s.obj, Source: s.def, Target: t.def})
+			d.differ = append(d.differ, difference{Object: s.obj, Source: s.def, Target: t.def})
 		}
 	}
 	for _, k := range tgt.order {
 		if _, ok := src.items[k]; !ok {
-			d.differ = append(d.differ, Difference{Object: tgt.items[k].obj, Target: tgt.items[k].def})
+			d.differ = append(d.differ, difference{Object: tgt.items[k].obj, Target: tgt.items[k].def})
 		}
 	}
 	return d

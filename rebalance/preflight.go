@@ -379,7 +379,7 @@ func (r *Report) failed(name string) bool {
 	return false
 }
 
-func drift(d Difference) string {
+func drift(d difference) string {
 	switch {
 	case d.Source == "":
 		return "made by the per-shard SQL but missing on the source"
