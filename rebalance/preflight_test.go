@@ -86,24 +86,32 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	if err := e.pools["s0"].QueryRow(ctx, `SELECT count(*) FROM shard_0000.notes`).Scan(&seeded); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
+	// The writer stops at the barrier's refusal, or when told to; every
+	// insert's outcome is known (no statement is cut off by a cancel).
+	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var werr error
 	started := make(chan struct{})
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := int64(0); wctx.Err() == nil; i++ {
-			_, err := e.pools["s0"].Exec(wctx, `INSERT INTO shard_0000.notes (photo_id, body)
+		tick := time.NewTicker(2 * time.Millisecond) // a steady rate, not a flood
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			sctx, scancel := context.WithTimeout(ctx, time.Minute)
+			_, err := e.pools["s0"].Exec(sctx, `INSERT INTO shard_0000.notes (photo_id, body)
 				SELECT id, 'during' FROM shard_0000.photos ORDER BY id LIMIT 1`)
+			scancel()
 			if router.IsFenceError(err) {
 				return // the shard moved
 			}
 			if err != nil {
-				if wctx.Err() == nil {
-					werr = err
-				}
+				werr = err
 				return
 			}
 			written++
@@ -114,11 +122,13 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	}()
 	select {
 	case <-started:
-	case <-wctx.Done():
-		t.Fatal("the writer did not get going")
+	case <-time.After(time.Minute):
+		close(stop)
+		wg.Wait()
+		t.Fatalf("the writer did not get going: %v", werr)
 	}
 	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
-	cancel()
+	close(stop)
 	wg.Wait()
 	if err != nil {
 		t.Fatalf("move: %v", err)
@@ -129,6 +139,7 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	if m.State != StateReversible {
 		t.Fatalf("move ended %s at %s", m.State, m.Step)
 	}
+	t.Logf("move %d: %d notes written on the source during the move, fenced %v", m.ID, written, m.FencedFor)
 	sums, err := mv.Verify(ctx, 0)
 	if err != nil {
 		t.Fatalf("verify: %v", err)
@@ -181,6 +192,12 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	var touched bool
 	if err := tgt.QueryRow(ctx, `UPDATE shard_0000.notes SET body = 'x' WHERE id = $1 RETURNING touched IS NOT NULL`, id).Scan(&touched); err != nil || !touched {
 		t.Errorf("trigger notes_touch on the target: touched %v, err %v", touched, err)
+	}
+	// A second move while this one is open: refused by its first check only.
+	_, err = mv.Move(ctx, 0, "s0", MoveOptions{})
+	var pe *PreflightError
+	if !errors.Is(err, ErrMoveInProgress) || !errors.As(err, &pe) || len(pe.Failed) != 1 {
+		t.Errorf("move during an open move: err = %v, want one failure, ErrMoveInProgress", err)
 	}
 	if _, err := mv.Complete(ctx, 0); err != nil {
 		t.Fatal(err)
