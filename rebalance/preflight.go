@@ -343,6 +343,11 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 			r.fail(CheckObjects, r.Target, df.Object.String()+" in "+r.Schema, "the carried copy differs: "+df.String(), ErrCannotCarry)
 		}
 	}
+	if r.Mode == ModeOffline {
+		if err := r.checkOfflineCopy(ctx, tx, after); err != nil {
+			return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
+		}
+	}
 	r.markExtraTables()
 	if !r.failed(CheckObjects) {
 		r.pass(CheckObjects, "", fmt.Sprintf("%d made by the per-shard SQL, %d carried", len(ref.items), len(r.Carried)))
@@ -550,4 +555,38 @@ func maxVersion(vs []migrations.Version) int {
 		n = max(n, v.Number)
 	}
 	return n
+}
+
+// checkOfflineCopy refuses an offline move of a schema with foreign keys or
+// enabled triggers when the target does not let the copy run as a replica
+// (session_replication_role needs a superuser): COPY would check those
+// keys in table order and fire those triggers on rows that already went
+// through them on the source.
+func (r *Report) checkOfflineCopy(ctx context.Context, tx pgx.Tx, inv *inventory) error {
+	var hooked []string
+	for _, k := range inv.order {
+		it := inv.items[k]
+		if it.obj.Kind == "constraint" && strings.HasPrefix(it.def, "f ") ||
+			it.obj.Kind == "trigger" && !strings.HasPrefix(it.def, "D ") {
+			hooked = append(hooked, it.obj.String())
+		}
+	}
+	if len(hooked) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT shardkit_role; SET LOCAL session_replication_role = replica", pgx.QueryExecModeSimpleProtocol); err != nil {
+		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT shardkit_role"); rerr != nil {
+			return rerr
+		}
+		if !isInsufficientPrivilege(err) {
+			return err
+		}
+		r.fail(CheckObjects, r.Target, strings.Join(hooked, ", ")+" in "+r.Schema,
+			"an offline move copies with COPY, which would check these foreign keys and fire these triggers on the target "+
+				"unless it may set session_replication_role (a superuser): move online, or let the mover connect to the target as a superuser",
+			ErrCannotCarry)
+		return nil
+	}
+	_, err := tx.Exec(ctx, "RELEASE SAVEPOINT shardkit_role")
+	return err
 }
