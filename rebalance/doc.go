@@ -13,14 +13,24 @@
 //
 // An online move (PostgreSQL 15+, wal_level=logical on both servers):
 //
+//  0. Preflight, changing nothing (also on its own, for a dry run):
+//     wal_level, replica identities, free slots, WAL senders and workers
+//     on both sides, per-shard SQL versions, no schema on the target, and
+//     a rehearsal of the target's schema (per-shard SQL plus the objects
+//     made outside it) in a transaction rolled back; any failure is a
+//     *PreflightError and nothing else happens;
 //  1. journal row in the catalog (shardkit.moves); every step is recorded
 //     before and after it runs, and every step is idempotent, so a killed
 //     mover is resumed (Resume) or rolled back (Rollback) from the journal;
 //  2. the shard map marks the shard moving;
-//  3. the target gets the schema and tables (secondary indexes deferred);
+//  3. the target gets the schema and tables (secondary indexes deferred),
+//     and the objects of the source's schema that its per-shard SQL did
+//     not make (tables, columns, sequences, constraints, views, functions,
+//     triggers), from the source's own definitions;
 //  4. a publication FOR TABLES IN SCHEMA on the source and a subscription
 //     with copy_data on the target; wait until every table is ready; build
-//     the deferred indexes; wait until the replication lag is small;
+//     the deferred indexes, the carried ones too, and check that both
+//     schemas hold the same objects; wait until the replication lag is small;
 //  5. a publication and slot on the target for reverse replication;
 //  6. cutover, one at a time per Mover: a lag gate waits until a catalog
 //     round trip plus the target's confirmation of a freshly flushed

@@ -323,37 +323,25 @@ type MoveOptions struct {
 }
 
 // Move moves a logical shard to the target server and returns the journal
-// row. An online move ends reversible: the shard is served by the target,
+// row. It runs Preflight first and, when a check fails, returns its
+// *PreflightError having changed nothing. Objects of the shard's schema
+// made outside its per-shard SQL are created on the target too (tables
+// with their rows). An online move ends reversible: the shard is served by the target,
 // the source is kept current by reverse replication until Complete (or
 // Rollback). An offline move ends completed.
 func (mv *Mover) Move(ctx context.Context, shard int, target string, opts MoveOptions) (Move, error) {
-	snap, err := mv.cfg.Catalog.Load(ctx)
+	// The preflight changes nothing; a move it refuses leaves no journal
+	// row, no map change and nothing on either server.
+	r, err := mv.Preflight(ctx, shard, target, opts)
 	if err != nil {
 		return Move{}, err
 	}
-	p, err := snap.Placement(shard)
-	if err != nil {
-		return Move{}, fmt.Errorf("shardkit: %w", err)
-	}
-	if srv, ok := snap.Server(target); !ok {
-		return Move{}, fmt.Errorf("shardkit: target %q: %w", target, router.ErrUnknownServer)
-	} else if srv.State != "" && srv.State != "active" {
-		return Move{}, fmt.Errorf("shardkit: target %q is %s: %w", target, srv.State, ErrTargetNotActive)
-	}
-	if p.Server == target {
-		return Move{}, fmt.Errorf("shardkit: shard %d on %s: %w", shard, target, ErrSameServer)
-	}
-	mode := ModeOnline
-	if opts.Offline {
-		mode = ModeOffline
-	} else if err := mv.checkLogical(ctx, snap, p.Server, target); err != nil {
-		return Move{}, err
-	}
-	m, err := mv.j.create(ctx, shard, p.Server, target, mode)
+	m, err := mv.j.create(ctx, shard, r.Source, target, r.Mode)
 	if err != nil {
 		return Move{}, err
 	}
-	mv.log.Info("shardkit: move started", "move", m.ID, "shard", shard, "from", m.Source, "to", target, "mode", mode)
+	mv.log.Info("shardkit: move started", "move", m.ID, "shard", shard, "from", m.Source, "to", target, "mode", r.Mode,
+		"carried", len(r.Carried))
 	return mv.drive(ctx, &m)
 }
 
@@ -372,23 +360,6 @@ func (mv *Mover) Resume(ctx context.Context, shard int) (Move, error) {
 	default:
 		return m, nil // reversible: nothing to resume; complete or roll back
 	}
-}
-
-func (mv *Mover) checkLogical(ctx context.Context, snap *router.Snapshot, servers ...string) error {
-	for _, name := range servers {
-		p, _, err := mv.server(ctx, snap, name)
-		if err != nil {
-			return err
-		}
-		lvl, err := walLevel(ctx, p)
-		if err != nil {
-			return fmt.Errorf("shardkit: server %s: %w", name, err)
-		}
-		if lvl != "logical" {
-			return fmt.Errorf("shardkit: server %s has wal_level %s: %w", name, lvl, ErrNotLogical)
-		}
-	}
-	return nil
 }
 
 // drive runs a move forward from its journal position.

@@ -2,17 +2,26 @@ package rebalance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
+
+const sqlReplicaRole = `SET session_replication_role = replica`
+
+// isInsufficientPrivilege reports SQLSTATE 42501.
+func isInsufficientPrivilege(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
+}
 
 const sqlColumns = `SELECT a.attname FROM pg_attribute a
 	WHERE a.attrelid = $1::regclass AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated = ''
@@ -46,9 +55,7 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			return nil
 		}},
 		{StepCopiedOff, func(ctx context.Context) error { return mv.copyTables(ctx, mc) }},
-		{StepIndexes, func(ctx context.Context) error {
-			return migrations.ApplyIndexes(ctx, mc.tgt, mc.layout, m.Shard, mv.cfg.ShardSQL)
-		}},
+		{StepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
 		{StepVerified, func(ctx context.Context) error {
 			_, err := compareSchemas(ctx, mc.src, mc.tgt, mc.schema)
 			return err
@@ -96,6 +103,17 @@ func (mv *Mover) copyTables(ctx context.Context, mc *moveCtx) error {
 	total, _, err := schemaHeap(ctx, mc.src, mc.schema)
 	if err != nil {
 		return err
+	}
+	// Every table is emptied first, in one statement: foreign keys
+	// between them forbid emptying one at a time, and a rerun starts clean.
+	if len(tables) > 0 {
+		quoted := make([]string, len(tables))
+		for i, t := range tables {
+			quoted[i] = ident(mc.schema, t)
+		}
+		if _, err := mc.tgt.Exec(ctx, "TRUNCATE "+strings.Join(quoted, ", ")); err != nil {
+			return fmt.Errorf("empty the tables of %s on the target: %w", mc.schema, err)
+		}
 	}
 	var done int64
 	for _, t := range tables {
@@ -145,9 +163,19 @@ func copyTable(ctx context.Context, src, tgt *pgxpool.Pool, schema, table string
 		return 0, err
 	}
 	defer tc.Release()
-	if _, err := tc.Exec(ctx, "TRUNCATE "+ident(schema, table)); err != nil {
-		return 0, fmt.Errorf("empty %s.%s on the target: %w", schema, table, err)
+	// As a replica, the target checks no foreign key and fires no trigger
+	// of the copied rows (logical replication's apply does the same): the
+	// rows arrive as they are on the source, in any table order. It needs
+	// a superuser; without, the preflight refused a schema with foreign
+	// keys or triggers.
+	if _, err := tc.Exec(ctx, sqlReplicaRole); err != nil && !isInsufficientPrivilege(err) {
+		return 0, fmt.Errorf("copy %s.%s: %w", schema, table, err)
 	}
+	defer func() {
+		if _, err := tc.Exec(context.WithoutCancel(ctx), "RESET session_replication_role"); err != nil {
+			_ = tc.Conn().Close(context.WithoutCancel(ctx)) // never back to the pool as a replica
+		}
+	}()
 	pr, pw := io.Pipe()
 	cw := &countingWriter{w: pw}
 	errc := make(chan error, 1)

@@ -3,6 +3,7 @@ package rebalance
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,11 @@ func TestOfflineMoveWithoutLogicalWAL(t *testing.T) {
 	mv := e.mover(t, Config{})
 	if _, err := mv.Move(ctx, 2, "plain", MoveOptions{}); !errors.Is(err, ErrNotLogical) {
 		t.Fatalf("online move onto wal_level=replica: err = %v, want ErrNotLogical", err)
+	} else if !errors.Is(err, ErrPreflight) || !strings.Contains(err.Error(), "server plain") {
+		t.Errorf("refused online move: err = %v, want a preflight failure naming server plain", err)
+	}
+	if e.schemaOn(t, "plain", 2) {
+		t.Error("the refused online move left shard_0002 on plain")
 	}
 	w := newRawWriter(t, e, []int{2, 3})
 	stop := w.run(ctx)

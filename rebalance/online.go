@@ -24,9 +24,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 			return createSubscription(ctx, mc.tgt, mc.n.fwd, mc.srcDSN, mc.n.fwd)
 		}},
 		{StepCopied, func(ctx context.Context) error { return mv.waitCopied(ctx, mc) }},
-		{StepIndexes, func(ctx context.Context) error {
-			return migrations.ApplyIndexes(ctx, mc.tgt, mc.layout, m.Shard, mv.cfg.ShardSQL)
-		}},
+		{StepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
 		{StepCaughtUp, func(ctx context.Context) error { return mv.waitCaughtUp(ctx, mc) }},
 		// Reverse replication's slot is made now, outside the fenced window
 		// (making a slot waits for running transactions). It will see the
@@ -103,8 +101,24 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx, deferIndexes boo
 			return err
 		}
 	}
-	return migrations.ApplyShard(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL,
-		migrations.ApplyOptions{DeferIndexes: deferIndexes})
+	if err := migrations.ApplyShard(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL,
+		migrations.ApplyOptions{DeferIndexes: deferIndexes}); err != nil {
+		return err
+	}
+	// Then what the schema holds beyond its per-shard SQL (the preflight
+	// checked it can be carried): tables before the publication includes
+	// them, secondary indexes after the copy (buildIndexes).
+	return carry(ctx, mc.src, mc.tgt, mc.schema, false)
+}
+
+// buildIndexes builds the secondary indexes deferred by createTarget, the
+// per-shard SQL's and the carried ones, and checks that the target's
+// schema now matches the source's object for object.
+func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
+	if err := migrations.ApplyIndexes(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL); err != nil {
+		return err
+	}
+	return carry(ctx, mc.src, mc.tgt, mc.schema, true)
 }
 
 // cutover fences the shard, stops writes on the source, waits for the

@@ -17,7 +17,6 @@ import (
 // ident or by the server's own format(%I, %L) — CREATE SUBSCRIPTION cannot
 // take bind parameters and cannot run inside a DO block.
 const (
-	sqlWalLevel          = `SELECT current_setting('wal_level')`
 	sqlPublicationExists = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
 	sqlSubscription      = `SELECT s.subenabled, coalesce(s.subslotname, '') FROM pg_subscription s
 		WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
@@ -36,13 +35,6 @@ const (
 	sqlAdvanceSlot   = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
 		FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
 )
-
-// walLevel returns the server's wal_level.
-func walLevel(ctx context.Context, p *pgxpool.Pool) (string, error) {
-	var lvl string
-	err := p.QueryRow(ctx, sqlWalLevel).Scan(&lvl)
-	return lvl, err
-}
 
 // createPublication publishes every table of schema, unless the
 // publication exists already.

@@ -71,6 +71,9 @@ func compareSchemas(ctx context.Context, src, tgt *pgxpool.Pool, schema string) 
 // waits for replication to catch up with the serving side, and retries a
 // few times, since the serving side may be taking writes; a persistent
 // difference is a *MismatchError naming the table (errors.Is ErrMismatch).
+// Once the target's indexes are built it first compares the schemas'
+// objects (tables, columns, indexes, constraints, sequences, views,
+// functions, triggers): a difference is an *ObjectsError (ErrMismatch too).
 // Config.StepTimeout bounds it (a *TimeoutError).
 func (mv *Mover) Verify(ctx context.Context, shard int) (sums []TableSum, err error) {
 	err = mv.bounded(ctx, fmt.Sprintf("verify shard %d", shard), func(ctx context.Context) error {
@@ -88,6 +91,13 @@ func (mv *Mover) verify(ctx context.Context, shard int) ([]TableSum, error) {
 	mc, err := mv.prepare(ctx, &m)
 	if err != nil {
 		return nil, err
+	}
+	if mc.done(StepIndexes) {
+		// Objects first: the checksums compare tables' rows; views,
+		// indexes, sequences and functions only exist or not.
+		if err := sameObjects(ctx, mc.src, mc.tgt, mc.schema); err != nil {
+			return nil, err
+		}
 	}
 	var sums []TableSum
 	for attempt := 0; attempt < 5; attempt++ {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,10 +20,10 @@ func init() { commands = append(commands, newMoveCmd) }
 
 func newMoveCmd() *cobra.Command {
 	var spec, to string
-	var resume, complete, offline, quiet bool
+	var resume, complete, offline, quiet, dryRun bool
 	var soak time.Duration
 	cmd := &cobra.Command{
-		Use:   "move --shard N|A-B|A,B,C (--to SERVER [--offline] [--soak D] | --resume | --complete)",
+		Use:   "move --shard N|A-B|A,B,C (--to SERVER [--offline] [--soak D] [--dry-run] | --resume | --complete)",
 		Short: "Move logical shards to another server online; resume or complete a move",
 		Long: `Move logical shards to another server while the application keeps writing.
 
@@ -31,7 +32,13 @@ fenced window, and keeps reverse replication so that 'shardctl rollback' can
 return the shard. 'shardctl move --complete' (or --soak D) then drops the
 replication and the old copy. --offline copies with COPY while the shard is
 fenced, for servers whose wal_level is not logical. A move that stopped (killed,
-failed) is continued with --resume or undone with 'shardctl rollback'.`,
+failed) is continued with --resume or undone with 'shardctl rollback'.
+
+Every new move first runs preflight checks (wal_level, replica identity,
+free replication slots and workers, per-shard SQL versions, target schema
+absent, objects made outside the per-shard SQL) and changes nothing if one
+fails. --dry-run runs only those checks and prints what the move would do:
+exit 0 if it would proceed, 1 with the failures.`,
 		Args: exactArgs(0, "no positional arguments"),
 	}
 	getCatalog := catalogFlag(cmd)
@@ -42,6 +49,7 @@ failed) is continued with --resume or undone with 'shardctl rollback'.`,
 	cmd.Flags().BoolVar(&offline, "offline", false, "copy with COPY while fenced (when wal_level is not logical)")
 	cmd.Flags().DurationVar(&soak, "soak", 0, "after the cutover, keep reverse replication this long, then complete (0: keep until --complete)")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bars")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "run the preflight checks and print what the move would do; change nothing")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		shards, err := parseShardSpec(spec)
 		if err != nil {
@@ -62,7 +70,10 @@ failed) is continued with --resume or undone with 'shardctl rollback'.`,
 		if to == "" && (offline || soak != 0) {
 			return fmt.Errorf("%w: --offline and --soak go with --to SERVER (a new move), not --resume or --complete", errUsage)
 		}
-		mv, cat, closeAll, err := openMover(cmd, getCatalog, !quiet)
+		if dryRun && (to == "" || soak != 0) {
+			return fmt.Errorf("%w: --dry-run goes with --to SERVER (a new move), without --soak", errUsage)
+		}
+		mv, cat, closeAll, err := openMover(cmd, getCatalog, !quiet && !dryRun)
 		if err != nil {
 			return err
 		}
@@ -77,6 +88,9 @@ failed) is continued with --resume or undone with 'shardctl rollback'.`,
 			}
 		}
 		out := cmd.OutOrStdout()
+		if dryRun {
+			return dryRunMoves(ctx, out, mv, shards, to, rebalance.MoveOptions{Offline: offline})
+		}
 		for _, shard := range shards {
 			var m rebalance.Move
 			switch {
@@ -181,4 +195,75 @@ func parseShardSpec(spec string) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// dryRunMoves runs the preflight of a move of each shard to target and
+// prints the reports. It returns the refusals (exit 1) or nil (exit 0).
+func dryRunMoves(ctx context.Context, out io.Writer, mv *rebalance.Mover, shards []int, target string, opts rebalance.MoveOptions) error {
+	var refused []error
+	for _, shard := range shards {
+		r, err := mv.Preflight(ctx, shard, target, opts)
+		var pe *rebalance.PreflightError
+		switch {
+		case errors.Is(err, rebalance.ErrSameServer):
+			fmt.Fprintf(out, "shard %d: already on %s; nothing to do\n", shard, target)
+			continue
+		case err != nil && !errors.As(err, &pe):
+			return err
+		}
+		printReport(out, r)
+		if err != nil {
+			refused = append(refused, err)
+		}
+	}
+	switch len(refused) {
+	case 0:
+		return nil
+	case 1:
+		return refused[0]
+	}
+	return fmt.Errorf("%d of %d moves would be refused: %w", len(refused), len(shards), errors.Join(refused...))
+}
+
+func printReport(out io.Writer, r rebalance.Report) {
+	fmt.Fprintf(out, "shard %d (%s): %s → %s, %s move — dry run, nothing changed\n", r.Shard, r.Schema, r.Source, r.Target, r.Mode)
+	fmt.Fprintln(out, "  tables (source estimates):")
+	width := 0
+	for _, t := range r.Tables {
+		width = max(width, len(t.Name))
+	}
+	for _, t := range r.Tables {
+		note := ""
+		if t.Extra {
+			note = "  made outside the per-shard SQL, carried"
+		}
+		fmt.Fprintf(out, "    %-*s %10d rows %11s%s\n", width, t.Name, t.Rows, humanBytes(t.Bytes), note)
+	}
+	if len(r.Carried) == 0 {
+		fmt.Fprintln(out, "  carried beyond the per-shard SQL: nothing")
+	} else {
+		fmt.Fprintf(out, "  carried beyond the per-shard SQL (%d):\n", len(r.Carried))
+		for _, o := range r.Carried {
+			fmt.Fprintf(out, "    %s\n", o)
+		}
+	}
+	fmt.Fprintln(out, "  checks:")
+	failed := 0
+	for _, c := range r.Checks {
+		where := ""
+		if c.Server != "" {
+			where = " on " + c.Server
+		}
+		if c.OK() {
+			fmt.Fprintf(out, "    ok    %s%s: %s\n", c.Name, where, c.Detail)
+			continue
+		}
+		failed++
+		fmt.Fprintf(out, "    FAIL  %s: %s\n", c.Name, c.Err)
+	}
+	if failed == 0 {
+		fmt.Fprintf(out, "  would proceed: all %d checks passed\n", len(r.Checks))
+	} else {
+		fmt.Fprintf(out, "  would be refused: %d of %d checks failed\n", failed, len(r.Checks))
+	}
 }

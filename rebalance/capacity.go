@@ -1,0 +1,112 @@
+package rebalance
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// serverLoad is what a server allows and uses of what a move needs.
+type serverLoad struct {
+	walLevel                   string
+	maxSlots, slots            int64
+	maxSenders, senders        int64
+	maxLogicalWorkers, logical int64
+	maxWorkers, workers        int64
+	maxSyncWorkers             int64
+}
+
+// sqlServerLoad reads a server's settings and use. Replication slots are
+// per cluster (every database's count); background workers are the
+// processes of pg_stat_activity that are not PostgreSQL's own auxiliary
+// processes, client backends or WAL senders.
+const sqlServerLoad = `SELECT current_setting('wal_level'),
+       current_setting('max_replication_slots')::bigint, (SELECT count(*) FROM pg_replication_slots),
+       current_setting('max_wal_senders')::bigint,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'walsender'),
+       current_setting('max_logical_replication_workers')::bigint,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'logical replication worker'),
+       current_setting('max_worker_processes')::bigint,
+       (SELECT count(*) FROM pg_stat_activity WHERE backend_type NOT IN ('client backend', 'walsender', 'walreceiver',
+           'autovacuum launcher', 'autovacuum worker', 'background writer', 'checkpointer', 'walwriter', 'startup',
+           'archiver', 'standalone backend')),
+       current_setting('max_sync_workers_per_subscription')::bigint`
+
+func readLoad(ctx context.Context, p *pgxpool.Pool) (serverLoad, error) {
+	var l serverLoad
+	err := p.QueryRow(ctx, sqlServerLoad).Scan(&l.walLevel, &l.maxSlots, &l.slots, &l.maxSenders, &l.senders,
+		&l.maxLogicalWorkers, &l.logical, &l.maxWorkers, &l.workers, &l.maxSyncWorkers)
+	if err != nil {
+		return l, fmt.Errorf("read replication settings: %w", err)
+	}
+	return l, nil
+}
+
+// sameCluster reports whether two DSNs name the same PostgreSQL server
+// (host and port), whose slots and workers the two sides then share.
+func sameCluster(a, b string) bool {
+	ca, err := pgconn.ParseConfig(a)
+	if err != nil {
+		return false
+	}
+	cb, err := pgconn.ParseConfig(b)
+	if err != nil {
+		return false
+	}
+	return ca.Host == cb.Host && ca.Port == cb.Port
+}
+
+// capacityChecks compares what an online move needs with what each side
+// has free. The source serves the forward subscription (its slot and WAL
+// sender, plus one temporary slot and WAL sender per table being copied
+// at once: sync of them) and, after the cutover, runs the reverse
+// subscription's apply worker. The target runs the forward apply worker
+// and its sync table-copy workers, and holds the reverse slot and serves
+// its WAL sender. On one cluster the two add up.
+func capacityChecks(srcName, tgtName string, src, tgt serverLoad, sync int64, shared bool) []Check {
+	type need struct{ slots, senders, logical, workers int64 }
+	srcNeed := need{slots: 1 + sync, senders: 1 + sync, logical: 1, workers: 1}
+	tgtNeed := need{slots: 1, senders: 1, logical: 1 + sync, workers: 1 + sync}
+	sides := []struct {
+		name string
+		l    serverLoad
+		n    need
+	}{{srcName, src, srcNeed}, {tgtName, tgt, tgtNeed}}
+	if shared {
+		sum := need{srcNeed.slots + tgtNeed.slots, srcNeed.senders + tgtNeed.senders,
+			srcNeed.logical + tgtNeed.logical, srcNeed.workers + tgtNeed.workers}
+		sides = sides[:1]
+		sides[0].n = sum
+		sides[0].name = srcName + " (and " + tgtName + ", same cluster)"
+	}
+	var out []Check
+	for _, s := range sides {
+		var failed []*CheckError
+		for _, r := range []struct {
+			setting         string
+			limit, use, req int64
+		}{
+			{"max_replication_slots", s.l.maxSlots, s.l.slots, s.n.slots},
+			{"max_wal_senders", s.l.maxSenders, s.l.senders, s.n.senders},
+			{"max_logical_replication_workers", s.l.maxLogicalWorkers, s.l.logical, s.n.logical},
+			{"max_worker_processes", s.l.maxWorkers, s.l.workers, s.n.workers},
+		} {
+			if free := r.limit - r.use; free < r.req {
+				failed = append(failed, &CheckError{Check: CheckCapacity, Server: s.name, Object: r.setting,
+					Detail: fmt.Sprintf("%d of %d in use, the move needs %d free", r.use, r.limit, r.req), Err: ErrReplicationCapacity})
+			}
+		}
+		if len(failed) == 0 {
+			out = append(out, Check{Name: CheckCapacity, Server: s.name, Detail: fmt.Sprintf(
+				"slots %d/%d, WAL senders %d/%d, logical workers %d/%d, worker processes %d/%d in use; needs %d, %d, %d, %d free",
+				s.l.slots, s.l.maxSlots, s.l.senders, s.l.maxSenders, s.l.logical, s.l.maxLogicalWorkers, s.l.workers, s.l.maxWorkers,
+				s.n.slots, s.n.senders, s.n.logical, s.n.workers)})
+		}
+		for _, f := range failed {
+			out = append(out, Check{Name: CheckCapacity, Server: s.name, Detail: f.Detail, Err: f})
+		}
+	}
+	return out
+}

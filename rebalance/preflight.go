@@ -1,0 +1,592 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+// Sentinel errors of the preflight. Each failed check is a *CheckError
+// wrapping one of them; a refused move returns a *PreflightError holding
+// them all (errors.Is finds each, and ErrPreflight).
+var (
+	// ErrPreflight reports a move refused by its preflight checks; nothing
+	// was changed anywhere.
+	ErrPreflight = errors.New("move refused by its preflight checks; nothing was changed")
+	// ErrNoReplicaIdentity reports a table that logical replication cannot
+	// update or delete rows of: publishing it would make the source refuse
+	// its UPDATEs and DELETEs.
+	ErrNoReplicaIdentity = errors.New("table has no usable replica identity: add a primary key, or ALTER TABLE … REPLICA IDENTITY FULL (or USING INDEX a unique index), or move offline (MoveOptions.Offline)")
+	// ErrReplicationCapacity reports a server without enough free
+	// replication slots, WAL senders, logical replication workers or
+	// worker processes for the move.
+	ErrReplicationCapacity = errors.New("not enough free replication slots, WAL senders or worker processes for the move: raise the setting named (it needs a restart) or let other moves and subscriptions finish first")
+	// ErrShardSQLMismatch reports a source whose applied per-shard SQL
+	// versions differ from those the target would be created with.
+	ErrShardSQLMismatch = errors.New("the source's per-shard SQL versions differ from those the target would be created with: apply the pending versions (migrations.Migrate), or give Config.ShardSQL the files the source was made with")
+	// ErrTargetSchemaExists reports a target that already holds the
+	// shard's schema while no move of the shard is unfinished.
+	ErrTargetSchemaExists = errors.New("the shard's schema already exists on the target though no move of the shard is unfinished: check it holds nothing needed, then drop it (migrations.DropShard)")
+	// ErrCannotCarry reports an object of the shard's schema, made outside
+	// its per-shard SQL, that a move cannot carry to the target.
+	ErrCannotCarry = errors.New("the shard's schema holds an object a move cannot carry: drop or change it before the move (and make it again on the target after)")
+	// ErrSchemaDrift reports an object of the per-shard SQL that the
+	// source lacks or has in another form.
+	ErrSchemaDrift = errors.New("the source's schema differs from what its per-shard SQL creates: bring the object in line on the source (or add the change to the per-shard SQL) before the move")
+)
+
+// CheckError is one failed preflight check: what, where, and why.
+type CheckError struct {
+	Check  string // the check's name, as in Check.Name
+	Server string // the server it failed on, "" when it is about the shard
+	Object string // the object it is about (a table, a setting), "" if none
+	Detail string // what was found
+	Err    error  // a sentinel of this package (errors.Is)
+}
+
+func (e *CheckError) Error() string {
+	var b strings.Builder
+	if e.Server != "" {
+		b.WriteString("server " + e.Server + ": ")
+	}
+	if e.Object != "" {
+		b.WriteString(e.Object + ": ")
+	}
+	if e.Detail != "" {
+		b.WriteString(e.Detail + ": ")
+	}
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+// Unwrap returns the sentinel.
+func (e *CheckError) Unwrap() error { return e.Err }
+
+// PreflightError is a move refused before any change: every failed check.
+type PreflightError struct {
+	Shard          int
+	Source, Target string
+	Failed         []*CheckError
+}
+
+func (e *PreflightError) Error() string {
+	parts := make([]string, len(e.Failed))
+	for i, f := range e.Failed {
+		parts[i] = f.Error()
+	}
+	return fmt.Sprintf("shardkit: move of shard %d from %s to %s: %v (%d failed): %s",
+		e.Shard, e.Source, e.Target, ErrPreflight, len(e.Failed), strings.Join(parts, "; "))
+}
+
+// Unwrap returns ErrPreflight and each failure.
+func (e *PreflightError) Unwrap() []error {
+	out := []error{ErrPreflight}
+	for _, f := range e.Failed {
+		out = append(out, f)
+	}
+	return out
+}
+
+// Check is one preflight check and its outcome.
+type Check struct {
+	Name   string
+	Server string      // "" when it is about the shard
+	Detail string      // what was found
+	Err    *CheckError // nil when it passed
+}
+
+// OK reports whether the check passed.
+func (c Check) OK() bool { return c.Err == nil }
+
+// TableEstimate is a table of the shard's schema on the source, with the
+// planner's row estimate and its size with indexes and TOAST.
+type TableEstimate struct {
+	Name  string
+	Rows  int64
+	Bytes int64
+	Extra bool // made outside the per-shard SQL; carried by the move
+}
+
+// Report is what a move would do and what its preflight found.
+type Report struct {
+	Shard          int
+	Schema         string
+	Source, Target string
+	Mode           Mode
+	Tables         []TableEstimate
+	// Carried are the objects made outside the per-shard SQL that the
+	// move creates on the target (tables also get their rows).
+	Carried []SchemaObject
+	Checks  []Check
+}
+
+// Err returns a *PreflightError with every failed check, or nil.
+func (r *Report) Err() error {
+	var failed []*CheckError
+	for _, c := range r.Checks {
+		if c.Err != nil {
+			failed = append(failed, c.Err)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return &PreflightError{Shard: r.Shard, Source: r.Source, Target: r.Target, Failed: failed}
+}
+
+func (r *Report) pass(name, server, detail string) {
+	r.Checks = append(r.Checks, Check{Name: name, Server: server, Detail: detail})
+}
+
+func (r *Report) fail(name, server, object, detail string, sentinel error) {
+	r.Checks = append(r.Checks, Check{Name: name, Server: server, Detail: detail,
+		Err: &CheckError{Check: name, Server: server, Object: object, Detail: detail, Err: sentinel}})
+}
+
+// Names of the checks.
+const (
+	CheckNoOpenMove      = "no unfinished move"
+	CheckWalLevel        = "wal_level"
+	CheckReplicaIdentity = "replica identity"
+	CheckCapacity        = "replication capacity"
+	CheckVersions        = "per-shard SQL versions"
+	CheckTargetSchema    = "target schema absent"
+	CheckObjects         = "schema objects"
+)
+
+// Preflight checks, changing nothing, whether a move of shard to target
+// would succeed, and says what it would do. It returns the report and,
+// when a check failed, a *PreflightError (errors.Is ErrPreflight and the
+// sentinel of each failure). A shard or server that does not exist, a
+// target that is not active or one that holds the shard already are
+// errors of their own, as from Move, with an empty report.
+//
+// For an online move it checks wal_level = logical on both servers, a
+// usable replica identity on every table of the schema, and free
+// replication slots, WAL senders, logical replication workers and worker
+// processes on both sides (max_replication_slots, max_wal_senders,
+// max_logical_replication_workers, max_worker_processes against what is in
+// use). For every move: no unfinished move of the shard, the per-shard SQL
+// versions applied on the source equal to those the target is created
+// with, no schema of the shard on the target, and every object of the
+// schema either made by the per-shard SQL or carried: the carry is
+// rehearsed on the target inside a transaction that is rolled back, and
+// the result must match the source object for object.
+func (mv *Mover) Preflight(ctx context.Context, shard int, target string, opts MoveOptions) (Report, error) {
+	snap, err := mv.cfg.Catalog.Load(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	p, err := checkTarget(snap, shard, target)
+	if err != nil {
+		return Report{}, err
+	}
+	mode := ModeOnline
+	if opts.Offline {
+		mode = ModeOffline
+	}
+	r := Report{Shard: shard, Schema: router.SchemaName(shard), Source: p.Server, Target: target, Mode: mode}
+	if err := mv.preflight(ctx, snap, &r); err != nil {
+		return r, err
+	}
+	return r, r.Err()
+}
+
+// checkTarget returns the shard's placement, or the error Move returns
+// for a target it cannot move to at all.
+func checkTarget(snap *router.Snapshot, shard int, target string) (router.Placement, error) {
+	p, err := snap.Placement(shard)
+	if err != nil {
+		return p, fmt.Errorf("shardkit: %w", err)
+	}
+	if srv, ok := snap.Server(target); !ok {
+		return p, fmt.Errorf("shardkit: target %q: %w", target, router.ErrUnknownServer)
+	} else if srv.State != "" && srv.State != "active" {
+		return p, fmt.Errorf("shardkit: target %q is %s: %w", target, srv.State, ErrTargetNotActive)
+	}
+	if p.Server == target {
+		return p, fmt.Errorf("shardkit: shard %d on %s: %w", shard, target, ErrSameServer)
+	}
+	return p, nil
+}
+
+func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report) error {
+	if m, err := mv.j.open(ctx, r.Shard); err == nil {
+		// The other checks would only repeat it (the schema on that
+		// move's target, its slots).
+		r.fail(CheckNoOpenMove, "", "", fmt.Sprintf("move %d (%s → %s) is %s at step %s", m.ID, m.Source, m.Target, m.State, m.Step), ErrMoveInProgress)
+		return nil
+	} else if errors.Is(err, ErrNoMove) {
+		r.pass(CheckNoOpenMove, "", "none")
+	} else {
+		return err
+	}
+	if err := mv.loadShardSQL(ctx); err != nil {
+		return err
+	}
+	src, srcDSN, err := mv.server(ctx, snap, r.Source)
+	if err != nil {
+		return err
+	}
+	tgt, tgtDSN, err := mv.server(ctx, snap, r.Target)
+	if err != nil {
+		return err
+	}
+	srcInv, err := readInventory(ctx, src, r.Schema)
+	if err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
+	}
+	if err := r.readTables(ctx, src); err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
+	}
+	if r.Mode == ModeOnline {
+		srcLoad, err := readLoad(ctx, src)
+		if err != nil {
+			return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
+		}
+		tgtLoad, err := readLoad(ctx, tgt)
+		if err != nil {
+			return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
+		}
+		for _, s := range []struct {
+			name string
+			l    serverLoad
+		}{{r.Source, srcLoad}, {r.Target, tgtLoad}} {
+			if s.l.walLevel != "logical" {
+				r.fail(CheckWalLevel, s.name, "wal_level", "is "+s.l.walLevel, ErrNotLogical)
+			} else {
+				r.pass(CheckWalLevel, s.name, "logical")
+			}
+		}
+		if err := r.checkReplicaIdentity(ctx, src); err != nil {
+			return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
+		}
+		sync := min(int64(len(r.Tables)), max(tgtLoad.maxSyncWorkers, 1))
+		r.Checks = append(r.Checks, capacityChecks(r.Source, r.Target, srcLoad, tgtLoad, sync, sameCluster(srcDSN, tgtDSN))...)
+	}
+	if err := r.checkVersions(ctx, src, mv.cfg.ShardSQL); err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
+	}
+	exists, err := schemaExists(ctx, tgt, r.Schema)
+	if err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
+	}
+	if exists {
+		r.fail(CheckTargetSchema, r.Target, "schema "+r.Schema, "exists", ErrTargetSchemaExists)
+		// The carry cannot be rehearsed there; say what it would carry.
+		r.objectsWithoutRehearsal(srcInv)
+		return nil
+	}
+	r.pass(CheckTargetSchema, r.Target, "absent")
+	return mv.rehearse(ctx, snap, tgt, srcInv, r)
+}
+
+// rehearse creates the shard's schema on the target as the move would,
+// per-shard SQL and carried objects, inside a transaction it rolls back,
+// and compares the result with the source.
+func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpool.Pool, srcInv *inventory, r *Report) error {
+	tx, err := tgt.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := migrations.ApplyShard(ctx, tx, snap.Layout, r.Shard, mv.cfg.ShardSQL, migrations.ApplyOptions{}); err != nil {
+		return fmt.Errorf("shardkit: server %s: rehearse creating %s from the per-shard SQL: %w", r.Target, r.Schema, err)
+	}
+	ref, err := inventoryIn(ctx, tx, r.Schema)
+	if err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
+	}
+	d := diffInventories(srcInv, ref)
+	reported := map[string]bool{}
+	create, refused := carriable(d.missing, true)
+	for _, it := range refused {
+		reported[it.key()] = true
+		r.fail(CheckObjects, r.Source, it.obj.String()+" in "+r.Schema, it.why, ErrCannotCarry)
+	}
+	for _, df := range d.differ {
+		reported[objKey(df.Object)] = true
+		r.fail(CheckObjects, r.Source, df.Object.String()+" in "+r.Schema, drift(df), ErrSchemaDrift)
+	}
+	r.Carried = listCarried(create)
+	sort.SliceStable(r.Carried, func(i, j int) bool { return r.Carried[i].String() < r.Carried[j].String() })
+	failures, err := createMissing(ctx, tx, r.Schema, create)
+	if err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
+	}
+	for _, f := range failures {
+		reported[f.it.key()] = true
+		r.fail(CheckObjects, r.Target, f.it.obj.String()+" in "+r.Schema, "creating it failed: "+pgMessage(f.err), ErrCannotCarry)
+	}
+	after, err := inventoryIn(ctx, tx, r.Schema)
+	if err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
+	}
+	d = diffInventories(srcInv, after)
+	for _, it := range d.missing {
+		if !reported[it.key()] {
+			r.fail(CheckObjects, r.Target, it.obj.String()+" in "+r.Schema, "not created by the carry", ErrCannotCarry)
+		}
+	}
+	for _, df := range d.differ {
+		if !reported[objKey(df.Object)] {
+			r.fail(CheckObjects, r.Target, df.Object.String()+" in "+r.Schema, "the carried copy differs: "+df.String(), ErrCannotCarry)
+		}
+	}
+	if r.Mode == ModeOffline {
+		if err := r.checkOfflineCopy(ctx, tx, after); err != nil {
+			return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
+		}
+	}
+	r.markExtraTables()
+	if !r.failed(CheckObjects) {
+		r.pass(CheckObjects, "", fmt.Sprintf("%d made by the per-shard SQL, %d carried", len(ref.items), len(r.Carried)))
+	}
+	return nil
+}
+
+// objectsWithoutRehearsal fills Carried with the objects of the source
+// that are not shardkit's own, by kind only (no per-shard SQL to compare
+// with): used when the target's schema is in the way.
+func (r *Report) objectsWithoutRehearsal(srcInv *inventory) {
+	for _, k := range srcInv.order {
+		if it := srcInv.items[k]; it.why != "" {
+			r.fail(CheckObjects, r.Source, it.obj.String()+" in "+r.Schema, it.why, ErrCannotCarry)
+		}
+	}
+}
+
+func (r *Report) markExtraTables() {
+	extra := map[string]bool{}
+	for _, o := range r.Carried {
+		if o.Kind == "table" {
+			extra[o.Name] = true
+		}
+	}
+	for i := range r.Tables {
+		r.Tables[i].Extra = extra[r.Tables[i].Name]
+	}
+}
+
+func (r *Report) failed(name string) bool {
+	for _, c := range r.Checks {
+		if c.Name == name && c.Err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func drift(d difference) string {
+	switch {
+	case d.Source == "":
+		return "made by the per-shard SQL but missing on the source"
+	case d.Target == "":
+		return "on the source only"
+	}
+	return fmt.Sprintf("differs from the per-shard SQL's: source %q, per-shard SQL %q", d.Source, d.Target)
+}
+
+// pgMessage is a server error's message (and detail), or the error's text.
+func pgMessage(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		if pe.Detail != "" {
+			return pe.Message + " (" + pe.Detail + ")"
+		}
+		return pe.Message
+	}
+	return err.Error()
+}
+
+const sqlTableEstimates = `SELECT c.relname::text, greatest(c.reltuples, coalesce(s.n_live_tup, 0), 0)::bigint,
+       pg_total_relation_size(c.oid)
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')
+ORDER BY c.relname`
+
+func (r *Report) readTables(ctx context.Context, src *pgxpool.Pool) error {
+	rows, err := src.Query(ctx, sqlTableEstimates, r.Schema)
+	if err != nil {
+		return fmt.Errorf("estimate the tables of %s: %w", r.Schema, err)
+	}
+	var t TableEstimate
+	_, err = pgx.ForEachRow(rows, []any{&t.Name, &t.Rows, &t.Bytes}, func() error {
+		r.Tables = append(r.Tables, t)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("estimate the tables of %s: %w", r.Schema, err)
+	}
+	return nil
+}
+
+// sqlReplicaIdentity lists the schema's tables with their replica identity
+// and whether it is usable: DEFAULT with a primary key, FULL, or USING
+// INDEX with the index present.
+const sqlReplicaIdentity = `SELECT c.relname::text, c.relreplident::text,
+       CASE c.relreplident
+           WHEN 'f' THEN true
+           WHEN 'd' THEN EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisprimary)
+           WHEN 'i' THEN EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisreplident)
+           ELSE false END
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relkind IN ('r', 'p')
+ORDER BY c.relname`
+
+func (r *Report) checkReplicaIdentity(ctx context.Context, src *pgxpool.Pool) error {
+	rows, err := src.Query(ctx, sqlReplicaIdentity, r.Schema)
+	if err != nil {
+		return fmt.Errorf("read the replica identities of %s: %w", r.Schema, err)
+	}
+	var name, ri string
+	var ok bool
+	n, bad := 0, 0
+	_, err = pgx.ForEachRow(rows, []any{&name, &ri, &ok}, func() error {
+		n++
+		if !ok {
+			bad++
+			what := map[string]string{"d": "no primary key and REPLICA IDENTITY DEFAULT", "n": "REPLICA IDENTITY NOTHING",
+				"i": "REPLICA IDENTITY USING INDEX of an index that is gone"}[ri]
+			r.fail(CheckReplicaIdentity, r.Source, "table "+ident(r.Schema, name), what, ErrNoReplicaIdentity)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the replica identities of %s: %w", r.Schema, err)
+	}
+	if bad == 0 {
+		r.pass(CheckReplicaIdentity, r.Source, fmt.Sprintf("all %d tables", n))
+	}
+	return nil
+}
+
+// sqlApplied reads the per-shard SQL versions applied to a schema, from
+// the server's own record (shardkit.shard_migrations on the shard server).
+const sqlAppliedVersions = `SELECT version, part FROM shardkit.shard_migrations WHERE schema_name = $1`
+
+func (r *Report) checkVersions(ctx context.Context, src *pgxpool.Pool, shardSQL fs.FS) error {
+	versions, err := migrations.ReadVersions(shardSQL)
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{"0 tables": true}
+	for _, v := range versions {
+		want[fmt.Sprintf("%d %s", v.Number, migrations.PartTables)] = true
+		if v.Indexes != "" {
+			want[fmt.Sprintf("%d %s", v.Number, migrations.PartIndexes)] = true
+		}
+	}
+	rows, err := src.Query(ctx, sqlAppliedVersions, r.Schema)
+	if err != nil {
+		return fmt.Errorf("read the per-shard SQL versions of %s: %w", r.Schema, err)
+	}
+	have := map[string]bool{}
+	var version int
+	var part string
+	if _, err := pgx.ForEachRow(rows, []any{&version, &part}, func() error {
+		have[fmt.Sprintf("%d %s", version, part)] = true
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read the per-shard SQL versions of %s: %w", r.Schema, err)
+	}
+	var lacks, extra []string
+	for k := range want {
+		if !have[k] {
+			lacks = append(lacks, k)
+		}
+	}
+	for k := range have {
+		if !want[k] {
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(lacks)
+	sort.Strings(extra)
+	if len(lacks) == 0 && len(extra) == 0 {
+		r.pass(CheckVersions, r.Source, fmt.Sprintf("versions 0-%d applied, as on the target", maxVersion(versions)))
+		return nil
+	}
+	var parts []string
+	if len(lacks) > 0 {
+		parts = append(parts, "the source lacks "+strings.Join(lacks, ", "))
+	}
+	if len(extra) > 0 {
+		parts = append(parts, "the target would not get "+strings.Join(extra, ", "))
+	}
+	r.fail(CheckVersions, r.Source, "schema "+r.Schema, strings.Join(parts, "; "), ErrShardSQLMismatch)
+	return nil
+}
+
+// listCarried lists the objects to carry, leaving out the replica identity
+// of a carried table and the ownership of a carried sequence (they go with
+// it).
+func listCarried(create []*item) []SchemaObject {
+	made := map[string]bool{}
+	for _, it := range create {
+		made[it.obj.Kind+" "+it.obj.Name] = true
+	}
+	var out []SchemaObject
+	for _, it := range create {
+		switch {
+		case it.obj.Kind == "replica identity" && made["table "+it.obj.Name],
+			it.obj.Kind == "sequence ownership" && made["sequence "+it.obj.Name]:
+			continue
+		}
+		out = append(out, it.obj)
+	}
+	return out
+}
+
+func maxVersion(vs []migrations.Version) int {
+	n := 0
+	for _, v := range vs {
+		n = max(n, v.Number)
+	}
+	return n
+}
+
+// checkOfflineCopy refuses an offline move of a schema with foreign keys or
+// enabled triggers when the target does not let the copy run as a replica
+// (session_replication_role needs a superuser): COPY would check those
+// keys in table order and fire those triggers on rows that already went
+// through them on the source.
+func (r *Report) checkOfflineCopy(ctx context.Context, tx pgx.Tx, inv *inventory) error {
+	var hooked []string
+	for _, k := range inv.order {
+		it := inv.items[k]
+		if it.obj.Kind == "constraint" && strings.HasPrefix(it.def, "f ") ||
+			it.obj.Kind == "trigger" && !strings.HasPrefix(it.def, "D ") {
+			hooked = append(hooked, it.obj.String())
+		}
+	}
+	if len(hooked) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "SAVEPOINT shardkit_role; SET LOCAL session_replication_role = replica", pgx.QueryExecModeSimpleProtocol); err != nil {
+		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT shardkit_role"); rerr != nil {
+			return rerr
+		}
+		if !isInsufficientPrivilege(err) {
+			return err
+		}
+		r.fail(CheckObjects, r.Target, strings.Join(hooked, ", ")+" in "+r.Schema,
+			"an offline move copies with COPY, which would check these foreign keys and fire these triggers on the target "+
+				"unless it may set session_replication_role (a superuser): move online, or let the mover connect to the target as a superuser",
+			ErrCannotCarry)
+		return nil
+	}
+	_, err := tx.Exec(ctx, "RELEASE SAVEPOINT shardkit_role")
+	return err
+}
