@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -22,7 +23,7 @@ func TestMoverChild(t *testing.T) {
 		t.Skip("runs only as the child of TestKillMoverAtEveryStep")
 	}
 	ctx := context.Background()
-	cat, err := router.OpenCatalog(ctx, os.Getenv("CHILD_CATALOG"))
+	cat, err := catalog.Open(ctx, os.Getenv("CHILD_CATALOG"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,7 +46,7 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 	started := time.Now()
 	// Every step, Verify and Complete are bounded: on a stuck server the
 	// demo stops with an error that says what it waited for.
-	mover, err := rebalance.New(rebalance.Config{Catalog: a.Router.Catalog(), Logger: log, StepTimeout: 3 * time.Minute,
+	mover, err := rebalance.New(rebalance.Config{Catalog: a.Catalog, Logger: log, StepTimeout: 3 * time.Minute,
 		Hook: func(m rebalance.Move, s rebalance.Step, done bool) {
 			if done && s == rebalance.StepFlipped {
 				say("%s cut over %s → %s", router.SchemaName(m.Shard), m.Source, m.Target)
@@ -65,7 +65,7 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 	}
 	// Read the map from the catalog: registering a server does not bump the
 	// map version, so the router's snapshot may not list the new one yet.
-	snap, err := a.Router.Catalog().Load(ctx)
+	snap, err := a.Catalog.Load(ctx)
 	if err != nil {
 		mover.Close()
 		return nil, err
@@ -116,3 +116,4 @@ func (r *moveRun) finish(ctx context.Context, say func(string, ...any)) error {
 	say("verified and completed %d moves (old schemas, slots and publications removed)", len(r.done))
 	return nil
 }
+
