@@ -181,8 +181,8 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		if last {
 			wait = 5 * time.Second
 		}
-		if mv.cfg.Hook != nil {
-			mv.cfg.Hook(*m, p.barrier, false)
+		if mv.cfg.hook != nil {
+			mv.cfg.hook(*m, p.barrier, false)
 		}
 		t = time.Now()
 		bar, err = runBarrier(ctx, from, mc.schema, barSQL, wait)
@@ -205,8 +205,8 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		}
 		m.FinalLSN = bar.lsn
 		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", p.barrier, "took", ct.Barrier.Round(time.Microsecond))
-		if mv.cfg.Hook != nil {
-			mv.cfg.Hook(*m, p.barrier, true)
+		if mv.cfg.hook != nil {
+			mv.cfg.hook(*m, p.barrier, true)
 		}
 		break
 	}
@@ -288,14 +288,14 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 // windowStep runs fn as step s of the fenced window unless the journal
 // says it finished, and stores its duration in d. Only the fence and the
 // flip are journalled (by fn, in the same statement as the map change);
-// the other steps leave Move.Step where it is. The Hook sees every step.
+// the other steps leave Move.Step where it is. The hook sees every step.
 func (mv *Mover) windowStep(ctx context.Context, mc *moveCtx, s Step, journalled bool, d *time.Duration, fn func(ctx context.Context) error) error {
 	if mc.done(s) {
 		return nil
 	}
 	m := mc.m
-	if mv.cfg.Hook != nil {
-		mv.cfg.Hook(*m, s, false)
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, s, false)
 	}
 	start := time.Now()
 	// Every wait inside has its own bound (CutoverTimeout for the final
@@ -314,8 +314,8 @@ func (mv *Mover) windowStep(ctx context.Context, mc *moveCtx, s Step, journalled
 		m.Step, m.Doing, m.Error = s, mc.next(s), ""
 	}
 	mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", s, "took", d.Round(time.Microsecond))
-	if mv.cfg.Hook != nil {
-		mv.cfg.Hook(*m, s, true)
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, s, true)
 	}
 	return nil
 }

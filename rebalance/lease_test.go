@@ -116,7 +116,7 @@ func TestFenceLease(t *testing.T) {
 		var late int64
 		var armed atomic.Bool
 		armed.Store(true)
-		mv := e.mover(t, Config{FenceLease: c.lease, Hook: func(_ Move, s Step, done bool) {
+		mv := e.mover(t, Config{FenceLease: c.lease, hook: func(_ Move, s Step, done bool) {
 			if s != c.step || done || !armed.CompareAndSwap(true, false) {
 				return
 			}

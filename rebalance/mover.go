@@ -72,10 +72,10 @@ type Config struct {
 	// Progress, if set, receives progress of the copy and the catch-up.
 	// It is called from the mover's goroutine; keep it quick.
 	Progress func(Progress)
-	// Hook, if set, is called before (done false) and after (done true)
-	// each step, with the journal already updated. Tests use it to kill
-	// the mover at every step.
-	Hook func(m Move, s Step, done bool)
+	// hook, if set, is called before (done false) and after (done true)
+	// each step, with the journal already updated. Tests (in this
+	// package) use it to kill the mover at every step.
+	hook func(m Move, s Step, done bool)
 	// Logger receives one line per step. nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -260,8 +260,8 @@ func (mv *Mover) record(ctx context.Context, m *Move, s, next Step, fn func(ctx 
 		}
 		m.Doing = s
 	}
-	if mv.cfg.Hook != nil {
-		mv.cfg.Hook(*m, s, false)
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, s, false)
 	}
 	start := time.Now()
 	if err := mv.bounded(ctx, "step "+string(s), fn); err != nil {
@@ -272,8 +272,8 @@ func (mv *Mover) record(ctx context.Context, m *Move, s, next Step, fn func(ctx 
 	}
 	m.Step, m.Doing, m.Error = s, next, ""
 	mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", s, "took", time.Since(start).Round(time.Microsecond))
-	if mv.cfg.Hook != nil {
-		mv.cfg.Hook(*m, s, true)
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, s, true)
 	}
 	return nil
 }
