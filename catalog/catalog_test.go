@@ -136,9 +136,23 @@ func TestWatchReloadsOnNotify(t *testing.T) {
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- r.Watch(wctx) }()
-	// Let the listener start before the change, so the NOTIFY (not the
+	// Wait for the listener before the change, so the NOTIFY (not the
 	// listener's initial reload) is what brings the new map.
-	time.Sleep(200 * time.Millisecond)
+	for {
+		var listening bool
+		if err := cat.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN "' || $1 || '"')`, router.MapChannel).Scan(&listening); err != nil {
+			t.Fatal(err)
+		}
+		if listening {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the router never started listening")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 
 	v, err := cat.PlaceShard(ctx, 2, "beta", router.StateActive)
 	if err != nil {
