@@ -1,7 +1,7 @@
 # shardkit — one command per job. `make test` is what CI runs.
 GO       ?= go
 PKGS     := ./...
-RACE_PKGS := ./idgen/... ./router/... ./plugin/... ./migrations/... ./rebalance/...
+RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/...
 
 .PHONY: test test-short vet lint bench fuzz demo reliability generate postgres tools
 
@@ -42,7 +42,7 @@ fuzz:
 ## reliability: the long runs — 8 processes × 1M IDs on one shard with clock steps and kills,
 ## then a 10-minute soak of the photo service with shards moved in the middle
 reliability: postgres
-	SHARDKIT_RELIABILITY=1 $(GO) test -count=1 -run TestReliabilityIDs -v -timeout 30m ./router
+	SHARDKIT_RELIABILITY=1 $(GO) test -count=1 -run TestReliabilityIDs -v -timeout 30m ./catalog
 	$(GO) run ./examples/photos/cmd/demo -warmup 5m -cooldown 5m -soak
 
 ## demo: local clusters, the photo service, load, and a live shard move

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
@@ -24,7 +25,7 @@ const testShard = 2
 
 // env is a catalog on cluster 0 with 4 shards on one server (cluster 1).
 type env struct {
-	cat    *router.Catalog
+	cat    *catalog.Catalog
 	server string // the server's DSN
 	layout idgen.Layout
 }
@@ -34,7 +35,7 @@ func newEnv(t *testing.T) *env {
 	ctx := testCtx(t)
 	catDSN := pgtest.NewDatabase(t, 0)
 	srv := pgtest.NewDatabase(t, 1)
-	cat, err := router.OpenCatalog(ctx, catDSN)
+	cat, err := catalog.Open(ctx, catDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,10 +367,11 @@ func TestRestoreRefuses(t *testing.T) {
 	if _, err := Restore(ctx, e.cat, bytes.NewReader(other), RestoreOptions{Replace: true}); !errors.Is(err, ErrLayoutMismatch) {
 		t.Fatalf("restore of another catalog's dump = %v, want ErrLayoutMismatch", err)
 	}
-	if _, err := e.cat.ChangeMap(ctx, func(ctx context.Context, tx pgx.Tx, v int64) error {
-		_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET state = 'moving', version = $2 WHERE shard = $1`, testShard, v)
-		return err
-	}); err != nil {
+	home, _, err := e.cat.Placement(ctx, testShard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cat.PlaceShard(ctx, testShard, home, router.StateMoving); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := Restore(ctx, e.cat, bytes.NewReader(dump), RestoreOptions{Replace: true}); !errors.Is(err, ErrShardBusy) {

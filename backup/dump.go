@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shardkit/shardkit/router"
+	"github.com/shardkit/shardkit/catalog"
 )
 
 // DumpOptions tune Dump. The zero value is ready to use.
@@ -21,7 +21,7 @@ type DumpOptions struct {
 // custom-format archive of its schema (tables, rows, id_seq, next_id()),
 // both from one snapshot on the shard's current home. Writes to the shard
 // go on while it runs; the dump holds the rows committed when it started.
-func Dump(ctx context.Context, cat *router.Catalog, shard int, w io.Writer, opts DumpOptions) (*Manifest, error) {
+func Dump(ctx context.Context, cat *catalog.Catalog, shard int, w io.Writer, opts DumpOptions) (*Manifest, error) {
 	snap, err := cat.Load(ctx)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -52,16 +53,10 @@ type Result struct {
 	MapVersion int64
 }
 
-// Statements of Restore on the catalog.
-const (
-	sqlFence   = `UPDATE shardkit.shard_map SET state = 'fenced', version = $3, updated_at = now() WHERE shard = $1 AND server = $2 AND state = 'active'`
-	sqlUnfence = `UPDATE shardkit.shard_map SET state = 'active', version = $3, updated_at = now() WHERE shard = $1 AND server = $2 AND state = 'fenced'`
-)
-
 // Restore reads a dump written by Dump and restores the shard, into its
 // current home (opts.Replace) or into a scratch database (opts.Into). See
 // the package documentation for what the transaction checks and carries.
-func Restore(ctx context.Context, cat *router.Catalog, r io.Reader, opts RestoreOptions) (*Result, error) {
+func Restore(ctx context.Context, cat *catalog.Catalog, r io.Reader, opts RestoreOptions) (*Result, error) {
 	m, archive, err := ReadHeader(r)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: restore: %w", err)
@@ -110,10 +105,7 @@ func Restore(ctx context.Context, cat *router.Catalog, r io.Reader, opts Restore
 	// Unfence whatever happened: on failure the old schema is untouched.
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	v, uerr := cat.ChangeMap(uctx, func(ctx context.Context, tx pgx.Tx, v int64) error {
-		_, err := tx.Exec(ctx, sqlUnfence, m.Shard, p.Server, v)
-		return err
-	})
+	v, uerr := cat.ChangeShardState(uctx, m.Shard, p.Server, router.StateFenced, router.StateActive)
 	if err != nil {
 		return nil, errors.Join(err, uerr)
 	}
@@ -125,23 +117,12 @@ func Restore(ctx context.Context, cat *router.Catalog, r io.Reader, opts Restore
 }
 
 // fence marks the shard fenced on server, if it is active there.
-func fence(ctx context.Context, cat *router.Catalog, shard int, server string) error {
-	var busy error
-	_, err := cat.ChangeMap(ctx, func(ctx context.Context, tx pgx.Tx, v int64) error {
-		tag, err := tx.Exec(ctx, sqlFence, shard, server, v)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			busy = fmt.Errorf("%w: shard %d is not active on %s; finish or roll back its move first (rebalance.Mover Complete or Rollback)",
-				ErrShardBusy, shard, server)
-			return busy
-		}
-		return nil
-	})
+func fence(ctx context.Context, cat *catalog.Catalog, shard int, server string) error {
+	_, err := cat.ChangeShardState(ctx, shard, server, router.StateActive, router.StateFenced)
 	switch {
-	case busy != nil:
-		return fmt.Errorf("shardkit: restore: %w", busy)
+	case errors.Is(err, catalog.ErrNotPlaced):
+		return fmt.Errorf("shardkit: restore: %w: shard %d is not active on %s; finish or roll back its move first (rebalance.Mover Complete or Rollback)",
+			ErrShardBusy, shard, server)
 	case err != nil:
 		return fmt.Errorf("shardkit: restore: fence shard %d: %w", shard, err)
 	}

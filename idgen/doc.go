@@ -11,7 +11,7 @@
 //	l := idgen.DefaultLayout()
 //	p, err := l.Decode(id) // p.Shard, p.Time, p.Slot, ...
 //
-// Issuing IDs, with a slot leased from the catalog (router.NewLeaser) and
+// Issuing IDs, with a slot leased from the catalog (catalog.NewLeaser) and
 // renewed in the background:
 //
 //	g, stop, err := idgen.Start(ctx, layout, leaser, idgen.Config{})

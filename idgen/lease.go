@@ -25,7 +25,7 @@ var (
 
 // Leaser hands out slots: the low SlotBits of every ID's sequence that
 // keep the IDs of concurrent processes apart. Slot 0 is never leased (it
-// belongs to the database's next_id()). router.Leaser is the Postgres
+// belongs to the database's next_id()). catalog.Leaser is the Postgres
 // implementation on the catalog; StaticLeaser serves a single process.
 type Leaser interface {
 	// Acquire leases a free slot. With none free it returns an error
@@ -119,7 +119,7 @@ func (l *Lease) HighWater() int64 { return l.hwm.Load() }
 
 // StaticLeaser leases one fixed slot that never expires. It is only safe
 // when no other process issues IDs in that slot for the same shards: a
-// single process, tests, tools. Use router.Leaser everywhere else.
+// single process, tests, tools. Use catalog.Leaser everywhere else.
 type StaticLeaser struct {
 	Slot int
 }

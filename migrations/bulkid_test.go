@@ -13,9 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/router"
 )
 
 // bulkChildEnv makes the test binary a bulk writer: "catalogDSN serverDSN rounds".
@@ -39,7 +39,7 @@ func runBulkChild(arg string) int {
 		return 2
 	}
 	ctx := context.Background()
-	cat, err := router.OpenCatalog(ctx, catDSN)
+	cat, err := catalog.Open(ctx, catDSN)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -48,9 +48,9 @@ func runBulkChild(arg string) int {
 	var g *idgen.Generator
 	var stop func()
 	for {
-		g, stop, err = router.StartGenerator(ctx, cat, router.LeaserConfig{TTL: 3 * time.Second},
+		g, stop, err = catalog.StartGenerator(ctx, cat, catalog.LeaserConfig{TTL: 3 * time.Second},
 			idgen.Config{BulkIdle: 150 * time.Millisecond})
-		if !errors.Is(err, router.ErrNoFreeSlot) {
+		if !errors.Is(err, catalog.ErrNoFreeSlot) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -105,7 +105,7 @@ func TestBulkIDsUniqueAcrossProcessesAndRawSQL(t *testing.T) {
 	ctx := context.Background()
 	catDSN := pgtest.NewDatabase(t, 0)
 	srvDSN := pgtest.NewDatabase(t, 1)
-	cat, err := router.OpenCatalog(ctx, catDSN)
+	cat, err := catalog.Open(ctx, catDSN)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,27 +7,20 @@ import (
 	"io/fs"
 	"testing/fstest"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/shardkit/shardkit/router"
+	"github.com/shardkit/shardkit/catalog"
 )
 
-// Statements on the catalog's record of per-shard SQL (catalog version 3).
-const (
-	sqlShardSQLAll = `SELECT version, part, name, body, sha256 FROM shardkit.shard_sql ORDER BY version, part`
-	sqlShardSQLAdd = `INSERT INTO shardkit.shard_sql (version, part, name, body, sha256) VALUES ($1, $2, $3, $4, $5)`
-	sqlShardSQLSet = `UPDATE shardkit.shard_sql SET name = $3, body = $4, sha256 = $5, recorded_at = now()
-WHERE version = $1 AND part = $2`
-	sqlStepApplied = `SELECT EXISTS (SELECT 1 FROM shardkit.shard_migrations WHERE version = $1 AND part = $2)`
-)
+// sqlStepApplied asks a shard server whether any schema applied a step.
+const sqlStepApplied = `SELECT EXISTS (SELECT 1 FROM shardkit.shard_migrations WHERE version = $1 AND part = $2)`
 
 // appliedAnywhere reports whether any shard schema on any server of the
 // catalog has applied step k. A server that cannot be asked is an error:
 // without its answer a changed file cannot be accepted.
-func appliedAnywhere(ctx context.Context, cat *router.Catalog, k stepKey) (bool, error) {
+func appliedAnywhere(ctx context.Context, cat *catalog.Catalog, k stepKey) (bool, error) {
 	snap, err := cat.Load(ctx)
-	if errors.Is(err, router.ErrNoCatalog) {
+	if errors.Is(err, catalog.ErrNoCatalog) {
 		return false, nil
 	}
 	if err != nil {
@@ -59,30 +52,23 @@ type recorded struct {
 	name, body, sum string
 }
 
-func readRecorded(ctx context.Context, q interface {
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}) (map[stepKey]recorded, error) {
-	rows, err := q.Query(ctx, sqlShardSQLAll)
+func byStep(files []catalog.ShardSQL, err error) (map[stepKey]recorded, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[stepKey]recorded{}
-	var v int
-	var part string
-	var r recorded
-	_, err = pgx.ForEachRow(rows, []any{&v, &part, &r.name, &r.body, &r.sum}, func() error {
-		out[stepKey{v, Part(part)}] = r
-		return nil
-	})
-	return out, err
+	out := make(map[stepKey]recorded, len(files))
+	for _, f := range files {
+		out[stepKey{f.Version, Part(f.Part)}] = recorded{name: f.Name, body: f.Body, sum: f.SHA256}
+	}
+	return out, nil
 }
 
 // recordVersions records the application's files in the catalog. A file
 // whose content differs from what was recorded for its version replaces the
 // record if no shard schema has applied that version yet (a migration that
 // failed everywhere can be fixed in place), and is refused otherwise.
-func recordVersions(ctx context.Context, tx pgx.Tx, cat *router.Catalog, versions []Version) error {
-	have, err := readRecorded(ctx, tx)
+func recordVersions(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, versions []Version) error {
+	have, err := byStep(tx.ShardSQL(ctx))
 	if err != nil {
 		return err
 	}
@@ -109,7 +95,7 @@ func recordVersions(ctx context.Context, tx pgx.Tx, cat *router.Catalog, version
 					return err
 				}
 				if !used {
-					if _, err := tx.Exec(ctx, sqlShardSQLSet, v.Number, string(p), v.fileName(p), v.sql(p), v.Checksum(p)); err != nil {
+					if err := tx.ReplaceShardSQL(ctx, v.record(p)); err != nil {
 						return err
 					}
 					continue
@@ -118,7 +104,7 @@ func recordVersions(ctx context.Context, tx pgx.Tx, cat *router.Catalog, version
 					"never edit an applied migration: undo the edit and add a new NNNN_name.sql",
 					ErrMigrationChanged, v.fileName(p), r.name, v.Number)
 			}
-			if _, err := tx.Exec(ctx, sqlShardSQLAdd, v.Number, string(p), v.fileName(p), v.sql(p), v.Checksum(p)); err != nil {
+			if err := tx.AddShardSQL(ctx, v.record(p)); err != nil {
 				return err
 			}
 		}
@@ -130,8 +116,8 @@ func recordVersions(ctx context.Context, tx pgx.Tx, cat *router.Catalog, version
 // the catalog by Provision and Migrate, as a file system for ApplyShard:
 // the shard mover creates a target schema from it without needing the
 // application's files. It returns nil (no files) when none are recorded.
-func CatalogSQL(ctx context.Context, cat *router.Catalog) (fs.FS, error) {
-	have, err := readRecorded(ctx, cat.Pool())
+func CatalogSQL(ctx context.Context, cat *catalog.Catalog) (fs.FS, error) {
+	have, err := byStep(cat.ShardSQL(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: read per-shard SQL from the catalog: %w", err)
 	}
@@ -143,4 +129,9 @@ func CatalogSQL(ctx context.Context, cat *router.Catalog) (fs.FS, error) {
 		out[r.name] = &fstest.MapFile{Data: []byte(r.body), Mode: 0o444}
 	}
 	return out, nil
+}
+
+// record is part p of v as the catalog records it.
+func (v Version) record(p Part) catalog.ShardSQL {
+	return catalog.ShardSQL{Version: v.Number, Part: string(p), Name: v.fileName(p), Body: v.sql(p), SHA256: v.Checksum(p)}
 }

@@ -26,7 +26,7 @@
 //
 // Provisioning from code:
 //
-//	cat, _ := router.OpenCatalog(ctx, catalogDSN)
+//	cat, _ := catalog.Open(ctx, catalogDSN)
 //	err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{
 //		Servers: []migrations.ServerSpec{{Name: "a", DSN: dsnA}, {Name: "b", DSN: dsnB}},
 //		ShardSQL: os.DirFS("db/shard"), // 2000 shards, default layout

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -39,7 +40,7 @@ type MigrateOptions struct {
 // so a nil shardSQL applies what the catalog already holds. Each batch of
 // schemas is one transaction and each applied step is recorded on its
 // server, so an interrupted Migrate, run again, finishes the job.
-func Migrate(ctx context.Context, cat *router.Catalog, shardSQL fs.FS, opts MigrateOptions) error {
+func Migrate(ctx context.Context, cat *catalog.Catalog, shardSQL fs.FS, opts MigrateOptions) error {
 	versions, err := ReadVersions(shardSQL)
 	if err != nil {
 		return err
@@ -70,7 +71,7 @@ func Migrate(ctx context.Context, cat *router.Catalog, shardSQL fs.FS, opts Migr
 				ErrMovesInProgress, strings.Join(busy, ", "))
 		}
 	}
-	if err := pgx.BeginFunc(ctx, cat.Pool(), func(tx pgx.Tx) error {
+	if err := cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
 		return recordVersions(ctx, tx, cat, versions)
 	}); err != nil {
 		return err
@@ -88,7 +89,7 @@ type migrateConfig struct {
 // versions recorded in the catalog. conns holds connections already open
 // (by server name); others are opened from the catalog's DSNs. The
 // versions applied are the catalog's record (callers record theirs first).
-func migrateAll(ctx context.Context, cat *router.Catalog, conns map[string]*pgx.Conn, cfg migrateConfig) error {
+func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx.Conn, cfg migrateConfig) error {
 	snap, err := cat.Load(ctx)
 	if err != nil {
 		return err
@@ -245,7 +246,7 @@ func closeAll(conns map[string]*pgx.Conn) {
 // ConnectServer opens a connection to a server registered in the catalog.
 // A name the catalog does not hold is a *ServerError wrapping
 // router.ErrUnknownServer; an unreachable server wraps ErrServerUnreachable.
-func ConnectServer(ctx context.Context, cat *router.Catalog, name string) (*pgx.Conn, error) {
+func ConnectServer(ctx context.Context, cat *catalog.Catalog, name string) (*pgx.Conn, error) {
 	snap, err := cat.Load(ctx)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/router"
 )
@@ -56,20 +57,6 @@ type ProvisionOptions struct {
 
 var serverNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
 
-// Statements of Provision on the catalog.
-const (
-	sqlProvisionLock = `SELECT pg_advisory_xact_lock(hashtext('shardkit.provision'))`
-	sqlConfigInsert  = `INSERT INTO shardkit.config (shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits)
-VALUES ($1, $2, $3, $4, $5, $6)`
-	sqlServersAll  = `SELECT name, dsn FROM shardkit.servers`
-	sqlServerAdd   = `INSERT INTO shardkit.servers (name, dsn, replicas) VALUES ($1, $2, $3)`
-	sqlMapCount    = `SELECT count(*) FROM shardkit.shard_map`
-	sqlMapBump     = `UPDATE shardkit.config SET map_version = map_version + 1`
-	sqlMapVersion  = `SELECT map_version FROM shardkit.config`
-	sqlMapInitRows = `INSERT INTO shardkit.shard_map (shard, server, version)
-SELECT s, srv, $3 FROM unnest($1::int[], $2::text[]) AS u(s, srv)`
-)
-
 // Provision sets up a catalog and its shard servers, or completes an
 // interrupted setup: it migrates the catalog, writes the configuration
 // (refusing a shard count or layout different from an existing catalog's),
@@ -78,7 +65,7 @@ SELECT s, srv, $3 FROM unnest($1::int[], $2::text[]) AS u(s, srv)`
 // parallel. Running it again with the same options does nothing; after a
 // kill, running it again completes. Servers not yet in an existing catalog
 // are registered with no shards (rebalancing moves shards onto them).
-func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) error {
+func Provision(ctx context.Context, cat *catalog.Catalog, opts ProvisionOptions) error {
 	explicit := opts // zero fields: take the catalog's
 	if opts.Shards == 0 {
 		opts.Shards = idgen.DefaultShards
@@ -111,8 +98,8 @@ func Provision(ctx context.Context, cat *router.Catalog, opts ProvisionOptions) 
 	if err := ensureServers(ctx, conns, layout); err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, cat.Pool(), func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, sqlProvisionLock); err != nil {
+	err = cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
+		if err := tx.LockProvision(ctx); err != nil {
 			return err
 		}
 		shards, err := writeConfig(ctx, tx, explicit.Shards, explicit.Layout, opts.Shards, opts.Layout)
@@ -164,20 +151,14 @@ func validateProvision(opts ProvisionOptions) error {
 // writeConfig writes the configuration of a new catalog (shards, layout
 // with defaults filled in) or checks an existing one against the values the
 // caller gave (asked*, zero when not given). It returns the shard count in force.
-func writeConfig(ctx context.Context, tx pgx.Tx, askedShards int, askedLayout idgen.Layout, shards int, layout idgen.Layout) (int, error) {
-	var have router.Config
-	var tb, sb, qb, lb int16
-	err := tx.QueryRow(ctx, `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits FROM shardkit.config`).
-		Scan(&have.Shards, &have.Layout.EpochMs, &tb, &sb, &qb, &lb)
-	if errors.Is(err, pgx.ErrNoRows) {
-		_, err := tx.Exec(ctx, sqlConfigInsert, shards, layout.EpochMs, int16(layout.TimeBits),
-			int16(layout.ShardBits), int16(layout.SeqBits), int16(layout.SlotBits))
-		return shards, err
-	}
+func writeConfig(ctx context.Context, tx *catalog.Tx, askedShards int, askedLayout idgen.Layout, shards int, layout idgen.Layout) (int, error) {
+	have, ok, err := tx.ConfigRow(ctx)
 	if err != nil {
 		return 0, err
 	}
-	have.Layout.TimeBits, have.Layout.ShardBits, have.Layout.SeqBits, have.Layout.SlotBits = uint8(tb), uint8(sb), uint8(qb), uint8(lb)
+	if !ok {
+		return shards, tx.InsertConfig(ctx, catalog.Config{Shards: shards, Layout: layout})
+	}
 	if askedShards != 0 && have.Shards != askedShards {
 		return 0, fmt.Errorf("shardkit: %w: the catalog has %d logical shards, asked for %d; the shard of a key is "+
 			"key mod shard count, so changing it would rekey every row: provision with %d shards, or use a new catalog",
@@ -191,18 +172,14 @@ func writeConfig(ctx context.Context, tx pgx.Tx, askedShards int, askedLayout id
 	return have.Shards, nil
 }
 
-func registerServers(ctx context.Context, tx pgx.Tx, servers []ServerSpec) error {
-	rows, err := tx.Query(ctx, sqlServersAll)
+func registerServers(ctx context.Context, tx *catalog.Tx, servers []ServerSpec) error {
+	registered, err := tx.Servers(ctx)
 	if err != nil {
 		return err
 	}
 	byName, byDSN := map[string]string{}, map[string]string{}
-	var name, dsn string
-	if _, err := pgx.ForEachRow(rows, []any{&name, &dsn}, func() error {
-		byName[name], byDSN[dsn] = dsn, name
-		return nil
-	}); err != nil {
-		return err
+	for _, s := range registered {
+		byName[s.Name], byDSN[s.DSN] = s.DSN, s.Name
 	}
 	added := false
 	for _, s := range servers {
@@ -217,11 +194,7 @@ func registerServers(ctx context.Context, tx pgx.Tx, servers []ServerSpec) error
 			return &ServerError{Server: s.Name, Err: fmt.Errorf("%w: its DSN is already registered as server %q; "+
 				"use that name", ErrDuplicateServer, other)}
 		}
-		replicas := s.Replicas
-		if replicas == nil {
-			replicas = []string{}
-		}
-		if _, err := tx.Exec(ctx, sqlServerAdd, s.Name, s.DSN, replicas); err != nil {
+		if err := tx.AddServer(ctx, router.Server{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas}); err != nil {
 			return err
 		}
 		added = true
@@ -232,14 +205,12 @@ func registerServers(ctx context.Context, tx pgx.Tx, servers []ServerSpec) error
 	// The servers are part of the shard map routers hold: on a catalog
 	// already in use, a new version makes them reload and open a pool to
 	// the new server before any shard moves onto it.
-	var mapped int
-	if err := tx.QueryRow(ctx, sqlMapCount).Scan(&mapped); err != nil {
+	mapped, err := tx.MappedShards(ctx)
+	if err != nil {
 		return err
 	}
 	if mapped > 0 {
-		if _, err := tx.Exec(ctx, sqlMapBump); err != nil {
-			return err
-		}
+		return tx.BumpMapVersion(ctx)
 	}
 	return nil
 }
@@ -249,26 +220,16 @@ func registerServers(ctx context.Context, tx pgx.Tx, servers []ServerSpec) error
 // readable (status can say "shard_0000..0499 on a") and let a rebalance
 // split a range by moving its tail; with key mod shards, both ranges and
 // round-robin spread keys evenly.
-func initMap(ctx context.Context, tx pgx.Tx, shards int, servers []ServerSpec) error {
-	var n int
-	if err := tx.QueryRow(ctx, sqlMapCount).Scan(&n); err != nil {
+func initMap(ctx context.Context, tx *catalog.Tx, shards int, servers []ServerSpec) error {
+	n, err := tx.MappedShards(ctx)
+	if err != nil || n > 0 {
 		return err
 	}
-	if n > 0 {
-		return nil
-	}
-	var version int64
-	if err := tx.QueryRow(ctx, sqlMapVersion).Scan(&version); err != nil {
-		return err
-	}
-	nums := make([]int32, shards)
 	names := make([]string, shards)
 	for s := range shards {
-		nums[s] = int32(s)
 		names[s] = servers[s*len(servers)/shards].Name
 	}
-	_, err := tx.Exec(ctx, sqlMapInitRows, nums, names, version)
-	return err
+	return tx.InitMap(ctx, names)
 }
 
 // ensureServers runs EnsureServer on every connection, in parallel, and

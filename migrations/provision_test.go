@@ -6,14 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/router"
 )
 
 // testEnv is a catalog database and one fresh database on each of n clusters.
 type testEnv struct {
 	catalogDSN string
-	cat        *router.Catalog
+	cat        *catalog.Catalog
 	servers    []ServerSpec
 }
 
@@ -21,7 +21,7 @@ func newEnv(t *testing.T, n int) *testEnv {
 	t.Helper()
 	ctx := context.Background()
 	e := &testEnv{catalogDSN: pgtest.NewDatabase(t, 0)}
-	cat, err := router.OpenCatalog(ctx, e.catalogDSN)
+	cat, err := catalog.Open(ctx, e.catalogDSN)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/router"
 )
 
 // countShardTables counts the tables in shard schemas of each server.
@@ -88,7 +88,7 @@ const childEnv = "SHARDKIT_MIGRATIONS_TEST_CHILD"
 func runChild() {
 	ctx := context.Background()
 	parts := strings.Split(os.Getenv(childEnv), " ")
-	cat, err := router.OpenCatalog(ctx, parts[0])
+	cat, err := catalog.Open(ctx, parts[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/router"
 )
@@ -83,7 +84,7 @@ func ShardSizes(ctx context.Context, db DB, shards []int) (map[int]Size, error) 
 // Status reads the shard map and asks every server, in parallel, for the
 // size of its shards. A server that cannot be read gets an Error in its
 // line instead of failing the report; the error is only for the catalog.
-func Status(ctx context.Context, cat *router.Catalog) (*Report, error) {
+func Status(ctx context.Context, cat *catalog.Catalog) (*Report, error) {
 	snap, err := cat.Load(ctx)
 	if err != nil {
 		return nil, err

@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
@@ -54,7 +55,7 @@ type Like struct {
 // env is a catalog, two shard servers on two clusters, a router, an ID
 // generator and a gorm.DB whose default connection is an empty database.
 type env struct {
-	cat     *router.Catalog
+	cat     *catalog.Catalog
 	catDSN  string
 	r       *router.Router
 	gen     *idgen.Generator
@@ -92,7 +93,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 		e.servers = []string{"a", "b", "c", "d"}
 	}
 	e.catDSN = pgtest.NewDatabase(t, 0)
-	cat, err := router.OpenCatalog(ctx, e.catDSN)
+	cat, err := catalog.Open(ctx, e.catDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	}
 	cfg := Config{Router: e.r}
 	if !o.noIDs {
-		l, err := router.NewLeaser(ctx, cat, router.LeaserConfig{})
+		l, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}

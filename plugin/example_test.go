@@ -12,6 +12,7 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
@@ -32,7 +33,7 @@ type Photo struct {
 }
 
 func run(ctx context.Context, catalogDSN, defaultDSN string) error {
-	cat, err := router.OpenCatalog(ctx, catalogDSN) // the shard map lives here
+	cat, err := catalog.Open(ctx, catalogDSN) // the shard map lives here
 	if err != nil {
 		return err
 	}
@@ -43,9 +44,9 @@ func run(ctx context.Context, catalogDSN, defaultDSN string) error {
 	}
 	go func() { _ = rt.Watch(ctx) }() // shard-map changes apply live
 	// Lease an ID slot from the catalog: IDs are then made in Go.
-	ids, stopIDs, err := router.StartGenerator(ctx, cat, router.LeaserConfig{Holder: "photos-api"}, idgen.Config{})
+	ids, stopIDs, err := catalog.StartGenerator(ctx, cat, catalog.LeaserConfig{Holder: "photos-api"}, idgen.Config{})
 	if err != nil {
-		return err // router.ErrNoFreeSlot: pass IDs: nil, rows take DEFAULT next_id()
+		return err // catalog.ErrNoFreeSlot: pass IDs: nil, rows take DEFAULT next_id()
 	}
 	defer stopIDs()
 
@@ -93,8 +94,8 @@ func ExampleRegister() {
 
 func TestQuickstartRuns(t *testing.T) {
 	ctx := context.Background()
-	catalog := pgtest.NewDatabase(t, 0)
-	cat, err := router.OpenCatalog(ctx, catalog)
+	catalogDSN := pgtest.NewDatabase(t, 0)
+	cat, err := catalog.Open(ctx, catalogDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestQuickstartRuns(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := run(cctx, catalog, pgtest.NewDatabase(t, 1)); err != nil {
+	if err := run(cctx, catalogDSN, pgtest.NewDatabase(t, 1)); err != nil {
 		t.Fatal(err)
 	}
 }

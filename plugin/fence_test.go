@@ -19,10 +19,7 @@ import (
 // setShard changes one shard's row of the map in the catalog.
 func (e *env) setShard(t *testing.T, shard int, server string, state router.ShardState) {
 	t.Helper()
-	_, err := e.cat.ChangeMap(context.Background(), func(ctx context.Context, tx pgx.Tx, v int64) error {
-		_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET server = $2, state = $3, version = $4 WHERE shard = $1`, shard, server, string(state), v)
-		return err
-	})
+	_, err := e.cat.PlaceShard(context.Background(), shard, server, state)
 	if err != nil {
 		t.Fatal(err)
 	}

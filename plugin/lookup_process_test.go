@@ -20,6 +20,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/router"
 )
@@ -113,7 +114,7 @@ func TestLookupChild(t *testing.T) {
 	}
 	ctx := context.Background()
 	catDSN := os.Getenv(lookupCatalogEnv)
-	cat, err := router.OpenCatalog(ctx, catDSN)
+	cat, err := catalog.Open(ctx, catDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestLookupChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := router.NewLeaser(ctx, cat, router.LeaserConfig{})
+	l, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,5 +68,5 @@ func TestReadsGoToReplicas(t *testing.T) {
 // dsnCatalog returns the catalog's DSN.
 func (e *env) dsnCatalog(t *testing.T) string {
 	t.Helper()
-	return e.cat.Pool().Config().ConnString()
+	return e.catDSN
 }

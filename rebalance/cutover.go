@@ -2,7 +2,6 @@ package rebalance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -74,7 +73,7 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, p cutoverPlan, c
 	if err != nil || s == settledFlipped {
 		return err
 	}
-	return mv.j.exec(ctx, sqlFailStep, m.ID, p.what+" aborted: "+cause.Error())
+	return mv.j.failStep(ctx, m.ID, p.what+" aborted: "+cause.Error())
 }
 
 // fencedWindow runs the cutover's steps. Everything it can prepare is
@@ -122,7 +121,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		removeSQL = removeBarrierSQL(mc.schema, tables)
 	}
 	if !mc.done(p.fenced) && m.Doing != p.fenced {
-		if err := mv.j.exec(ctx, sqlBeginStep, m.ID, string(p.fenced)); err != nil {
+		if err := mv.j.beginStep(ctx, m.ID, p.fenced); err != nil {
 			return err
 		}
 		m.Doing = p.fenced
@@ -137,19 +136,21 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 	ct.Queue = time.Since(t)
 	// The window's connections, held from before the gate to the end: no
 	// pool wait or new connection inside the window.
-	var cat, from, to *pgxpool.Conn
+	cat, err := mv.cfg.Catalog.Window(ctx)
+	if err != nil {
+		return mv.stepFailed(ctx, m, p.fenced, err)
+	}
+	defer cat.Release()
+	var from, to *pgxpool.Conn
 	for _, c := range []struct {
 		dst  **pgxpool.Conn
 		pool *pgxpool.Pool
 		what string
-	}{{&cat, mv.cfg.Catalog.Pool(), "the catalog"}, {&from, p.from, p.fromName}, {&to, p.to, p.toName}} {
+	}{{&from, p.from, p.fromName}, {&to, p.to, p.toName}} {
 		if *c.dst, err = c.pool.Acquire(ctx); err != nil {
 			return mv.stepFailed(ctx, m, p.fenced, fmt.Errorf("connect to %s: %w", c.what, err))
 		}
 		defer (*c.dst).Release()
-	}
-	if err := prepareWindow(ctx, cat); err != nil {
-		return mv.stepFailed(ctx, m, p.fenced, err)
 	}
 	// Fence and barrier, attempted until the barrier gets its locks
 	// within BarrierWait: a write transaction still running on the shard
@@ -171,7 +172,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		ct.Attempts++
 		fencedAt = time.Now()
 		err = mv.windowStep(ctx, mc, p.fenced, true, &ct.Fence, func(ctx context.Context) error {
-			return fenceJournalled(ctx, cat, stmtFenceJournal, m, p.fromName, router.StateFenced, mv.cfg.FenceLease, p.fenced, p.barrier)
+			return fenceJournalled(ctx, cat, m, p.fromName, router.StateFenced, mv.cfg.FenceLease, p.fenced, p.barrier)
 		})
 		if err != nil {
 			return err
@@ -180,8 +181,8 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		if last {
 			wait = 5 * time.Second
 		}
-		if mv.cfg.Hook != nil {
-			mv.cfg.Hook(*m, p.barrier, false)
+		if mv.cfg.hook != nil {
+			mv.cfg.hook(*m, p.barrier, false)
 		}
 		t = time.Now()
 		bar, err = runBarrier(ctx, from, mc.schema, barSQL, wait)
@@ -190,7 +191,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		if err != nil && !last && errors.As(err, &pe) && pe.Code == "55P03" {
 			// Back to where the fence found the shard, in one statement.
 			prev := mc.steps[stepIndex(mc.steps, p.fenced)-1]
-			if err := fenceJournalled(ctx, cat, stmtFenceJournal, m, p.fromName, p.abortState, 0, prev, p.fenced); err != nil {
+			if err := fenceJournalled(ctx, cat, m, p.fromName, p.abortState, 0, prev, p.fenced); err != nil {
 				return mv.stepFailed(ctx, m, p.fenced, err)
 			}
 			m.Step, m.Doing = prev, p.fenced
@@ -204,8 +205,8 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		}
 		m.FinalLSN = bar.lsn
 		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", p.barrier, "took", ct.Barrier.Round(time.Microsecond))
-		if mv.cfg.Hook != nil {
-			mv.cfg.Hook(*m, p.barrier, true)
+		if mv.cfg.hook != nil {
+			mv.cfg.hook(*m, p.barrier, true)
 		}
 		break
 	}
@@ -264,7 +265,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 					return fmt.Errorf("remove write barrier on %s: %w", mc.schema, err)
 				}
 			}
-			return flipJournalled(ctx, cat, stmtFlipJournal, m, p.fromName, p.toName, p.flipped, mc.next(p.flipped))
+			return flipJournalled(ctx, cat, m, p.fromName, p.toName, p.flipped, mc.next(p.flipped))
 		})
 		if err == nil {
 			m.FencedFor = time.Since(fencedAt)
@@ -281,24 +282,20 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 	}
 	mv.log.Info("shardkit: "+p.what+" fenced window", "move", m.ID, "shard", m.Shard,
 		"fenced", m.FencedFor.Round(time.Microsecond), "steps", ct.String())
-	b, err := json.Marshal(ct)
-	if err != nil {
-		return err
-	}
-	return mv.j.exec(ctx, sqlCutoverTimes, m.ID, millis(m.FencedFor), string(b), m.TargetLSN)
+	return mv.j.recordCutover(ctx, m.ID, m.FencedFor, ct, m.TargetLSN)
 }
 
 // windowStep runs fn as step s of the fenced window unless the journal
 // says it finished, and stores its duration in d. Only the fence and the
 // flip are journalled (by fn, in the same statement as the map change);
-// the other steps leave Move.Step where it is. The Hook sees every step.
+// the other steps leave Move.Step where it is. The hook sees every step.
 func (mv *Mover) windowStep(ctx context.Context, mc *moveCtx, s Step, journalled bool, d *time.Duration, fn func(ctx context.Context) error) error {
 	if mc.done(s) {
 		return nil
 	}
 	m := mc.m
-	if mv.cfg.Hook != nil {
-		mv.cfg.Hook(*m, s, false)
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, s, false)
 	}
 	start := time.Now()
 	// Every wait inside has its own bound (CutoverTimeout for the final
@@ -317,8 +314,8 @@ func (mv *Mover) windowStep(ctx context.Context, mc *moveCtx, s Step, journalled
 		m.Step, m.Doing, m.Error = s, mc.next(s), ""
 	}
 	mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", s, "took", d.Round(time.Microsecond))
-	if mv.cfg.Hook != nil {
-		mv.cfg.Hook(*m, s, true)
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, s, true)
 	}
 	return nil
 }

@@ -76,7 +76,7 @@ func TestMoveFigures(t *testing.T) {
 	// The move, with plugin writers on the moving shard and another.
 	var mu sync.Mutex
 	stepAt := map[string]time.Time{}
-	mv := e.mover(t, Config{Hook: func(_ Move, s Step, done bool) {
+	mv := e.mover(t, Config{hook: func(_ Move, s Step, done bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		stepAt[fmt.Sprintf("%s/%v", s, done)] = time.Now()

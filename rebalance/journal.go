@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/shardkit/shardkit/router"
+	"github.com/shardkit/shardkit/catalog"
 )
 
 // Step names a step of a move, as recorded in the journal.
@@ -111,103 +108,102 @@ func (m Move) Open() bool {
 	return m.State == StateRunning || m.State == StateReversible || m.State == StateRollingBack
 }
 
-const moveColumns = `id, shard, source, target, mode, state, step, coalesce(doing, ''), coalesce(error, ''),
-	coalesce(final_lsn::text, ''), coalesce(target_lsn::text, ''), coalesce(seq_value, 0), coalesce(fenced_ms, 0), coalesce(cutover::text, ''),
-	started_at, updated_at, finished_at`
-
-func scanMove(r pgx.Row) (Move, error) {
-	var m Move
-	var mode, state, step, doing string
-	var fencedMs float64
-	var cutover string
-	err := r.Scan(&m.ID, &m.Shard, &m.Source, &m.Target, &mode, &state, &step, &doing, &m.Error,
-		&m.FinalLSN, &m.TargetLSN, &m.SeqValue, &fencedMs, &cutover, &m.Started, &m.Updated, &m.Finished)
-	m.Mode, m.State, m.Step, m.Doing = Mode(mode), State(state), Step(step), Step(doing)
-	m.FencedFor = fromMs(fencedMs)
-	if err == nil && cutover != "" {
-		if jerr := json.Unmarshal([]byte(cutover), &m.Cutover); jerr != nil {
-			err = fmt.Errorf("move %d: cutover times %q: %w", m.ID, cutover, jerr)
+// moveOf gives a journal row its types.
+func moveOf(r catalog.MoveRow) (Move, error) {
+	m := Move{ID: r.ID, Shard: r.Shard, Source: r.Source, Target: r.Target, Mode: Mode(r.Mode), State: State(r.State),
+		Step: Step(r.Step), Doing: Step(r.Doing), Error: r.Error, FinalLSN: r.FinalLSN, TargetLSN: r.TargetLSN,
+		SeqValue: r.SeqValue, FencedFor: fromMs(r.FencedMs), Started: r.Started, Updated: r.Updated, Finished: r.Finished}
+	if len(r.Cutover) > 0 {
+		if err := json.Unmarshal(r.Cutover, &m.Cutover); err != nil {
+			return Move{}, fmt.Errorf("shardkit: journal: move %d: cutover times %q: %w", m.ID, r.Cutover, err)
 		}
-	}
-	return m, err
-}
-
-const (
-	sqlInsertMove = `INSERT INTO shardkit.moves (shard, source, target, mode) VALUES ($1, $2, $3, $4) RETURNING ` + moveColumns
-	sqlOpenMove   = `SELECT ` + moveColumns + ` FROM shardkit.moves
-		WHERE shard = $1 AND state IN ('running', 'reversible', 'rolling_back')`
-	sqlOpenMoves = `SELECT ` + moveColumns + ` FROM shardkit.moves
-		WHERE state IN ('running', 'reversible', 'rolling_back') ORDER BY id`
-	sqlRecentMoves = `SELECT ` + moveColumns + ` FROM shardkit.moves ORDER BY id DESC LIMIT $1`
-	sqlBeginStep   = `UPDATE shardkit.moves SET doing = $2, updated_at = now() WHERE id = $1`
-	sqlEndStep     = `UPDATE shardkit.moves SET step = $2, doing = NULL, error = NULL, updated_at = now() WHERE id = $1`
-	// sqlStepDone records a finished step, the values it produced, and the
-	// next step as under way, in one round trip (it runs in the fenced window).
-	sqlStepDone = `UPDATE shardkit.moves SET step = $2, doing = nullif($3, ''), error = NULL,
-		final_lsn = nullif($4, '')::pg_lsn, target_lsn = nullif($5, '')::pg_lsn,
-		seq_value = nullif($6::bigint, 0), fenced_ms = nullif($7::float8, 0), updated_at = now() WHERE id = $1`
-	sqlFailStep = `UPDATE shardkit.moves SET error = $2, updated_at = now() WHERE id = $1`
-	// sqlCutoverTimes records the fenced window and its breakdown once the
-	// window has closed (it is not part of it).
-	sqlCutoverTimes = `UPDATE shardkit.moves SET fenced_ms = $2, cutover = $3::jsonb,
-		target_lsn = coalesce(nullif($4, '')::pg_lsn, target_lsn), updated_at = now() WHERE id = $1`
-	sqlSetState = `UPDATE shardkit.moves SET state = $2, updated_at = now(),
-		finished_at = CASE WHEN $2 IN ('completed', 'rolled_back') THEN now() END WHERE id = $1`
-)
-
-// journal reads and writes the move journal in the catalog.
-type journal struct{ cat *router.Catalog }
-
-func (j journal) create(ctx context.Context, shard int, source, target string, mode Mode) (Move, error) {
-	m, err := scanMove(j.cat.Pool().QueryRow(ctx, sqlInsertMove, shard, source, target, string(mode)))
-	if err != nil {
-		var pe *pgconn.PgError
-		if errors.As(err, &pe) && pe.Code == "23505" {
-			return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrMoveInProgress)
-		}
-		return Move{}, fmt.Errorf("shardkit: journal: %w", err)
 	}
 	return m, nil
+}
+
+// journal reads and writes the move journal, through the catalog.
+type journal struct{ cat *catalog.Catalog }
+
+func (j journal) create(ctx context.Context, shard int, source, target string, mode Mode) (Move, error) {
+	r, err := j.cat.CreateMove(ctx, shard, source, target, string(mode))
+	if errors.Is(err, catalog.ErrMoveOpen) {
+		return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrMoveInProgress)
+	}
+	if err != nil {
+		return Move{}, err
+	}
+	return moveOf(r)
 }
 
 // open returns the unfinished move of a shard, or ErrNoMove.
 func (j journal) open(ctx context.Context, shard int) (Move, error) {
-	m, err := scanMove(j.cat.Pool().QueryRow(ctx, sqlOpenMove, shard))
-	if errors.Is(err, pgx.ErrNoRows) {
+	r, err := j.cat.OpenMove(ctx, shard)
+	if errors.Is(err, catalog.ErrNoOpenMove) {
 		return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrNoMove)
 	}
 	if err != nil {
-		return Move{}, fmt.Errorf("shardkit: journal: %w", err)
+		return Move{}, err
 	}
-	return m, nil
+	return moveOf(r)
 }
 
-func (j journal) exec(ctx context.Context, sql string, args ...any) error {
-	if _, err := j.cat.Pool().Exec(ctx, sql, args...); err != nil {
-		return fmt.Errorf("shardkit: journal: %w", err)
+// beginStep records s as under way.
+func (j journal) beginStep(ctx context.Context, id int64, s Step) error {
+	return j.cat.BeginStep(ctx, id, string(s))
+}
+
+// endStep records s as the last step finished, none under way.
+func (j journal) endStep(ctx context.Context, id int64, s Step) error {
+	return j.cat.EndStep(ctx, id, string(s))
+}
+
+// finishStep records s finished, next under way, and the values m holds
+// (LSNs, sequence value, fenced time), in one round trip.
+func (j journal) finishStep(ctx context.Context, m *Move, s, next Step) error {
+	return j.cat.FinishStep(ctx, m.ID, catalog.StepDone{Step: string(s), Next: string(next),
+		FinalLSN: m.FinalLSN, TargetLSN: m.TargetLSN, SeqValue: m.SeqValue, FencedMs: millis(m.FencedFor)})
+}
+
+// failStep records msg as the error of the step under way.
+func (j journal) failStep(ctx context.Context, id int64, msg string) error {
+	return j.cat.FailStep(ctx, id, msg)
+}
+
+// recordCutover records the fenced window, its breakdown and (when not
+// "") the target's LSN, once the window has closed.
+func (j journal) recordCutover(ctx context.Context, id int64, fenced time.Duration, ct CutoverTimes, targetLSN string) error {
+	b, err := json.Marshal(ct)
+	if err != nil {
+		return err
 	}
-	return nil
+	return j.cat.RecordCutover(ctx, id, millis(fenced), b, targetLSN)
+}
+
+// setState sets the move's state.
+func (j journal) setState(ctx context.Context, id int64, st State) error {
+	return j.cat.SetMoveState(ctx, id, string(st))
 }
 
 // ActiveMoves returns the unfinished moves (running, reversible, rolling
 // back), oldest first: what `shardctl status` shows.
-func ActiveMoves(ctx context.Context, cat *router.Catalog) ([]Move, error) {
-	return queryMoves(ctx, cat, sqlOpenMoves)
+func ActiveMoves(ctx context.Context, cat *catalog.Catalog) ([]Move, error) {
+	return movesOf(cat.OpenMoves(ctx))
 }
 
 // RecentMoves returns the newest n moves, finished or not, newest first.
-func RecentMoves(ctx context.Context, cat *router.Catalog, n int) ([]Move, error) {
-	return queryMoves(ctx, cat, sqlRecentMoves, n)
+func RecentMoves(ctx context.Context, cat *catalog.Catalog, n int) ([]Move, error) {
+	return movesOf(cat.RecentMoves(ctx, n))
 }
 
-func queryMoves(ctx context.Context, cat *router.Catalog, sql string, args ...any) ([]Move, error) {
-	rows, err := cat.Pool().Query(ctx, sql, args...)
+func movesOf(rs []catalog.MoveRow, err error) ([]Move, error) {
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: read move journal: %w", err)
+		return nil, err
 	}
-	ms, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Move, error) { return scanMove(r) })
-	if err != nil {
-		return nil, fmt.Errorf("shardkit: read move journal: %w", err)
+	ms := make([]Move, len(rs))
+	for i, r := range rs {
+		if ms[i], err = moveOf(r); err != nil {
+			return nil, err
+		}
 	}
 	return ms, nil
 }

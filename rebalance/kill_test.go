@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -22,7 +23,7 @@ func TestMoverChild(t *testing.T) {
 		t.Skip("runs only as the child of TestKillMoverAtEveryStep")
 	}
 	ctx := context.Background()
-	cat, err := router.OpenCatalog(ctx, os.Getenv("CHILD_CATALOG"))
+	cat, err := catalog.Open(ctx, os.Getenv("CHILD_CATALOG"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func TestMoverChild(t *testing.T) {
 	// the default 10 s has run out before the step the child dies at.
 	lease, _ := time.ParseDuration(os.Getenv("CHILD_LEASE")) // "" is 0: the default
 	lag, _ := time.ParseDuration(os.Getenv("CHILD_CUTOVER_LAG"))
-	mv, err := New(Config{Catalog: cat, CutoverTimeout: time.Minute, FenceLease: lease, CutoverLag: lag, Hook: func(_ Move, s Step, done bool) {
+	mv, err := New(Config{Catalog: cat, CutoverTimeout: time.Minute, FenceLease: lease, CutoverLag: lag, hook: func(_ Move, s Step, done bool) {
 		if s == kill && done == phase {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -272,7 +273,7 @@ func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, fo
 	if err != nil {
 		return settledHeld, err
 	}
-	pool := mv.cfg.Catalog.Pool()
+	cat := mv.cfg.Catalog
 	switch {
 	case b.kind == fenceSealed:
 		if p.removeOnTo {
@@ -280,7 +281,7 @@ func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, fo
 				return settledHeld, err
 			}
 		}
-		if err := flipJournalled(ctx, pool, sqlFlipJournal, m, p.fromName, p.toName, p.flipped, mc.next(p.flipped)); err != nil {
+		if err := flipJournalled(ctx, cat, m, p.fromName, p.toName, p.flipped, mc.next(p.flipped)); err != nil {
 			return settledHeld, err
 		}
 		m.Step, m.Doing, m.Error = p.flipped, mc.next(p.flipped), ""
@@ -289,7 +290,7 @@ func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, fo
 	case !force && (b.held() || b.kind == fenceFixed):
 		return settledHeld, nil
 	}
-	unfenced, err := unfenceJournalled(ctx, pool, m, p.fromName, p.abortState, p.abortStep, until, note)
+	unfenced, err := unfenceJournalled(ctx, cat, m, p.fromName, p.abortState, p.abortStep, until, note)
 	if err != nil {
 		return settledHeld, err
 	}
@@ -299,7 +300,7 @@ func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, fo
 	if !unfenced {
 		// Not fenced (the attempt failed before its fence): the journal
 		// goes back all the same.
-		if err := mv.j.exec(ctx, sqlEndStep, m.ID, string(p.abortStep)); err != nil {
+		if err := mv.j.endStep(ctx, m.ID, p.abortStep); err != nil {
 			return settledHeld, err
 		}
 	}
@@ -325,9 +326,6 @@ type FenceRelease struct {
 	Action string
 }
 
-const sqlLapsedFences = `SELECT shard, server, fence_until FROM shardkit.shard_map
-	WHERE state = 'fenced' AND fence_until < now() ORDER BY shard`
-
 // ReleaseLapsedFences ends the fences whose lease lapsed: shards fenced in
 // the catalog past fence_until by an online move's cutover that did not
 // flip (its mover was killed, or hangs). On the fenced server, under the
@@ -337,29 +335,16 @@ const sqlLapsedFences = `SELECT shard, server, fence_until FROM shardkit.shard_m
 // their fence until resumed or rolled back. Safe to run at any time, from
 // any number of processes, alongside live movers.
 func (mv *Mover) ReleaseLapsedFences(ctx context.Context) ([]FenceRelease, error) {
-	type lapsed struct {
-		shard  int
-		server string
-		until  time.Time
-	}
-	rows, err := mv.cfg.Catalog.Pool().Query(ctx, sqlLapsedFences)
+	ls, err := mv.cfg.Catalog.LapsedFences(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: read fenced shards: %w", err)
-	}
-	ls, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (lapsed, error) {
-		var l lapsed
-		err := r.Scan(&l.shard, &l.server, &l.until)
-		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("shardkit: read fenced shards: %w", err)
+		return nil, err
 	}
 	var out []FenceRelease
 	var errs []error
 	for _, l := range ls {
-		r, err := mv.releaseLapsed(ctx, l.shard, l.server, l.until)
+		r, err := mv.releaseLapsed(ctx, l.Shard, l.Server, l.Until)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("shardkit: shard %d fenced on %s: %w", l.shard, l.server, err))
+			errs = append(errs, fmt.Errorf("shardkit: shard %d fenced on %s: %w", l.Shard, l.Server, err))
 			continue
 		}
 		if r.Action != "" {
@@ -428,33 +413,12 @@ func (mv *Mover) WatchFences(ctx context.Context, interval time.Duration) error 
 }
 
 // Fence is a shard fenced by an online move's cutover, as the catalog
-// records it.
-type Fence struct {
-	Shard  int
-	Server string
-	Until  time.Time     // when the lease lapses, on the catalog's clock
-	Left   time.Duration // until then (negative: lapsed; the fence watcher ends it)
-}
-
-const sqlFences = `SELECT shard, server, fence_until, extract(epoch FROM fence_until - now())::float8
-	FROM shardkit.shard_map WHERE state = 'fenced' AND fence_until IS NOT NULL ORDER BY shard`
+// records it: Until is when the lease lapses, on the catalog's clock, and
+// Left the time until then (negative: lapsed; the fence watcher ends it).
+type Fence = catalog.Fence
 
 // Fences returns the shards fenced under a lease now: what `shardctl
 // status` shows next to the moves.
-func Fences(ctx context.Context, cat *router.Catalog) ([]Fence, error) {
-	rows, err := cat.Pool().Query(ctx, sqlFences)
-	if err != nil {
-		return nil, fmt.Errorf("shardkit: read fenced shards: %w", err)
-	}
-	fs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fence, error) {
-		var f Fence
-		var left float64
-		err := r.Scan(&f.Shard, &f.Server, &f.Until, &left)
-		f.Left = time.Duration(left * float64(time.Second))
-		return f, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("shardkit: read fenced shards: %w", err)
-	}
-	return fs, nil
+func Fences(ctx context.Context, cat *catalog.Catalog) ([]Fence, error) {
+	return cat.Fences(ctx)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jackc/pgx/v5"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,7 +29,12 @@ func (e *env) fenceOn(t *testing.T, server string, shard int) fenceBody {
 // then asks the shard's server, whose clock decides.
 func (e *env) lapseInCatalog(t *testing.T, shard int) {
 	t.Helper()
-	tag, err := e.cat.Pool().Exec(context.Background(),
+	conn, err := pgx.Connect(context.Background(), e.catalogDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tag, err := conn.Exec(context.Background(),
 		`UPDATE shardkit.shard_map SET fence_until = now() - interval '1 millisecond' WHERE shard = $1 AND state = 'fenced'`, shard)
 	if err != nil || tag.RowsAffected() != 1 {
 		t.Errorf("lapse the fence of shard %d in the catalog: %v (%d rows)", shard, err, tag.RowsAffected())
@@ -110,7 +116,7 @@ func TestFenceLease(t *testing.T) {
 		var late int64
 		var armed atomic.Bool
 		armed.Store(true)
-		mv := e.mover(t, Config{FenceLease: c.lease, Hook: func(_ Move, s Step, done bool) {
+		mv := e.mover(t, Config{FenceLease: c.lease, hook: func(_ Move, s Step, done bool) {
 			if s != c.step || done || !armed.CompareAndSwap(true, false) {
 				return
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
@@ -33,7 +34,7 @@ var testSQL = os.DirFS("testdata/shardsql")
 // `used` servers; the rest are registered empty.
 type env struct {
 	catalogDSN string
-	cat        *router.Catalog
+	cat        *catalog.Catalog
 	servers    []migrations.ServerSpec
 	pools      map[string]*pgxpool.Pool
 	shards     int
@@ -55,7 +56,7 @@ func newEnv(t *testing.T, n, used, shards int) *env {
 		}
 	})
 	e := &env{catalogDSN: pgtest.NewDatabase(t, 0), shards: shards, pools: map[string]*pgxpool.Pool{}}
-	cat, err := router.OpenCatalog(ctx, e.catalogDSN)
+	cat, err := catalog.Open(ctx, e.catalogDSN)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -157,7 +157,7 @@ func TestCutoverTimeoutAborts(t *testing.T) {
 	e := newEnv(t, 2, 2, 2)
 	seedPhotos(t, e, 0, 500)
 	var sub string
-	mv := e.mover(t, Config{CutoverTimeout: 300 * time.Millisecond, Hook: func(m Move, s Step, done bool) {
+	mv := e.mover(t, Config{CutoverTimeout: 300 * time.Millisecond, hook: func(m Move, s Step, done bool) {
 		if s == StepFenced && !done && sub == "" {
 			n, _ := moveNames(m)
 			sub = n.fwd

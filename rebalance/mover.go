@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
@@ -19,7 +20,7 @@ import (
 // Config configures a Mover. Only Catalog is required.
 type Config struct {
 	// Catalog holds the shard map and the move journal.
-	Catalog *router.Catalog
+	Catalog *catalog.Catalog
 	// ShardSQL is the application's per-shard SQL (migrations.ReadVersions),
 	// used to create the shard's schema on the target. nil means the files
 	// recorded in the catalog by migrations.Provision (migrations.CatalogSQL).
@@ -71,10 +72,10 @@ type Config struct {
 	// Progress, if set, receives progress of the copy and the catch-up.
 	// It is called from the mover's goroutine; keep it quick.
 	Progress func(Progress)
-	// Hook, if set, is called before (done false) and after (done true)
-	// each step, with the journal already updated. Tests use it to kill
-	// the mover at every step.
-	Hook func(m Move, s Step, done bool)
+	// hook, if set, is called before (done false) and after (done true)
+	// each step, with the journal already updated. Tests (in this
+	// package) use it to kill the mover at every step.
+	hook func(m Move, s Step, done bool)
 	// Logger receives one line per step. nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -254,26 +255,25 @@ func (mv *Mover) step(ctx context.Context, mc *moveCtx, s Step, fn func(ctx cont
 // catalog round trip.
 func (mv *Mover) record(ctx context.Context, m *Move, s, next Step, fn func(ctx context.Context) error) error {
 	if m.Doing != s {
-		if err := mv.j.exec(ctx, sqlBeginStep, m.ID, string(s)); err != nil {
+		if err := mv.j.beginStep(ctx, m.ID, s); err != nil {
 			return err
 		}
 		m.Doing = s
 	}
-	if mv.cfg.Hook != nil {
-		mv.cfg.Hook(*m, s, false)
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, s, false)
 	}
 	start := time.Now()
 	if err := mv.bounded(ctx, "step "+string(s), fn); err != nil {
 		return mv.stepFailed(ctx, m, s, err)
 	}
-	if err := mv.j.exec(ctx, sqlStepDone, m.ID, string(s), string(next), m.FinalLSN, m.TargetLSN, m.SeqValue,
-		float64(m.FencedFor)/float64(time.Millisecond)); err != nil {
+	if err := mv.j.finishStep(ctx, m, s, next); err != nil {
 		return err
 	}
 	m.Step, m.Doing, m.Error = s, next, ""
 	mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", s, "took", time.Since(start).Round(time.Microsecond))
-	if mv.cfg.Hook != nil {
-		mv.cfg.Hook(*m, s, true)
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, s, true)
 	}
 	return nil
 }
@@ -286,7 +286,7 @@ func (mv *Mover) stepFailed(ctx context.Context, m *Move, s Step, err error) err
 		return err
 	}
 	bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	_ = mv.j.exec(bg, sqlFailStep, m.ID, err.Error())
+	_ = mv.j.failStep(bg, m.ID, err.Error())
 	cancel()
 	m.Error = err.Error()
 	mv.log.Warn("shardkit: move step failed", "move", m.ID, "shard", m.Shard, "step", s, "err", err)
@@ -306,7 +306,7 @@ func (mv *Mover) bounded(ctx context.Context, what string, fn func(ctx context.C
 }
 
 func (mv *Mover) setState(ctx context.Context, m *Move, st State) error {
-	if err := mv.j.exec(ctx, sqlSetState, m.ID, string(st)); err != nil {
+	if err := mv.j.setState(ctx, m.ID, st); err != nil {
 		return err
 	}
 	m.State = st

@@ -54,7 +54,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 			if err != nil {
 				return err
 			}
-			if err := mv.j.exec(ctx, sqlCutoverTimes, m.ID, millis(m.FencedFor), m.Cutover, lsn); err != nil {
+			if err := mv.j.recordCutover(ctx, m.ID, m.FencedFor, m.Cutover, lsn); err != nil {
 				return err
 			}
 			m.TargetLSN = lsn

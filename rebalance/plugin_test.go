@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/plugin"
@@ -49,7 +50,7 @@ func newPluginOps(t *testing.T, e *env, r *router.Router) pluginOps {
 func newPluginOpsWait(t *testing.T, e *env, r *router.Router, fenceWait time.Duration) pluginOps {
 	t.Helper()
 	ctx := context.Background()
-	l, err := router.NewLeaser(ctx, e.cat, router.LeaserConfig{})
+	l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
@@ -315,7 +316,7 @@ func waitCurrentOn(ctx context.Context, conn *pgxpool.Conn, slot, probe string, 
 // gateCalm is how many quick tries in a row open the lag gate.
 const gateCalm = 2
 
-func (mv *Mover) lagGate(ctx context.Context, cat, from *pgxpool.Conn, slot string) error {
+func (mv *Mover) lagGate(ctx context.Context, cat *catalog.Window, from *pgxpool.Conn, slot string) error {
 	deadline := time.Now().Add(mv.cfg.GateTimeout)
 	best := time.Duration(-1)
 	calm := 0

@@ -25,6 +25,7 @@ func BenchmarkShardOfString(b *testing.B) {
 }
 
 func BenchmarkSnapshotPlacement(b *testing.B) {
+	testServers := []string{"alpha", "beta"}
 	const shards = 2000
 	ps := make([]Placement, shards)
 	for i := range ps {

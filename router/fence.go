@@ -1,5 +1,11 @@
 package router
 
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
 // FenceSQLState is the SQLSTATE a shard server raises when a write reaches
 // a schema whose shard has moved away (or is cutting over): the source-side
 // barrier of DESIGN invariant 4. Routers read it as "the shard map
@@ -7,4 +13,7 @@ package router
 const FenceSQLState = "SK001"
 
 // IsFenceError reports whether err is the source-side write barrier.
-func IsFenceError(err error) bool { return pgCode(err) == FenceSQLState }
+func IsFenceError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == FenceSQLState
+}

@@ -53,7 +53,7 @@ func TestFixedRouter(t *testing.T) {
 	if err := r.Watch(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Watch = %v, want the context's error", err)
 	}
-	if r.Catalog() != nil {
+	if r.Source() != nil {
 		t.Fatal("a router over a hand-made map has a catalog")
 	}
 }

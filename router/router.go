@@ -2,32 +2,56 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // MapChannel is the Postgres notification channel on which the catalog
 // announces a new shard-map version.
 const MapChannel = "shardkit_map"
 
+// ErrNoCatalog reports a catalog database that has not been initialised.
+var ErrNoCatalog = errors.New("catalog not initialised: provision it first (migrations.Provision)")
+
+// Source is where a Router reads the shard map and hears of new versions:
+// *catalog.Catalog is the one for production; NewFixed needs none.
+type Source interface {
+	// Load reads the whole shard map as one consistent snapshot.
+	Load(ctx context.Context) (*Snapshot, error)
+	// ListenMap opens a connection that receives a notification on
+	// MapChannel for each new map version. The caller closes it.
+	ListenMap(ctx context.Context) (Listener, error)
+}
+
+// Listener delivers the notifications of one ListenMap connection.
+type Listener interface {
+	WaitForNotification(ctx context.Context) (*pgconn.Notification, error)
+	Close(ctx context.Context) error
+}
+
 // Router holds the current shard-map snapshot and replaces it when the
 // catalog announces a new version. It is safe for concurrent use; every
 // caller of Snapshot gets one immutable, consistent map.
 type Router struct {
-	cat  *Catalog
+	cat  Source
 	snap atomic.Pointer[Snapshot]
 
 	mu   sync.Mutex
 	subs map[chan *Snapshot]struct{}
 }
 
-// New loads the shard map from the catalog.
-func New(ctx context.Context, cat *Catalog) (*Router, error) {
+// New loads the shard map from src (a *catalog.Catalog).
+func New(ctx context.Context, src Source) (*Router, error) {
+	if src == nil {
+		return nil, fmt.Errorf("shardkit: %w: router.New needs a source (catalog.Open)", ErrNoCatalog)
+	}
+	cat := src
 	r := &Router{cat: cat, subs: map[chan *Snapshot]struct{}{}}
 	if _, err := r.Reload(ctx); err != nil {
 		return nil, err
@@ -57,8 +81,9 @@ func (r *Router) Set(snap *Snapshot) *Snapshot {
 	return r.install(snap)
 }
 
-// Catalog returns the router's catalog.
-func (r *Router) Catalog() *Catalog { return r.cat }
+// Source returns where the router reads the shard map (the *catalog.Catalog
+// given to New), or nil for a map made by hand (NewFixed).
+func (r *Router) Source() Source { return r.cat }
 
 // Snapshot returns the current shard map.
 func (r *Router) Snapshot() *Snapshot { return r.snap.Load() }
@@ -147,17 +172,11 @@ func (r *Router) Watch(ctx context.Context) error {
 }
 
 func (r *Router) listen(ctx context.Context) error {
-	conn, err := r.cat.pool.Acquire(ctx)
+	lc, err := r.cat.ListenMap(ctx)
 	if err != nil {
 		return err
 	}
-	// A LISTENing connection must not go back to the pool. (Hijack first:
-	// `defer conn.Hijack().Close()` would hijack before the LISTEN.)
-	lc := conn.Hijack()
 	defer lc.Close(context.Background())
-	if _, err := lc.Exec(ctx, "LISTEN "+pgx.Identifier{MapChannel}.Sanitize()); err != nil {
-		return err
-	}
 	if _, err := r.Reload(ctx); err != nil {
 		return err
 	}
@@ -170,24 +189,4 @@ func (r *Router) listen(ctx context.Context) error {
 			return fmt.Errorf("reload after notification %q: %w", n.Payload, err)
 		}
 	}
-}
-
-// ChangeMap runs fn in a catalog transaction that bumps the map version,
-// and returns the new version. Concurrent map changes are serialised by the
-// row lock on the configuration row; routers are notified at commit.
-func (c *Catalog) ChangeMap(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx, version int64) error) (int64, error) {
-	var v int64
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, `UPDATE shardkit.config SET map_version = map_version + 1 RETURNING map_version`).Scan(&v); err != nil {
-			if isUndefinedTable(err) {
-				return ErrNoCatalog
-			}
-			return err
-		}
-		return fn(ctx, tx, v)
-	})
-	if err != nil {
-		return 0, fmt.Errorf("shardkit: change shard map: %w", err)
-	}
-	return v, nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardkit/shardkit/backup"
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -30,7 +31,7 @@ Restore it with: shardctl restore --in FILE --yes (into the shard's home) or
 shardctl restore --in FILE --into DSN (into a scratch database).`,
 		Args: exactArgs(0, "no positional arguments"),
 	}
-	catalog := catalogFlag(cmd)
+	catalogDSN := catalogFlag(cmd)
 	cmd.Flags().IntVar(&shard, "shard", -1, "the logical shard to dump")
 	cmd.Flags().StringVar(&out, "out", "", "file to write (default shard_NNNN-<UTC time>.skdump in the current directory)")
 	cmd.Flags().StringVar(&pgBin, "pg-bin", "", "directory of pg_dump (default $"+backup.PGBinEnv+", the newest /usr/lib/postgresql/*/bin, or $PATH)")
@@ -38,7 +39,7 @@ shardctl restore --in FILE --into DSN (into a scratch database).`,
 		if shard < 0 {
 			return fmt.Errorf("%w: --shard N is required (a logical shard number)", errUsage)
 		}
-		dsn, err := catalog()
+		dsn, err := catalogDSN()
 		if err != nil {
 			return err
 		}
@@ -46,7 +47,7 @@ shardctl restore --in FILE --into DSN (into a scratch database).`,
 			out = fmt.Sprintf("%s-%s.skdump", router.SchemaName(shard), time.Now().UTC().Format("20060102T150405Z"))
 		}
 		ctx := cmd.Context()
-		cat, err := router.OpenCatalog(ctx, dsn)
+		cat, err := catalog.Open(ctx, dsn)
 		if err != nil {
 			return err
 		}

@@ -54,7 +54,7 @@ func TestLibraryErrorsNameNoFlags(t *testing.T) {
 	flagLike := regexp.MustCompile(`shardctl|(^|[\s(\x60])--[a-z]`)
 	root := filepath.Join("..", "..")
 	found := 0
-	for _, pkg := range []string{"idgen", "router", "plugin", "migrations", "rebalance", "backup"} {
+	for _, pkg := range []string{"idgen", "router", "catalog", "plugin", "migrations", "rebalance", "backup"} {
 		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("package %s: no sources (%v)", pkg, err)

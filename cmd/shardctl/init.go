@@ -10,9 +10,9 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/migrations"
-	"github.com/shardkit/shardkit/router"
 )
 
 func init() { commands = append(commands, newInitCmd) }
@@ -29,7 +29,7 @@ sequence, next_id() and the application's tables (the NNNN_name.sql files in
 A server not yet in an existing catalog is registered with no shards.`,
 		Args: exactArgs(0, "no arguments; servers go in --server NAME=DSN"),
 	}
-	catalog := catalogFlag(cmd)
+	catalogDSN := catalogFlag(cmd)
 	layout := layoutFlags(cmd)
 	var servers, replicas []string
 	var shards int
@@ -41,7 +41,7 @@ A server not yet in an existing catalog is registered with no shards.`,
 	cmd.Flags().StringVar(&sqlDir, "sql", "", "directory of the application's per-shard SQL files (NNNN_name.sql)")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		dsn, err := catalog()
+		dsn, err := catalogDSN()
 		if err != nil {
 			return err
 		}
@@ -70,7 +70,7 @@ A server not yet in an existing catalog is registered with no shards.`,
 			l = idgen.Layout{}
 		}
 		ctx := cmd.Context()
-		cat, err := router.OpenCatalog(ctx, dsn)
+		cat, err := catalog.Open(ctx, dsn)
 		if err != nil {
 			return err
 		}

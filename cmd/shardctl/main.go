@@ -18,7 +18,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shardkit/shardkit/router"
+	"github.com/shardkit/shardkit/catalog"
 )
 
 // CatalogEnv is the environment variable read when --catalog is absent.
@@ -50,12 +50,12 @@ var commands []func() *cobra.Command
 // catalogFlag adds --catalog to cmd and returns a getter that falls back to
 // $SHARDKIT_CATALOG and fails with a usage error when neither is set.
 // openCatalog opens the catalog whose DSN dsnOf gives (a catalogFlag).
-func openCatalog(ctx context.Context, dsnOf func() (string, error)) (*router.Catalog, error) {
+func openCatalog(ctx context.Context, dsnOf func() (string, error)) (*catalog.Catalog, error) {
 	dsn, err := dsnOf()
 	if err != nil {
 		return nil, err
 	}
-	return router.OpenCatalog(ctx, dsn)
+	return catalog.Open(ctx, dsn)
 }
 
 func catalogFlag(cmd *cobra.Command) func() (string, error) {

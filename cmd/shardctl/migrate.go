@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/migrations"
-	"github.com/shardkit/shardkit/router"
 )
 
 func init() { commands = append(commands, newMigrateCmd) }
@@ -24,7 +24,7 @@ and run again, it finishes without redoing anything. It refuses to run
 while shards are moving, unless --allow-moving.`,
 		Args: exactArgs(0, "no arguments"),
 	}
-	catalog := catalogFlag(cmd)
+	catalogDSN := catalogFlag(cmd)
 	var sqlDir string
 	var servers []string
 	var allowMoving, quiet bool
@@ -41,7 +41,7 @@ while shards are moving, unless --allow-moving.`,
 		if err := checkNames("--server", servers); err != nil {
 			return err
 		}
-		dsn, err := catalog()
+		dsn, err := catalogDSN()
 		if err != nil {
 			return err
 		}
@@ -50,7 +50,7 @@ while shards are moving, unless --allow-moving.`,
 			return err
 		}
 		ctx := cmd.Context()
-		cat, err := router.OpenCatalog(ctx, dsn)
+		cat, err := catalog.Open(ctx, dsn)
 		if err != nil {
 			return err
 		}

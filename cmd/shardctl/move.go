@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/rebalance"
-	"github.com/shardkit/shardkit/router"
 )
 
 func init() { commands = append(commands, newMoveCmd) }
@@ -127,12 +127,12 @@ exit 0 if it would proceed, 1 with the failures.`,
 // openMover opens the catalog and a Mover whose progress goes to the
 // command's stderr as progress bars.
 // openMover opens the catalog and a mover on it; closeAll closes both.
-func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool) (mv *rebalance.Mover, cat *router.Catalog, closeAll func(), err error) {
+func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool) (mv *rebalance.Mover, cat *catalog.Catalog, closeAll func(), err error) {
 	dsn, err := getCatalog()
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	cat, err = router.OpenCatalog(cmd.Context(), dsn)
+	cat, err = catalog.Open(cmd.Context(), dsn)
 	if err != nil {
 		return nil, nil, nil, err
 	}

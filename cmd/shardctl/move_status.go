@@ -7,8 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/rebalance"
-	"github.com/shardkit/shardkit/router"
 )
 
 func init() {
@@ -36,7 +36,7 @@ type moveStatus struct {
 	FencedOn    string   `json:"fenced_on,omitempty"`
 }
 
-func collectMoves(ctx context.Context, cat *router.Catalog) (any, error) {
+func collectMoves(ctx context.Context, cat *catalog.Catalog) (any, error) {
 	ms, err := rebalance.ActiveMoves(ctx, cat)
 	if err != nil {
 		return nil, err

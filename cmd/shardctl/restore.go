@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardkit/shardkit/backup"
-	"github.com/shardkit/shardkit/router"
+	"github.com/shardkit/shardkit/catalog"
 )
 
 func init() { commands = append(commands, newRestoreCmd) }
@@ -38,7 +38,7 @@ any server; shardkit's server objects are installed there if missing), for
 inspection; the catalog is not changed.`,
 		Args: exactArgs(0, "no positional arguments"),
 	}
-	catalog := catalogFlag(cmd)
+	catalogDSN := catalogFlag(cmd)
 	cmd.Flags().StringVar(&in, "in", "", "dump file written by shardctl dump")
 	cmd.Flags().BoolVar(&yes, "yes", false, "replace the shard's schema on its home, losing the rows written since the dump")
 	cmd.Flags().StringVar(&into, "into", "", "DSN of a scratch database to restore into instead of the shard's home")
@@ -51,7 +51,7 @@ inspection; the catalog is not changed.`,
 		if yes && into != "" {
 			return fmt.Errorf("%w: --yes (replace on the shard's home) and --into (scratch database) exclude each other", errUsage)
 		}
-		dsn, err := catalog()
+		dsn, err := catalogDSN()
 		if err != nil {
 			return err
 		}
@@ -61,7 +61,7 @@ inspection; the catalog is not changed.`,
 		}
 		defer f.Close()
 		ctx := cmd.Context()
-		cat, err := router.OpenCatalog(ctx, dsn)
+		cat, err := catalog.Open(ctx, dsn)
 		if err != nil {
 			return err
 		}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/migrations"
-	"github.com/shardkit/shardkit/router"
 )
 
 func init() { commands = append(commands, newStatusCmd) }
@@ -23,7 +23,7 @@ func init() { commands = append(commands, newStatusCmd) }
 // server table. A Collect error is shown in the section, not fatal.
 type statusSection struct {
 	Key     string
-	Collect func(ctx context.Context, cat *router.Catalog) (any, error)
+	Collect func(ctx context.Context, cat *catalog.Catalog) (any, error)
 	Text    func(w io.Writer, v any)
 }
 
@@ -41,12 +41,12 @@ pg_total_relation_size: exact counts over thousands of schemas would read
 every table. A server that cannot be reached is shown with its error.`,
 		Args: exactArgs(0, "no arguments"),
 	}
-	catalog := catalogFlag(cmd)
+	catalogDSN := catalogFlag(cmd)
 	var asJSON bool
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object, for scripts")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
-		cat, err := openCatalog(ctx, catalog)
+		cat, err := openCatalog(ctx, catalogDSN)
 		if err != nil {
 			return err
 		}

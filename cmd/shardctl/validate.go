@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/router"
 )
 
 // Checks of flag values shared by several commands. Each returns a usage
@@ -70,7 +70,7 @@ func checkNames(flag string, names []string) error {
 
 // checkShardsExist refuses shard numbers the catalog's shard count does
 // not have (shards are 0..count-1).
-func checkShardsExist(ctx context.Context, cat *router.Catalog, shards []int) error {
+func checkShardsExist(ctx context.Context, cat *catalog.Catalog, shards []int) error {
 	cfg, err := cat.Config(ctx)
 	if err != nil {
 		return err
@@ -85,7 +85,7 @@ func checkShardsExist(ctx context.Context, cat *router.Catalog, shards []int) er
 }
 
 // checkServersExist refuses server names the catalog does not have.
-func checkServersExist(ctx context.Context, cat *router.Catalog, flag string, names []string) error {
+func checkServersExist(ctx context.Context, cat *catalog.Catalog, flag string, names []string) error {
 	if len(names) == 0 {
 		return nil
 	}

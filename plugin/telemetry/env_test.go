@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -15,6 +14,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
@@ -37,7 +37,7 @@ type Photo struct {
 // gorm.DB with the plugin and the telemetry, a registry holding it, and
 // an in-memory span recorder.
 type env struct {
-	cat    *router.Catalog
+	cat    *catalog.Catalog
 	r      *router.Router
 	gen    *idgen.Generator
 	db     *gorm.DB
@@ -60,7 +60,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{shards: testShards}
-	cat, err := router.OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
+	cat, err := catalog.Open(ctx, pgtest.NewDatabase(t, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if e.r, err = router.New(ctx, cat); err != nil {
 		t.Fatal(err)
 	}
-	l, err := router.NewLeaser(ctx, cat, router.LeaserConfig{})
+	l, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,10 +159,7 @@ func (e *env) userOn(t testing.TB, server string) int64 {
 // setShard changes one shard's row of the map in the catalog.
 func (e *env) setShard(t *testing.T, shard int, server string, state router.ShardState) {
 	t.Helper()
-	_, err := e.cat.ChangeMap(context.Background(), func(ctx context.Context, tx pgx.Tx, v int64) error {
-		_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET server = $2, state = $3, version = $4 WHERE shard = $1`, shard, server, string(state), v)
-		return err
-	})
+	_, err := e.cat.PlaceShard(context.Background(), shard, server, state)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/examples/photos/store"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/rebalance"
@@ -23,14 +24,15 @@ var adminHTML []byte
 // photos with their IDs decoded.
 type Admin struct {
 	rt    *router.Router
+	cat   *catalog.Catalog
 	stats *store.Stats
 	st    *store.Store
 	log   *slog.Logger
 }
 
 // NewAdmin returns the admin handlers.
-func NewAdmin(rt *router.Router, stats *store.Stats, st *store.Store, log *slog.Logger) *Admin {
-	return &Admin{rt: rt, stats: stats, st: st, log: log}
+func NewAdmin(rt *router.Router, cat *catalog.Catalog, stats *store.Stats, st *store.Store, log *slog.Logger) *Admin {
+	return &Admin{rt: rt, cat: cat, stats: stats, st: st, log: log}
 }
 
 // Register adds the admin routes to mux.
@@ -119,7 +121,7 @@ type MoveView struct {
 func (a *Admin) moves(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
-	ms, err := rebalance.RecentMoves(ctx, a.rt.Catalog(), 50)
+	ms, err := rebalance.RecentMoves(ctx, a.cat, 50)
 	if err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
 		return

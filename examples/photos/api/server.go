@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/wire"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/examples/photos/metrics"
 	"github.com/shardkit/shardkit/router"
 )
@@ -21,7 +22,7 @@ var ProviderSet = wire.NewSet(NewAPI, NewAdmin, NewHandler, NewServer)
 
 // NewHandler routes the JSON API, the admin page, /healthz and /metrics,
 // with request metrics around all of them.
-func NewHandler(a *API, adm *Admin, m *metrics.Metrics, rt *router.Router) http.Handler {
+func NewHandler(a *API, adm *Admin, m *metrics.Metrics, rt *router.Router, cat *catalog.Catalog) http.Handler {
 	mux := http.NewServeMux()
 	a.Register(mux)
 	adm.Register(mux)
@@ -29,7 +30,7 @@ func NewHandler(a *API, adm *Admin, m *metrics.Metrics, rt *router.Router) http.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := rt.Catalog().Pool().Ping(ctx); err != nil {
+		if err := cat.Ping(ctx); err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "catalog unreachable", "error": err.Error()})
 			return
 		}

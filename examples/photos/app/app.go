@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/examples/photos/metrics"
 	"github.com/shardkit/shardkit/examples/photos/shardsql"
 	"github.com/shardkit/shardkit/examples/photos/store"
@@ -18,6 +19,7 @@ import (
 // App is the assembled service.
 type App struct {
 	Server  *http.Server
+	Catalog *catalog.Catalog
 	Router  *router.Router
 	Store   *store.Store
 	Stats   *store.Stats
@@ -64,7 +66,7 @@ func (a *App) ServeListener(ctx context.Context, ln net.Listener) error {
 // cfg.Servers with the example's per-shard SQL. It is idempotent; servers
 // new to an existing catalog are registered without shards.
 func Provision(ctx context.Context, cfg Config, log *slog.Logger) error {
-	cat, err := router.OpenCatalog(ctx, string(cfg.Catalog))
+	cat, err := catalog.Open(ctx, string(cfg.Catalog))
 	if err != nil {
 		return err
 	}

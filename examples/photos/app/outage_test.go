@@ -25,7 +25,7 @@ import (
 )
 
 // catalogOutage is how long TestCatalogOutage keeps the catalog stopped:
-// longer than an ID slot lease lasts without renewal (router.DefaultLeaseTTL
+// longer than an ID slot lease lasts without renewal (catalog.DefaultLeaseTTL
 // less its margin), so the lease surely lapses during the outage.
 const catalogOutage = 10 * time.Second
 

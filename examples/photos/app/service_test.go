@@ -269,10 +269,7 @@ func TestService(t *testing.T) {
 		ctx := context.Background()
 		shard, server := f.home(t, id(t, owner.ID))
 		setState := func(state string) {
-			_, err := f.app.Router.Catalog().ChangeMap(ctx, func(ctx context.Context, tx pgx.Tx, v int64) error {
-				_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET state = $2, version = $3 WHERE shard = $1`, shard, state, v)
-				return err
-			})
+			_, err := f.app.Catalog.PlaceShard(ctx, shard, server, router.ShardState(state))
 			if err != nil {
 				t.Fatal(err)
 			}

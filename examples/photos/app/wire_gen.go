@@ -7,10 +7,11 @@ package app
 
 import (
 	"context"
+	"log/slog"
+
 	"github.com/shardkit/shardkit/examples/photos/api"
 	"github.com/shardkit/shardkit/examples/photos/metrics"
 	"github.com/shardkit/shardkit/examples/photos/store"
-	"log/slog"
 )
 
 // Injectors from wire.go:
@@ -29,7 +30,7 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 		cleanup()
 		return nil, nil, err
 	}
-	generator, cleanup3, err := store.NewIDs(ctx, router)
+	generator, cleanup3, err := store.NewIDs(ctx, catalog)
 	if err != nil {
 		cleanup2()
 		cleanup()
@@ -48,8 +49,8 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 	storeStore := store.New(db, router)
 	apiAPI := api.NewAPI(storeStore, log)
 	stats, cleanup5 := store.NewStats()
-	admin := api.NewAdmin(router, stats, storeStore, log)
-	handler := api.NewHandler(apiAPI, admin, metricsMetrics, router)
+	admin := api.NewAdmin(router, catalog, stats, storeStore, log)
+	handler := api.NewHandler(apiAPI, admin, metricsMetrics, router, catalog)
 	server := api.NewServer(addr, handler, log)
 	fenceWatcher, cleanup6, err := store.NewFenceWatcher(catalog, log)
 	if err != nil {
@@ -62,6 +63,7 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 	}
 	app := &App{
 		Server:  server,
+		Catalog: catalog,
 		Router:  router,
 		Store:   storeStore,
 		Stats:   stats,

@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/rebalance"
-	"github.com/shardkit/shardkit/router"
 )
 
 // FenceWatcher ends the fences of moves whose mover died inside a cutover
@@ -19,7 +19,7 @@ type FenceWatcher struct{ mover *rebalance.Mover }
 const FenceWatchInterval = time.Second
 
 // NewFenceWatcher starts the fence watcher; the cleanup stops it.
-func NewFenceWatcher(cat *router.Catalog, log *slog.Logger) (*FenceWatcher, func(), error) {
+func NewFenceWatcher(cat *catalog.Catalog, log *slog.Logger) (*FenceWatcher, func(), error) {
 	mv, err := rebalance.New(rebalance.Config{Catalog: cat, Logger: log})
 	if err != nil {
 		return nil, nil, err

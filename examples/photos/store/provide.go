@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/examples/photos/metrics"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/plugin"
@@ -30,8 +31,8 @@ type FenceWait time.Duration
 var ProviderSet = wire.NewSet(OpenCatalog, NewRouter, NewIDs, OpenDB, NewStats, NewFenceWatcher, New)
 
 // OpenCatalog connects to the catalog.
-func OpenCatalog(ctx context.Context, dsn CatalogDSN) (*router.Catalog, func(), error) {
-	cat, err := router.OpenCatalog(ctx, string(dsn))
+func OpenCatalog(ctx context.Context, dsn CatalogDSN) (*catalog.Catalog, func(), error) {
+	cat, err := catalog.Open(ctx, string(dsn))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -39,7 +40,7 @@ func OpenCatalog(ctx context.Context, dsn CatalogDSN) (*router.Catalog, func(), 
 }
 
 // NewRouter loads the shard map and keeps it current (LISTEN) until cleanup.
-func NewRouter(ctx context.Context, cat *router.Catalog, log *slog.Logger) (*router.Router, func(), error) {
+func NewRouter(ctx context.Context, cat *catalog.Catalog, log *slog.Logger) (*router.Router, func(), error) {
 	rt, err := router.New(ctx, cat)
 	if err != nil {
 		return nil, nil, err
@@ -57,10 +58,10 @@ func NewRouter(ctx context.Context, cat *router.Catalog, log *slog.Logger) (*rou
 
 // NewIDs leases an ID slot from the catalog and returns the generator that
 // issues keys in it; the cleanup releases the slot.
-func NewIDs(ctx context.Context, rt *router.Router) (*idgen.Generator, func(), error) {
+func NewIDs(ctx context.Context, cat *catalog.Catalog) (*idgen.Generator, func(), error) {
 	host, _ := os.Hostname()
-	return router.StartGenerator(ctx, rt.Catalog(),
-		router.LeaserConfig{Holder: fmt.Sprintf("photos@%s:%d", host, os.Getpid())}, idgen.Config{})
+	return catalog.StartGenerator(ctx, cat,
+		catalog.LeaserConfig{Holder: fmt.Sprintf("photos@%s:%d", host, os.Getpid())}, idgen.Config{})
 }
 
 // OpenDB opens GORM with the shardkit plugin and its telemetry (m). The

@@ -46,12 +46,7 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 	started := time.Now()
 	// Every step, Verify and Complete are bounded: on a stuck server the
 	// demo stops with an error that says what it waited for.
-	mover, err := rebalance.New(rebalance.Config{Catalog: a.Router.Catalog(), Logger: log, StepTimeout: 3 * time.Minute,
-		Hook: func(m rebalance.Move, s rebalance.Step, done bool) {
-			if done && s == rebalance.StepFlipped {
-				say("%s cut over %s → %s", router.SchemaName(m.Shard), m.Source, m.Target)
-			}
-		}})
+	mover, err := rebalance.New(rebalance.Config{Catalog: a.Catalog, Logger: log, StepTimeout: 3 * time.Minute})
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +60,7 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 	}
 	// Read the map from the catalog: registering a server does not bump the
 	// map version, so the router's snapshot may not list the new one yet.
-	snap, err := a.Router.Catalog().Load(ctx)
+	snap, err := a.Catalog.Load(ctx)
 	if err != nil {
 		mover.Close()
 		return nil, err
@@ -82,7 +77,9 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 	say("plan (by rows, at most %d moves): %d moves onto %s (which has %d shards), %d at a time",
 		o.moves, len(plan), target, len(snap.ShardsOn(target)), max(1, o.parallel))
 	runner.MarkWindow(true)
+	stopFlips := sayFlips(a.Router, snap, say)
 	results, err := mover.Rebalance(ctx, plan, rebalance.RebalanceOptions{Parallel: o.parallel})
+	stopFlips()
 	runner.MarkWindow(false)
 	if err != nil {
 		mover.Close()
@@ -115,4 +112,34 @@ func (r *moveRun) finish(ctx context.Context, say func(string, ...any)) error {
 	}
 	say("verified and completed %d moves (old schemas, slots and publications removed)", len(r.done))
 	return nil
+}
+
+// sayFlips reports each shard that the router's map places on another
+// server than before, as the cutovers happen, until stop is called.
+func sayFlips(rt *router.Router, from *router.Snapshot, say func(string, ...any)) (stop func()) {
+	updates, unsubscribe := rt.Subscribe()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		prev := from
+		for {
+			select {
+			case <-done:
+				return
+			case snap := <-updates:
+				for _, p := range snap.Placements() {
+					if old, err := prev.Placement(p.Shard); err == nil && old.Server != p.Server && p.State == router.StateActive {
+						say("%s cut over %s → %s", p.Schema, old.Server, p.Server)
+					}
+				}
+				prev = snap
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+		unsubscribe()
+	}
 }

@@ -1,4 +1,4 @@
-package router
+package catalog
 
 import (
 	"context"
@@ -12,13 +12,15 @@ import (
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/sqlversions"
+	"github.com/shardkit/shardkit/router"
 )
 
 //go:embed catalogsql/*.sql
 var catalogSQL embed.FS
 
 // ErrNoCatalog reports a catalog database that has not been initialised.
-var ErrNoCatalog = errors.New("catalog not initialised: provision it first (migrations.Provision)")
+// It is router.ErrNoCatalog, so that either name matches with errors.Is.
+var ErrNoCatalog = router.ErrNoCatalog
 
 // ErrCatalogTooNew reports a catalog migrated by a newer shardkit.
 var ErrCatalogTooNew = errors.New("catalog schema is newer than this shardkit")
@@ -30,9 +32,9 @@ type Catalog struct {
 	pool *pgxpool.Pool
 }
 
-// OpenCatalog connects to the catalog database. It does not create or check
+// Open connects to the catalog database. It does not create or check
 // anything; call Migrate to create the catalog, Load to read it.
-func OpenCatalog(ctx context.Context, dsn string) (*Catalog, error) {
+func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: catalog DSN: %w", err)
@@ -44,11 +46,12 @@ func OpenCatalog(ctx context.Context, dsn string) (*Catalog, error) {
 	return &Catalog{pool: pool}, nil
 }
 
-// NewCatalog wraps an existing pool. The caller keeps ownership of the pool.
-func NewCatalog(pool *pgxpool.Pool) *Catalog { return &Catalog{pool: pool} }
+// New wraps an existing pool to the catalog database. The caller keeps
+// ownership of the pool.
+func New(pool *pgxpool.Pool) *Catalog { return &Catalog{pool: pool} }
 
-// Pool returns the catalog's connection pool.
-func (c *Catalog) Pool() *pgxpool.Pool { return c.pool }
+// Ping checks that the catalog database answers.
+func (c *Catalog) Ping(ctx context.Context) error { return c.pool.Ping(ctx) }
 
 // Close closes the catalog's pool.
 func (c *Catalog) Close() { c.pool.Close() }
@@ -75,8 +78,8 @@ func catalogMigrations() ([]migration, error) {
 	return out, nil
 }
 
-// CatalogVersion is the newest catalog schema version this shardkit knows.
-func CatalogVersion() int {
+// Version is the newest catalog schema version this shardkit knows.
+func Version() int {
 	ms, _ := catalogMigrations()
 	if len(ms) == 0 {
 		return 0
@@ -84,7 +87,15 @@ func CatalogVersion() int {
 	return ms[len(ms)-1].version
 }
 
-// Migrate creates the catalog schema or brings it up to date. Each version
+// sqlBootstrap creates the record of applied catalog versions, which the
+// versioned files themselves cannot.
+const sqlBootstrap = `CREATE SCHEMA IF NOT EXISTS shardkit;
+CREATE TABLE IF NOT EXISTS shardkit.catalog_version (
+    version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`
+
+// Migrate creates the catalog schema or brings it up to date: the files
+// of catalogsql/, applied in version order, each recorded in
+// shardkit.catalog_version. Each version
 // is applied in its own transaction under an advisory lock, so concurrent
 // callers and interrupted runs are safe.
 func (c *Catalog) Migrate(ctx context.Context) error {
@@ -102,9 +113,7 @@ func (c *Catalog) Migrate(ctx context.Context) error {
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('shardkit.catalog'))`); err != nil {
 				return err
 			}
-			if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS shardkit;
-				CREATE TABLE IF NOT EXISTS shardkit.catalog_version (
-					version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			if _, err := tx.Exec(ctx, sqlBootstrap); err != nil {
 				return err
 			}
 			var done bool
@@ -153,18 +162,19 @@ func readConfig(ctx context.Context, q interface {
 	}
 	cfg.Layout.TimeBits, cfg.Layout.ShardBits, cfg.Layout.SeqBits, cfg.Layout.SlotBits = uint8(tb), uint8(sb), uint8(qb), uint8(lb)
 	if err := cfg.Layout.Validate(); err != nil {
-		return Config{}, fmt.Errorf("shardkit: %w: config row: %w", ErrBadCatalog, err)
+		return Config{}, fmt.Errorf("shardkit: %w: config row: %w", router.ErrBadCatalog, err)
 	}
 	if cfg.Shards > cfg.Layout.MaxShards() {
-		return Config{}, fmt.Errorf("shardkit: %w: %d shards do not fit %d shard bits", ErrBadCatalog, cfg.Shards, cfg.Layout.ShardBits)
+		return Config{}, fmt.Errorf("shardkit: %w: %d shards do not fit %d shard bits", router.ErrBadCatalog, cfg.Shards, cfg.Layout.ShardBits)
 	}
 	return cfg, nil
 }
 
 // Load reads the whole shard map as one consistent snapshot (one
-// repeatable-read transaction) and validates it.
-func (c *Catalog) Load(ctx context.Context) (*Snapshot, error) {
-	var snap *Snapshot
+// repeatable-read transaction) and validates it. It is part of the
+// router.Source interface.
+func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
+	var snap *router.Snapshot
 	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		cfg, err := readConfig(ctx, tx)
 		if err != nil {
@@ -178,8 +188,8 @@ func (c *Catalog) Load(ctx context.Context) (*Snapshot, error) {
 		if err != nil {
 			return err
 		}
-		servers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Server, error) {
-			var s Server
+		servers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (router.Server, error) {
+			var s router.Server
 			err := r.Scan(&s.Name, &s.DSN, &s.Replicas, &s.State)
 			return s, err
 		})
@@ -190,18 +200,18 @@ func (c *Catalog) Load(ctx context.Context) (*Snapshot, error) {
 		if err != nil {
 			return err
 		}
-		placements, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Placement, error) {
-			var p Placement
+		placements, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (router.Placement, error) {
+			var p router.Placement
 			var state string
 			err := r.Scan(&p.Shard, &p.Server, &state)
-			p.State = ShardState(state)
-			p.Schema = SchemaName(p.Shard)
+			p.State = router.ShardState(state)
+			p.Schema = router.SchemaName(p.Shard)
 			return p, err
 		})
 		if err != nil {
 			return err
 		}
-		snap, err = NewSnapshot(version, cfg.Shards, servers, placements)
+		snap, err = router.NewSnapshot(version, cfg.Shards, servers, placements)
 		if err != nil {
 			return fmt.Errorf("shardkit: %w", err)
 		}
@@ -209,7 +219,7 @@ func (c *Catalog) Load(ctx context.Context) (*Snapshot, error) {
 		return nil
 	})
 	if err != nil {
-		if errors.Is(err, ErrNoCatalog) || errors.Is(err, ErrBadCatalog) {
+		if errors.Is(err, ErrNoCatalog) || errors.Is(err, router.ErrBadCatalog) {
 			return nil, err
 		}
 		if isUndefinedTable(err) {
@@ -219,3 +229,23 @@ func (c *Catalog) Load(ctx context.Context) (*Snapshot, error) {
 	}
 	return snap, nil
 }
+
+// ListenMap opens a connection of its own that LISTENs on
+// router.MapChannel; the caller closes it. It is part of the router.Source
+// interface.
+func (c *Catalog) ListenMap(ctx context.Context) (router.Listener, error) {
+	conn, err := c.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// A LISTENing connection must not go back to the pool. (Hijack first:
+	// `defer conn.Hijack().Close()` would hijack before the LISTEN.)
+	lc := conn.Hijack()
+	if _, err := lc.Exec(ctx, "LISTEN "+pgx.Identifier{router.MapChannel}.Sanitize()); err != nil {
+		_ = lc.Close(context.Background())
+		return nil, err
+	}
+	return lc, nil
+}
+
+var _ router.Source = (*Catalog)(nil)

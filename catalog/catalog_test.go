@@ -1,4 +1,4 @@
-package router
+package catalog
 
 import (
 	"context"
@@ -6,16 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/router"
 )
 
 func TestMigrateTwiceIsNoOp(t *testing.T) {
 	ctx := testCtx(t)
 	dsn := pgtest.NewDatabase(t, 0)
-	cat, err := OpenCatalog(ctx, dsn)
+	cat, err := Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,18 +27,18 @@ func TestMigrateTwiceIsNoOp(t *testing.T) {
 	}
 	var n1 int
 	var at1 time.Time
-	if err := cat.Pool().QueryRow(ctx, `SELECT count(*), max(applied_at) FROM shardkit.catalog_version`).Scan(&n1, &at1); err != nil {
+	if err := cat.pool.QueryRow(ctx, `SELECT count(*), max(applied_at) FROM shardkit.catalog_version`).Scan(&n1, &at1); err != nil {
 		t.Fatal(err)
 	}
-	if n1 != CatalogVersion() || CatalogVersion() < 2 {
-		t.Fatalf("%d versions applied, CatalogVersion() = %d", n1, CatalogVersion())
+	if n1 != Version() || Version() < 2 {
+		t.Fatalf("%d versions applied, Version() = %d", n1, Version())
 	}
 	if err := cat.Migrate(ctx); err != nil {
 		t.Fatalf("second Migrate: %v", err)
 	}
 	var n2 int
 	var at2 time.Time
-	if err := cat.Pool().QueryRow(ctx, `SELECT count(*), max(applied_at) FROM shardkit.catalog_version`).Scan(&n2, &at2); err != nil {
+	if err := cat.pool.QueryRow(ctx, `SELECT count(*), max(applied_at) FROM shardkit.catalog_version`).Scan(&n2, &at2); err != nil {
 		t.Fatal(err)
 	}
 	if n2 != n1 || !at2.Equal(at1) {
@@ -55,7 +54,7 @@ func TestMigrateTwiceIsNoOp(t *testing.T) {
 	// Instagram's layout (41+13+10 = 64 bits) is accepted by the table;
 	// a layout of 63 bits is not.
 	pgtest.Exec(t, dsn, `INSERT INTO shardkit.config (shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits) VALUES (2000, 1314220021721, 41, 13, 10, 6)`)
-	if _, err := cat.Pool().Exec(ctx, `UPDATE shardkit.config SET time_bits = 40`); err == nil {
+	if _, err := cat.pool.Exec(ctx, `UPDATE shardkit.config SET time_bits = 40`); err == nil {
 		t.Fatal("a 63-bit layout was accepted by the catalog")
 	}
 }
@@ -71,7 +70,7 @@ func TestLoad(t *testing.T) {
 	}
 	for shard := range 16 {
 		p, err := snap.Placement(shard)
-		if err != nil || p.Server != testServers[shard%2] || p.Schema != SchemaName(shard) || p.State != StateActive {
+		if err != nil || p.Server != testServers[shard%2] || p.Schema != router.SchemaName(shard) || p.State != router.StateActive {
 			t.Fatalf("Placement(%d) = %+v, %v", shard, p, err)
 		}
 	}
@@ -111,21 +110,21 @@ func TestLoadMalformed(t *testing.T) {
 			cat, dsn := seedCatalog(t, 8, idgen.DefaultLayout())
 			pgtest.Exec(t, dsn, tt.sql)
 			_, err := cat.Load(testCtx(t))
-			if !errors.Is(err, ErrBadCatalog) {
-				t.Fatalf("Load after %q = %v, want ErrBadCatalog", tt.sql, err)
+			if !errors.Is(err, router.ErrBadCatalog) {
+				t.Fatalf("Load after %q = %v, want router.ErrBadCatalog", tt.sql, err)
 			}
 			t.Log(err)
 		})
 	}
 }
 
-// TestWatchReloadsOnNotify moves a shard with Catalog.ChangeMap and checks
+// TestWatchReloadsOnNotify moves a shard with Catalog.PlaceShard and checks
 // that a watching Router installs the new map from the NOTIFY.
 func TestWatchReloadsOnNotify(t *testing.T) {
 	cat, _ := seedCatalog(t, 8, idgen.DefaultLayout())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	r, err := New(ctx, cat)
+	r, err := router.New(ctx, cat)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,19 +136,30 @@ func TestWatchReloadsOnNotify(t *testing.T) {
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchErr := make(chan error, 1)
 	go func() { watchErr <- r.Watch(wctx) }()
-	// Let the listener start before the change, so the NOTIFY (not the
+	// Wait for the listener before the change, so the NOTIFY (not the
 	// listener's initial reload) is what brings the new map.
-	time.Sleep(200 * time.Millisecond)
+	for {
+		var listening bool
+		if err := cat.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN "' || $1 || '"')`, router.MapChannel).Scan(&listening); err != nil {
+			t.Fatal(err)
+		}
+		if listening {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the router never started listening")
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 
-	v, err := cat.ChangeMap(ctx, func(ctx context.Context, tx pgx.Tx, version int64) error {
-		_, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET server = 'beta', version = $1 WHERE shard = 2`, version)
-		return err
-	})
+	v, err := cat.PlaceShard(ctx, 2, "beta", router.StateActive)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if v != 2 {
-		t.Fatalf("ChangeMap returned version %d, want 2", v)
+		t.Fatalf("PlaceShard returned version %d, want 2", v)
 	}
 	select {
 	case s := <-updates:
@@ -166,9 +176,8 @@ func TestWatchReloadsOnNotify(t *testing.T) {
 		t.Fatalf("router holds version %d", r.Snapshot().Version)
 	}
 	// A failing change rolls back: no new version, no notification.
-	_, err = cat.ChangeMap(ctx, func(context.Context, pgx.Tx, int64) error { return errors.New("boom") })
-	if err == nil {
-		t.Fatal("ChangeMap ignored fn's error")
+	if _, err = cat.PlaceShard(ctx, 99, "beta", router.StateActive); !errors.Is(err, router.ErrUnknownShard) {
+		t.Fatalf("PlaceShard of a shard the map lacks = %v, want ErrUnknownShard", err)
 	}
 	if s, err := cat.Load(ctx); err != nil || s.Version != 2 {
 		t.Fatalf("after a failed change: version %v, %v", s, err)

@@ -1,4 +1,4 @@
-package router
+package catalog
 
 import (
 	"bufio"
@@ -35,7 +35,7 @@ const (
 // to the file as it goes, until it is killed.
 func runChild(mode string) int {
 	ctx := context.Background()
-	cat, err := OpenCatalog(ctx, os.Getenv(childDSNEnv))
+	cat, err := Open(ctx, os.Getenv(childDSNEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

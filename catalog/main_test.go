@@ -1,4 +1,4 @@
-package router
+package catalog
 
 import (
 	"context"
@@ -30,7 +30,7 @@ func seedCatalog(t *testing.T, shards int, layout idgen.Layout) (*Catalog, strin
 	dsn := pgtest.NewDatabase(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cat, err := OpenCatalog(ctx, dsn)
+	cat, err := Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package router
+package catalog
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ type slotRow struct {
 func readSlot(t *testing.T, cat *Catalog, slot int) slotRow {
 	t.Helper()
 	var r slotRow
-	err := cat.Pool().QueryRow(testCtx(t), `SELECT holder, expires_at, hwm_ms FROM shardkit.slot_leases WHERE slot = $1`, slot).
+	err := cat.pool.QueryRow(testCtx(t), `SELECT holder, expires_at, hwm_ms FROM shardkit.slot_leases WHERE slot = $1`, slot).
 		Scan(&r.holder, &r.expires, &r.hwm)
 	if err != nil {
 		t.Fatal(err)
@@ -88,14 +88,14 @@ func TestAcquireTakesOldestMarkAndNeverSlotZero(t *testing.T) {
 		t.Fatalf("Acquire with every slot held = %v, want ErrNoFreeSlot", err)
 	}
 	var n, zero int
-	if err := cat.Pool().QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE slot = 0) FROM shardkit.slot_leases`).Scan(&n, &zero); err != nil {
+	if err := cat.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE slot = 0) FROM shardkit.slot_leases`).Scan(&n, &zero); err != nil {
 		t.Fatal(err)
 	}
 	if n != 3 || zero != 0 {
 		t.Fatalf("%d slot rows (%d for slot 0), want 3 and none", n, zero)
 	}
 	// Slot 0 cannot even be written: it belongs to next_id().
-	if _, err := cat.Pool().Exec(ctx, `INSERT INTO shardkit.slot_leases (slot) VALUES (0)`); err == nil {
+	if _, err := cat.pool.Exec(ctx, `INSERT INTO shardkit.slot_leases (slot) VALUES (0)`); err == nil {
 		t.Fatal("slot 0 row accepted")
 	}
 	for _, l := range leases {
@@ -117,7 +117,7 @@ func TestNoSlotBits(t *testing.T) {
 
 func TestNoCatalogLeaser(t *testing.T) {
 	ctx := testCtx(t)
-	cat, err := OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
+	cat, err := Open(ctx, pgtest.NewDatabase(t, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +232,7 @@ func TestHolderThatCannotRenewStopsFirst(t *testing.T) {
 		pgtest.Exec(t, dsn, `DROP OWNED BY `+pgx.Identifier{role}.Sanitize())
 		pgtest.Exec(t, dsn, `DROP ROLE `+pgx.Identifier{role}.Sanitize())
 	})
-	acat, err := OpenCatalog(ctx, strings.Replace(dsn, "postgres@", role+"@", 1))
+	acat, err := Open(ctx, strings.Replace(dsn, "postgres@", role+"@", 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestSlotLeases(t *testing.T) {
 	if got[l.Slot-1].Live || got[l.Slot-1].Holder != "" {
 		t.Fatalf("released slot still held: %+v", got[l.Slot-1])
 	}
-	empty, err := OpenCatalog(ctx, pgtest.NewDatabase(t, 0))
+	empty, err := Open(ctx, pgtest.NewDatabase(t, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
