@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
@@ -73,7 +74,7 @@ func addMembers(t *testing.T, e *env) {
 func newMembersDB(t *testing.T, e *env, r *router.Router) *gorm.DB {
 	t.Helper()
 	ctx := context.Background()
-	l, err := router.NewLeaser(ctx, e.cat, router.LeaserConfig{})
+	l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
