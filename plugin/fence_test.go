@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
@@ -58,29 +60,72 @@ func TestFencedShardWaitsThenFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A write that starts fenced goes through as soon as the router
-	// installs the unfenced map, not at the end of FenceWait.
-	changed, stop := e.r.Subscribe()
-	defer stop()
-	unfenced := make(chan time.Time, 1)
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		e.setShard(t, shard, home, router.StateActive)
-		for s := range changed {
-			if pl, _ := s.Placement(shard); pl.State == router.StateActive {
-				unfenced <- time.Now()
-				return
-			}
+	// installs the unfenced map, not at the end of FenceWait. On a plugin
+	// that waits up to a minute, so that no load on the machine ends the
+	// wait first; the unfence starts once the write is being routed, and
+	// the route's record says whether the write did wait (if the unfence
+	// won the race, it did not, and the round is run again).
+	cfg := Config{Router: e.r, IDs: e.gen, FenceWait: time.Minute, SkipWarmUp: true}
+	long, err := gorm.Open(postgres.New(postgres.Config{Conn: e.defPool}), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp := Register(cfg, &Photo{})
+	if err := long.Use(lp); err != nil {
+		t.Fatal(err)
+	}
+	defer lp.Close()
+	lp.Observe()
+	var (
+		routing chan struct{}
+		waited  time.Duration
+	)
+	if err := long.Callback().Create().Before("shardkit:route").Register("test:routing", func(*gorm.DB) { close(routing) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := long.Callback().Create().After("shardkit:route").Register("test:routed", func(db *gorm.DB) {
+		if info, ok := Routed(db.Statement); ok {
+			waited = info.FenceWait
 		}
-	}()
-	q := Photo{UserID: user}
-	if err := e.db.Create(&q).Error; err != nil {
-		t.Fatalf("write after unfence: %v", err)
+	}); err != nil {
+		t.Fatal(err)
 	}
-	done := time.Now()
-	if lag := done.Sub(<-unfenced); lag > 100*time.Millisecond {
-		t.Fatalf("the fenced write went on %v after the map was unfenced", lag)
+	for round := 1; ; round++ {
+		e.setShard(t, shard, home, router.StateFenced)
+		waitFor(t, func() bool { pl, _ := e.r.Snapshot().Placement(shard); return pl.State == router.StateFenced })
+		routing = make(chan struct{})
+		changed, stop := e.r.Subscribe()
+		unfenced := make(chan time.Time, 1)
+		go func() {
+			<-routing
+			e.setShard(t, shard, home, router.StateActive)
+			for s := range changed {
+				if pl, _ := s.Placement(shard); pl.State == router.StateActive {
+					unfenced <- time.Now()
+					return
+				}
+			}
+		}()
+		q := Photo{UserID: user}
+		if err := long.Create(&q).Error; err != nil {
+			t.Fatalf("write after unfence: %v", err)
+		}
+		done := time.Now()
+		at := <-unfenced
+		stop()
+		e.assertAt(t, "photos", q.ID, shard)
+		if waited == 0 && round < 5 {
+			continue // routed before the fence was seen: not the case under test
+		}
+		if waited == 0 {
+			t.Fatal("in 5 rounds no write waited for the fence")
+		}
+		if lag := done.Sub(at); lag > 10*time.Second || waited > 30*time.Second {
+			t.Fatalf("the fenced write went on %v after the map was unfenced (waited %v of a %v FenceWait)", lag, waited, cfg.FenceWait)
+		}
+		t.Logf("round %d: waited %v, went on %v after the map was unfenced", round, waited, done.Sub(at))
+		return
 	}
-	e.assertAt(t, "photos", q.ID, shard)
 }
 
 func waitFor(t *testing.T, cond func() bool) {
