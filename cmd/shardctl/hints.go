@@ -14,6 +14,7 @@ import (
 // hint returns that command line for an error, or "" when there is none.
 func hint(err error) string {
 	var me *rebalance.MoveError
+	var pe *rebalance.PreflightError
 	switch {
 	case errors.As(err, &me):
 		return fmt.Sprintf("from the command line: `shardctl move --shard %d --resume` or `shardctl rollback --shard %d`", me.Shard, me.Shard)
@@ -23,6 +24,8 @@ func hint(err error) string {
 		return "or move with `shardctl move --offline`"
 	case errors.Is(err, rebalance.ErrLagGate), errors.Is(err, rebalance.ErrCutoverTimeout), errors.Is(err, rebalance.ErrFenceLapsed):
 		return "retry with `shardctl move --resume`"
+	case errors.As(err, &pe):
+		return fmt.Sprintf("nothing was changed; `shardctl move --shard %d --to %s --dry-run` lists every check", pe.Shard, pe.Target)
 	case errors.Is(err, router.ErrNoCatalog):
 		return "run `shardctl init --server NAME=DSN` first"
 	case errors.Is(err, router.ErrUnknownServer):

@@ -30,6 +30,7 @@ func TestHints(t *testing.T) {
 		{fmt.Errorf("%w: %q", router.ErrUnknownServer, "pg9"), "shardctl init --server"},
 		{fmt.Errorf("restore shard 1: %w", backup.ErrNotConfirmed), "--yes"},
 		{fmt.Errorf("%w: shard 2 is not active", backup.ErrShardBusy), "shardctl move --complete"},
+		{&rebalance.PreflightError{Shard: 7, Source: "pg1", Target: "pg2", Failed: []*rebalance.CheckError{{Check: "replica identity", Server: "pg1", Err: rebalance.ErrNoReplicaIdentity}}}, "shardctl move --shard 7 --to pg2 --dry-run"},
 		{errors.New("something else"), ""},
 	}
 	for _, c := range cases {
