@@ -66,7 +66,7 @@ func Example() {
 	for _, s := range spans.Ended() {
 		fmt.Print(s.Name())
 		for _, a := range s.Attributes() {
-			fmt.Printf(" %s=%s", a.Key, a.Value.Emit())
+			fmt.Printf(" %s=%s", a.Key, a.Value.String())
 		}
 		fmt.Println()
 	}
