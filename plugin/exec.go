@@ -3,12 +3,14 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -198,7 +200,7 @@ func returnInto(stmt *gorm.Statement, rv reflect.Value) (bool, error) {
 // becomes ErrShardMoved.
 func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	p.bounded(db, orig)
-	if db.Error == nil || !router.IsFenceError(db.Error) {
+	if db.Error == nil || !router.IsFenceError(db.Error) && !isUndefinedTable(db.Error) {
 		return
 	}
 	stmt := db.Statement
@@ -207,6 +209,9 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 		return
 	}
 	old := serverOf(stmt.ConnPool)
+	if !router.IsFenceError(db.Error) && !p.movedAway(stmt.Context, shard, old) {
+		return // the table is missing where the map still puts the shard: not a move
+	}
 	t := txOf(stmt.ConnPool)
 	moved := &ShardError{Shard: shard, Server: old, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
 	if t != nil && !t.statement {
@@ -242,6 +247,27 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	if db.Error != nil && router.IsFenceError(db.Error) {
 		db.Error = &ShardError{Shard: shard, Server: pl.Server, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
 	}
+}
+
+// isUndefinedTable reports Postgres's "relation does not exist" (42P01).
+func isUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}
+
+// movedAway reports whether the current map, reloaded from the catalog,
+// places the shard on a server other than old. A write that found no
+// table on old then met a schema that a move's rollback dropped right
+// after flipping the shard back (the old home keeps no fence to refuse
+// it): the statement did nothing there, and runs again on the shard's
+// home like a write the fence refused.
+func (p *Plugin) movedAway(ctx context.Context, shard int, old string) bool {
+	snap, err := p.router.Reload(ctx)
+	if err != nil {
+		return false
+	}
+	pl, err := snap.Placement(shard)
+	return err == nil && pl.Server != old
 }
 
 // awaitMove reloads the map until the shard has left server old and is

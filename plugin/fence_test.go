@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -243,5 +244,60 @@ func TestMovedShardRetriesOnceOutsideTransaction(t *testing.T) {
 	}
 	if c, _ := e.caption(t, p); c != "moved" {
 		t.Fatalf("caption %q", c)
+	}
+}
+
+// TestWriteAfterARollbackDroppedTheSchema: a rollback flips the shard back
+// to its old home and then drops the copy it leaves, which has no fence
+// left to refuse a write. A writer whose map still names that server gets
+// "relation does not exist" there; the statement did nothing, and the
+// plugin runs it again on the shard's home in the reloaded map, as it does
+// for a write the fence refused. Where the map does not move the shard, a
+// missing table is the error it is.
+func TestWriteAfterARollbackDroppedTheSchema(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, envOpts{})
+	const user = 7
+	shard := e.shardOf(user)
+	home := e.serverOf(t, shard)
+	other := "a"
+	if home == "a" {
+		other = "b"
+	}
+	// The router (not watching) holds the shard on other, where the
+	// rolled-back copy was; the catalog has it back home, and the copy is
+	// gone.
+	e.setShard(t, shard, other, router.StateActive)
+	if _, err := e.r.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.setShard(t, shard, home, router.StateActive)
+	if e.serverOf(t, shard) != other {
+		t.Fatal("the router knows the new map already")
+	}
+	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), shard); err != nil {
+		t.Fatal(err)
+	}
+	db := e.db.Session(&gorm.Session{SkipDefaultTransaction: true})
+	p := Photo{UserID: user, Caption: "after the rollback"}
+	if err := db.Create(&p).Error; err != nil {
+		t.Fatalf("write with a stale map after the copy was dropped: %v", err)
+	}
+	e.assertAt(t, "photos", p.ID, shard)
+	if got := e.serverOf(t, shard); got != home {
+		t.Fatalf("router map has shard %d on %s, want %s", shard, got, home)
+	}
+	if err := db.Model(&p).Update("caption", "again").Error; err != nil {
+		t.Fatal(err)
+	}
+
+	// A table missing where the map still puts the shard: the error.
+	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[home]), shard); err != nil {
+		t.Fatal(err)
+	}
+	err := db.Create(&Photo{UserID: user}).Error
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42P01" {
+		t.Fatalf("write to a dropped shard on its home: %v, want relation does not exist", err)
 	}
 }
