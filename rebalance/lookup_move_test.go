@@ -10,13 +10,8 @@ import (
 	"testing/fstest"
 	"time"
 
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
-	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
@@ -73,26 +68,7 @@ func addMembers(t *testing.T, e *env) {
 // from leased slots, following the map through r.
 func newMembersDB(t *testing.T, e *env, r *router.Router) *gorm.DB {
 	t.Helper()
-	ctx := context.Background()
-	l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, stop, err := idgen.Start(ctx, r.Snapshot().Layout, l, idgen.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := plugin.Register(plugin.Config{Router: r, IDs: gen}, &lookupMember{})
-	if err := db.Use(p); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	return db
+	return newPluginDB(t, e, r, plugin.Config{}, &lookupMember{})
 }
 
 // signUps is the members the test made: username → ID.

@@ -49,6 +49,13 @@ func newPluginOps(t *testing.T, e *env, r *router.Router) pluginOps {
 // newPluginOpsWait is newPluginOps with plugin.Config.FenceWait (0: default).
 func newPluginOpsWait(t *testing.T, e *env, r *router.Router, fenceWait time.Duration) pluginOps {
 	t.Helper()
+	return pluginOps{db: newPluginDB(t, e, r, plugin.Config{FenceWait: fenceWait}, &pluginPhoto{})}
+}
+
+// newPluginDB is the GORM plugin on the env for models, with cfg's
+// settings, IDs from leased slots, following the map through r.
+func newPluginDB(t *testing.T, e *env, r *router.Router, cfg plugin.Config, models ...any) *gorm.DB {
+	t.Helper()
 	ctx := context.Background()
 	l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
 	if err != nil {
@@ -63,12 +70,13 @@ func newPluginOpsWait(t *testing.T, e *env, r *router.Router, fenceWait time.Dur
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := plugin.Register(plugin.Config{Router: r, IDs: gen, FenceWait: fenceWait}, &pluginPhoto{})
+	cfg.Router, cfg.IDs = r, gen
+	p := plugin.Register(cfg, models...)
 	if err := db.Use(p); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = p.Close() })
-	return pluginOps{db: db}
+	return db
 }
 
 // TestOnlineMoveWithPluginWriters is the acceptance test of a move: writers
