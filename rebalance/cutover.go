@@ -110,15 +110,15 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 	var ct CutoverTimes
 	token := newFenceToken()
 	pctx, cancel := context.WithTimeout(ctx, mv.cfg.GateTimeout)
-	barSQL, tables, err := barrierSQL(pctx, p.from, mc.schema, mv.cfg.BarrierWait, token, mv.cfg.FenceLease)
+	bs, err := barrierSQL(pctx, p.from, mc.schema, mv.cfg.BarrierWait, token, mv.cfg.FenceLease)
 	cancel()
 	if err != nil {
 		return mv.stepFailed(ctx, m, p.fenced, err)
 	}
-	seal := sealSQL(mc.schema, token, tables, 5*time.Second)
+	seal := sealSQL(mc.schema, token, bs.tables, 5*time.Second)
 	var removeSQL string
 	if p.removeOnTo {
-		removeSQL = removeBarrierSQL(mc.schema, tables)
+		removeSQL = removeBarrierSQL(mc.schema, bs.tables)
 	}
 	if !mc.done(p.fenced) && m.Doing != p.fenced {
 		if err := mv.j.beginStep(ctx, m.ID, p.fenced); err != nil {
@@ -151,6 +151,9 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			return mv.stepFailed(ctx, m, p.fenced, fmt.Errorf("connect to %s: %w", c.what, err))
 		}
 		defer (*c.dst).Release()
+		if err := warmWindowConn(ctx, *c.dst, bs); err != nil {
+			return mv.stepFailed(ctx, m, p.fenced, fmt.Errorf("%s: %w", c.what, err))
+		}
 	}
 	// Fence and barrier, attempted until the barrier gets its locks
 	// within BarrierWait: a write transaction still running on the shard
@@ -185,7 +188,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			mv.cfg.hook(*m, p.barrier, false)
 		}
 		t = time.Now()
-		bar, err = runBarrier(ctx, from, mc.schema, barSQL, wait)
+		bar, err = runBarrier(ctx, from, mc.schema, bs.sql, wait)
 		ct.Barrier = time.Since(t)
 		var pe *pgconn.PgError
 		if err != nil && !last && errors.As(err, &pe) && pe.Code == "55P03" {

@@ -380,17 +380,17 @@ func TestFenceBodies(t *testing.T) {
 	write := func() error { _, err := e.rawInsert(ctx, "s0", 0, "body"); return err }
 	install := func(token string, lease time.Duration) string {
 		t.Helper()
-		sql, _, err := barrierSQL(ctx, pool, schema, time.Second, token, lease)
+		bs, err := barrierSQL(ctx, pool, schema, time.Second, token, lease)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := write(); err != nil {
 			t.Fatalf("write with the barrier prepared: %v", err)
 		}
-		if _, err := runBarrier(ctx, conn, schema, sql, time.Second); err != nil {
+		if _, err := runBarrier(ctx, conn, schema, bs.sql, time.Second); err != nil {
 			t.Fatal(err)
 		}
-		return sql
+		return bs.sql
 	}
 	tables, err := listTables(ctx, pool, schema)
 	if err != nil {
@@ -418,7 +418,7 @@ func TestFenceBodies(t *testing.T) {
 	if b, err := releaseBarrier(ctx, pool, schema, true); err != nil || b.kind != fenceSealed {
 		t.Errorf("release of a sealed barrier: %+v %v", b, err)
 	}
-	if _, _, err := barrierSQL(ctx, pool, schema, time.Second, "cc03", time.Hour); !errors.Is(err, ErrFenceLapsed) {
+	if _, err := barrierSQL(ctx, pool, schema, time.Second, "cc03", time.Hour); !errors.Is(err, ErrFenceLapsed) {
 		t.Errorf("preparing over a sealed barrier: %v, want ErrFenceLapsed", err)
 	}
 	if err := removeBarrier(ctx, pool, schema); err != nil {
