@@ -261,7 +261,7 @@ func TestCopyFromMovedAndFenced(t *testing.T) {
 
 	t.Run("moved", func(t *testing.T) {
 		const moved = 1
-		from, to := e.moveByHand(t, moved)
+		from, to := e.moveByHand(t, moved, photoTables...)
 		if e.serverOf(t, moved) != from {
 			t.Fatal("router already knows the new map; the refusal would not be exercised")
 		}

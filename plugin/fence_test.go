@@ -140,11 +140,15 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Fatal("condition not met in 5s")
 }
 
+// photoTables are the tables moveByHand carries for the photos model.
+var photoTables = []string{"photos", "likes"}
+
 // moveByHand moves a shard to the other server the way the mover's cutover
-// leaves it: schema and rows on the target, the source's write barrier
-// (SQLSTATE router.FenceSQLState) installed, the map flipped. The router is
-// not told, so it holds a stale map.
-func (e *env) moveByHand(t *testing.T, shard int) (from, to string) {
+// leaves it: schema and the named tables' rows on the target (a schema the
+// target kept from an earlier move is replaced), the source's write
+// barrier (SQLSTATE router.FenceSQLState) installed on those tables, the
+// map flipped. The router is not told, so it holds a stale map.
+func (e *env) moveByHand(t *testing.T, shard int, tables ...string) (from, to string) {
 	t.Helper()
 	ctx := context.Background()
 	from = e.serverOf(t, shard)
@@ -153,32 +157,38 @@ func (e *env) moveByHand(t *testing.T, shard int) (from, to string) {
 		to = "b"
 	}
 	schema := router.SchemaName(shard)
-	dst, err := pgx.Connect(ctx, e.dsn[to])
-	if err != nil {
+	dst := pgtest.Connect(t, e.dsn[to])
+	if err := migrations.DropShard(ctx, dst, shard); err != nil {
 		t.Fatal(err)
 	}
-	defer dst.Close(ctx)
 	if err := migrations.ApplyShard(ctx, dst, e.r.Snapshot().Layout, shard, os.DirFS("testdata/shardsql"), migrations.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	src := pgtest.Connect(t, e.dsn[from])
-	rows, err := src.Query(ctx, "SELECT id, user_id, caption, likes, created_at FROM "+pgx.Identifier{schema, "photos"}.Sanitize())
-	if err != nil {
-		t.Fatal(err)
-	}
-	vals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range vals {
-		if _, err := dst.Exec(ctx, "INSERT INTO "+pgx.Identifier{schema, "photos"}.Sanitize()+" VALUES ($1, $2, $3, $4, $5)", v...); err != nil {
+	for _, table := range tables {
+		q := pgx.Identifier{schema, table}.Sanitize()
+		rows, err := src.Query(ctx, "SELECT * FROM "+q)
+		if err != nil {
 			t.Fatal(err)
+		}
+		vals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vals {
+			ph := "$1"
+			for i := 2; i <= len(v); i++ {
+				ph += fmt.Sprintf(", $%d", i)
+			}
+			if _, err := dst.Exec(ctx, "INSERT INTO "+q+" VALUES ("+ph+")", v...); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	fn := pgx.Identifier{schema, "shardkit_fence"}.Sanitize()
 	e.rawExec(t, from, fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = '%s'; END $fn$`, fn, router.FenceSQLState))
-	for _, table := range []string{"photos", "likes"} {
+	for _, table := range tables {
 		e.rawExec(t, from, fmt.Sprintf(`CREATE TRIGGER shardkit_fence BEFORE INSERT OR UPDATE OR DELETE ON %s
 FOR EACH STATEMENT EXECUTE FUNCTION %s()`, pgx.Identifier{schema, table}.Sanitize(), fn))
 	}
@@ -194,7 +204,7 @@ func TestMovedShardRetriesOnNewHome(t *testing.T) {
 	if err := e.db.Create(&p).Error; err != nil {
 		t.Fatal(err)
 	}
-	from, to := e.moveByHand(t, shard)
+	from, to := e.moveByHand(t, shard, photoTables...)
 	if pl, _ := e.r.Snapshot().Placement(shard); pl.Server != from {
 		t.Fatal("router already knows the new map")
 	}
@@ -223,7 +233,7 @@ func TestMovedShardRetriesOnceOutsideTransaction(t *testing.T) {
 	if err := e.db.Create(&p).Error; err != nil {
 		t.Fatal(err)
 	}
-	from, to := e.moveByHand(t, shard)
+	from, to := e.moveByHand(t, shard, photoTables...)
 	if e.serverOf(t, shard) != from {
 		t.Fatal("router already knows the new map; the retry would not be exercised")
 	}

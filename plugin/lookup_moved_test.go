@@ -4,70 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
 
-// moveMembersByHand moves a shard to the other server as the mover's
-// cutover leaves it, for the members model: schema, members and their
-// lookup rows copied to the target, the source's write barrier installed
-// on those tables, the map flipped. The router is not told: it holds a
-// stale map until a refusal makes it reload.
-func (e *env) moveMembersByHand(t *testing.T, shard int) (from, to string) {
-	t.Helper()
-	ctx := context.Background()
-	from = e.serverOf(t, shard)
-	to = "a"
-	if from == "a" {
-		to = "b"
-	}
-	schema := router.SchemaName(shard)
-	dst := pgtest.Connect(t, e.dsn[to])
-	// Moving back: the target still has the schema it was moved from.
-	if err := migrations.DropShard(ctx, dst, shard); err != nil {
-		t.Fatal(err)
-	}
-	if err := migrations.ApplyShard(ctx, dst, e.r.Snapshot().Layout, shard, os.DirFS("testdata/shardsql"), migrations.ApplyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	src := pgtest.Connect(t, e.dsn[from])
-	tables := []string{"members", "members_username_lookup", "members_email_lookup"}
-	for _, table := range tables {
-		q := pgx.Identifier{schema, table}.Sanitize()
-		rows, err := src.Query(ctx, "SELECT * FROM "+q)
-		if err != nil {
-			t.Fatal(err)
-		}
-		vals, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) ([]any, error) { return r.Values() })
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, v := range vals {
-			ph := "$1"
-			for i := 2; i <= len(v); i++ {
-				ph += fmt.Sprintf(", $%d", i)
-			}
-			if _, err := dst.Exec(ctx, "INSERT INTO "+q+" VALUES ("+ph+")", v...); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	fn := pgx.Identifier{schema, "shardkit_fence"}.Sanitize()
-	e.rawExec(t, from, fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
-BEGIN RAISE EXCEPTION 'shard moved' USING ERRCODE = '%s'; END $fn$`, fn, router.FenceSQLState))
-	for _, table := range tables {
-		e.rawExec(t, from, fmt.Sprintf(`CREATE TRIGGER shardkit_fence BEFORE INSERT OR UPDATE OR DELETE ON %s
-FOR EACH STATEMENT EXECUTE FUNCTION %s()`, pgx.Identifier{schema, table}.Sanitize(), fn))
-	}
-	e.setShard(t, shard, to, router.StateActive)
-	return from, to
-}
+// memberTables are the tables moveByHand carries for the members model.
+var memberTables = []string{"members", "members_username_lookup", "members_email_lookup"}
 
 // nameIn returns a username, with the prefix, whose lookup row lives in
 // the shard.
@@ -117,7 +64,7 @@ func TestLookupWriteOnMovedLookupShard(t *testing.T) {
 	// back (back and forth).
 	stale := func(step string) {
 		t.Helper()
-		from, _ := e.moveMembersByHand(t, moved)
+		from, _ := e.moveByHand(t, moved, memberTables...)
 		if e.serverOf(t, moved) != from {
 			t.Fatalf("%s: the router knows the new map already; the retry would not be exercised", step)
 		}
@@ -188,7 +135,7 @@ func TestLookupWriteOnMovedOwnerShard(t *testing.T) {
 	db := e.db.Session(&gormSkipTx)
 	const moved = 6
 	name := nameIn(t, "owner", moved+1, e.shards) // the lookup row stays put
-	from, to := e.moveMembersByHand(t, moved)
+	from, to := e.moveByHand(t, moved, memberTables...)
 	if e.serverOf(t, moved) != from {
 		t.Fatal("the router knows the new map already")
 	}
@@ -208,5 +155,58 @@ func TestLookupWriteOnMovedOwnerShard(t *testing.T) {
 	}
 	if _, orphans := e.checkLookups(t); len(orphans) != 0 {
 		t.Fatalf("orphans %v", orphans)
+	}
+}
+
+// A lookup write whose stale map places the lookup row's shard on a
+// server where a rollback dropped the copy right after flipping the shard
+// back (that server keeps no fence) finds no table there, and runs once
+// more on the shard's home, as a row's own write does (runWrite). A
+// table missing where the map still places the shard stays an error.
+func TestLookupWriteAfterARollbackDroppedTheSchema(t *testing.T) {
+	ctx := context.Background()
+	e := newLookupEnv(t)
+	db := e.db.Session(&gormSkipTx)
+	const moved = 5
+	keyOff := int64(moved + 3) // the owner rows stay put: another shard
+	home := e.serverOf(t, moved)
+	other := "a"
+	if home == "a" {
+		other = "b"
+	}
+	e.setShard(t, moved, other, router.StateActive)
+	if _, err := e.r.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.setShard(t, moved, home, router.StateActive)
+	if e.serverOf(t, moved) != other {
+		t.Fatal("the router knows the new map already")
+	}
+	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), moved); err != nil {
+		t.Fatal(err)
+	}
+	name := nameIn(t, "back", moved, e.shards)
+	m, err := e.signUp(ctx, db, name, keyOff)
+	if err != nil {
+		t.Fatalf("sign-up with a stale map after the copy was dropped: %v", err)
+	}
+	if got := e.serverOf(t, moved); got != home {
+		t.Fatalf("router map has shard %d on %s, want %s", moved, got, home)
+	}
+	var got Member
+	if err := db.First(&got, "username = ?", name).Error; err != nil || got.ID != m.ID {
+		t.Fatalf("read %s: %+v, %v", name, got, err)
+	}
+	if members, orphans := e.checkLookups(t); len(orphans) != 0 || members[m.ID].Username != name {
+		t.Fatalf("members %v, orphans %v", members, orphans)
+	}
+
+	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[home]), moved); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.signUp(ctx, db, nameIn(t, "gone", moved, e.shards), keyOff)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42P01" {
+		t.Fatalf("sign-up into a dropped shard on its home: %v, want relation does not exist", err)
 	}
 }

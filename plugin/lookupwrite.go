@@ -483,8 +483,12 @@ func (p *Plugin) lookupDB(ctx context.Context, snap *router.Snapshot, shard int,
 // lookupErr gives a lookup table's error its place, and turns a moved
 // shard's refusal into the retriable ErrShardMoved.
 func (p *Plugin) lookupErr(ctx context.Context, r *reservation, pl router.Placement, err error) error {
-	if router.IsFenceError(err) {
+	switch {
+	case router.IsFenceError(err):
 		_, _ = p.router.Reload(ctx)
+		err = fmt.Errorf("%w: %w", ErrShardMoved, err)
+	case isUndefinedTable(err) && p.movedAway(ctx, r.shard, pl.Server):
+		// A copy a rollback dropped (see movedAway): moved as well.
 		err = fmt.Errorf("%w: %w", ErrShardMoved, err)
 	}
 	return &ShardError{Shard: r.shard, Server: pl.Server, Table: r.lc.table, Err: err}

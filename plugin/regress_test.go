@@ -334,7 +334,7 @@ func TestFenceInTransactionTakesTheNewHome(t *testing.T) {
 		t.Fatalf("the write did not wait for the fence: %v", err)
 	case <-time.After(50 * time.Millisecond): // a slow start only weakens the test
 	}
-	_, to := e.moveByHand(t, shard)
+	_, to := e.moveByHand(t, shard, photoTables...)
 	if err := <-done; err != nil {
 		t.Fatalf("transaction across the flip: %v", err)
 	}
