@@ -315,9 +315,51 @@ func (p *Plugin) execQuery(db *gorm.DB) {
 	d := takePlan(db.Statement)
 	if d == nil {
 		p.bounded(db, p.runQuery)
+		p.rerouteRead(db)
 		return
 	}
 	p.fanoutQuery(db, d)
+}
+
+// rerouteRead runs a one-shard read once more on the shard's home when it
+// found no table where a stale map placed the shard and the reloaded map
+// places it elsewhere: the copy a rollback dropped right after flipping
+// the shard back (see movedAway). The read returned nothing there. Inside
+// a transaction, or with the map unchanged, the error stands.
+func (p *Plugin) rerouteRead(db *gorm.DB) {
+	if db.Error == nil || !isUndefinedTable(db.Error) || txOf(db.Statement.ConnPool) != nil {
+		return
+	}
+	stmt := db.Statement
+	m, shard, _ := p.lookup(stmt)
+	if m == nil || shard < 0 {
+		return
+	}
+	old := serverOf(stmt.ConnPool)
+	if old == "" { // a replica's pool: the map the read was routed by
+		pl, err := p.router.Snapshot().Placement(shard)
+		if err != nil {
+			return
+		}
+		old = pl.Server
+	}
+	if !p.movedAway(stmt.Context, shard, old) {
+		return
+	}
+	snap := p.router.Snapshot()
+	pl, err := snap.Placement(shard)
+	if err != nil {
+		return
+	}
+	srv, err := p.pools.get(snap, pl.Server)
+	if err != nil {
+		return
+	}
+	stmt.ConnPool = p.conn(stmt, srv, true)
+	db.Error = nil
+	stmt.SQL.Reset()
+	stmt.Vars = nil
+	p.bounded(db, p.runQuery)
 }
 
 func (p *Plugin) runQuery(db *gorm.DB) {

@@ -301,6 +301,28 @@ func TestWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Reads with the stale map again: by the shard key and by ID.
+	for _, read := range []struct {
+		name string
+		run  func(*[]Photo) error
+	}{
+		{"by user", func(got *[]Photo) error { return db.Where("user_id = ?", user).Find(got).Error }},
+		{"by id", func(got *[]Photo) error { return db.Where("id = ?", p.ID).Find(got).Error }},
+	} {
+		e.setShard(t, shard, other, router.StateActive)
+		if _, err := e.r.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		e.setShard(t, shard, home, router.StateActive)
+		if e.serverOf(t, shard) != other {
+			t.Fatal("the router knows the new map already")
+		}
+		var got []Photo
+		if err := read.run(&got); err != nil || len(got) != 1 || got[0].ID != p.ID || got[0].Caption != "again" {
+			t.Fatalf("read %s with a stale map after the copy was dropped: %+v, %v", read.name, got, err)
+		}
+	}
+
 	// A table missing where the map still puts the shard: the error.
 	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[home]), shard); err != nil {
 		t.Fatal(err)
@@ -309,5 +331,9 @@ func TestWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 	var pe *pgconn.PgError
 	if !errors.As(err, &pe) || pe.Code != "42P01" {
 		t.Fatalf("write to a dropped shard on its home: %v, want relation does not exist", err)
+	}
+	err = db.Where("user_id = ?", user).Find(&[]Photo{}).Error
+	if !errors.As(err, &pe) || pe.Code != "42P01" {
+		t.Fatalf("read of a dropped shard on its home: %v, want relation does not exist", err)
 	}
 }
