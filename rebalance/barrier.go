@@ -328,13 +328,32 @@ func warmWindowConn(ctx context.Context, conn *pgxpool.Conn, b barrierStmt) erro
 	return nil
 }
 
-// runBarrier runs a statement built by barrierSQL in one round trip. A
-// lock it waits for longer than lockTimeout (a write transaction still
+// runBarrier runs a statement built by barrierSQL and commits it. A lock
+// it waits for longer than lockTimeout (a write transaction still
 // running) fails it with SQLSTATE 55P03, and nothing is installed.
 func runBarrier(ctx context.Context, conn *pgxpool.Conn, schema, sql string, lockTimeout time.Duration) (barrierResult, error) {
+	res, err := openBarrier(ctx, conn, schema, sql, lockTimeout)
+	if err != nil {
+		return res, err
+	}
+	return res, commitBarrier(ctx, conn, schema)
+}
+
+// openBarrier runs a statement built by barrierSQL in one round trip,
+// inside a transaction it leaves open: the tables' locks are held and the
+// refusing body is in place, but no other session sees it until
+// commitBarrier. So the cutover can take the locks and read the final
+// position while the catalog fences the shard, and still make the
+// barrier visible only after the fence (a write it refuses then finds
+// the shard fenced when it reloads the map). On an error the
+// transaction is rolled back: nothing is installed.
+func openBarrier(ctx context.Context, conn *pgxpool.Conn, schema, sql string, lockTimeout time.Duration) (barrierResult, error) {
 	var res barrierResult
-	sql = strings.Replace(sql, sqlBarrierSettings, fmt.Sprintf(sqlBarrierSettings, max(lockTimeout.Milliseconds(), 1), ident(schema)), 1)
+	sql = "BEGIN;\n" + strings.Replace(sql, sqlBarrierSettings, fmt.Sprintf(sqlBarrierSettings, max(lockTimeout.Milliseconds(), 1), ident(schema)), 1)
 	results, err := conn.Conn().PgConn().Exec(ctx, sql).ReadAll()
+	if err != nil {
+		rollbackBarrier(ctx, conn)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == fenceLapsedSQLState {
 		return res, fmt.Errorf("install write barrier on %s: %w: %s", schema, ErrFenceLapsed, pe.Message)
@@ -342,6 +361,42 @@ func runBarrier(ctx context.Context, conn *pgxpool.Conn, schema, sql string, loc
 	if err != nil {
 		return res, fmt.Errorf("install write barrier on %s: %w", schema, err)
 	}
+	res, err = parseBarrier(schema, results)
+	if err != nil {
+		rollbackBarrier(ctx, conn)
+	}
+	return res, err
+}
+
+// commitBarrier commits a barrier openBarrier left open, synchronously
+// (the statement set synchronous_commit).
+func commitBarrier(ctx context.Context, conn *pgxpool.Conn, schema string) error {
+	results, err := conn.Conn().PgConn().Exec(ctx, "COMMIT").ReadAll()
+	if err != nil {
+		return fmt.Errorf("install write barrier on %s: commit: %w", schema, err)
+	}
+	// A transaction that failed in the meantime ends in ROLLBACK, silently.
+	if len(results) != 1 || results[0].CommandTag.String() != "COMMIT" {
+		return fmt.Errorf("install write barrier on %s: the transaction was rolled back before its commit", schema)
+	}
+	return nil
+}
+
+// rollbackBarrier ends a barrier's transaction without installing it. A
+// connection it cannot roll back is closed (the pool drops it, and
+// Postgres rolls back a closed session's transaction).
+func rollbackBarrier(ctx context.Context, conn *pgxpool.Conn) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Conn().PgConn().Exec(rctx, "ROLLBACK").ReadAll(); err != nil {
+		_ = conn.Conn().PgConn().Close(rctx)
+	}
+}
+
+// parseBarrier reads the barrier statement's results: its last three are
+// the schema and final position, the sequences and the newest ID.
+func parseBarrier(schema string, results []*pgconn.Result) (barrierResult, error) {
+	var res barrierResult
 	n := len(results)
 	if n < 3 || len(results[n-3].Rows) != 1 || len(results[n-1].Rows) != 1 {
 		return res, fmt.Errorf("install write barrier on %s: unexpected reply (%d results)", schema, n)
@@ -351,6 +406,7 @@ func runBarrier(ctx context.Context, conn *pgxpool.Conn, schema, sql string, loc
 		return res, fmt.Errorf("install write barrier on %s: ran with current_schema %q", schema, got)
 	}
 	res.lsn = string(row[1])
+	var err error
 	if res.newestID, err = strconv.ParseInt(string(results[n-1].Rows[0][0]), 10, 64); err != nil {
 		return res, fmt.Errorf("install write barrier on %s: newest id: %w", schema, err)
 	}

@@ -77,12 +77,13 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, p cutoverPlan, c
 }
 
 // fencedWindow runs the cutover's steps. Everything it can prepare is
-// prepared before the fence (statements built and prepared, tables
-// listed, pass-through triggers installed, connections held); then it
-// waits its turn (one cutover at a time per Mover, so two moves' windows
-// never overlap) and for the lag gate, and runs the fenced steps with one
-// round trip each: fence (catalog, journal included), barrier (serving
-// side: locks, refusing trigger body, final LSN, sequences, newest ID),
+// prepared before the fence (statements built and prepared, tables and
+// sequences listed, pass-through triggers installed, connections held and
+// warmed); then it waits its turn (one cutover at a time per Mover, so two
+// moves' windows never overlap) and for the lag gate, and runs the fenced
+// steps with one round trip each: fence (catalog, journal included) and,
+// at the same time, barrier (serving side: locks, refusing trigger body,
+// final LSN, sequences, newest ID),
 // the wait for the replica to confirm the final LSN while the sequences
 // are carried to it (with a reading of its clock), a clock wait only when
 // the newest ID is ahead of that clock, the seal (serving side: locks, a
@@ -173,23 +174,62 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			ct.Gate += time.Since(t)
 		}
 		ct.Attempts++
-		fencedAt = time.Now()
-		err = mv.windowStep(ctx, mc, p.fenced, true, &ct.Fence, func(ctx context.Context) error {
-			return fenceJournalled(ctx, cat, m, p.fromName, router.StateFenced, mv.cfg.FenceLease, p.fenced, p.barrier)
-		})
-		if err != nil {
-			return err
-		}
 		wait, last := mv.cfg.BarrierWait, time.Now().After(deadline)
 		if last {
 			wait = 5 * time.Second
 		}
 		if mv.cfg.hook != nil {
+			if !mc.done(p.fenced) {
+				mv.cfg.hook(*m, p.fenced, false)
+			}
 			mv.cfg.hook(*m, p.barrier, false)
 		}
-		t = time.Now()
-		bar, err = runBarrier(ctx, from, mc.schema, bs.sql, wait)
-		ct.Barrier = time.Since(t)
+		// The fence (catalog) and the barrier (serving side) go at once,
+		// each on its own connection, so the window pays the longer of the
+		// two, not both; the barrier's transaction commits only once the
+		// fence has, so a write the barrier refuses finds the shard fenced
+		// when it reloads the map, as before. A fence that fails rolls the
+		// barrier back; a mover killed before the commit leaves nothing
+		// installed (Postgres rolls back a closed session). m is the
+		// fence's alone until it is done.
+		fencedAt = time.Now()
+		var fenceEnd time.Time
+		fenced := make(chan error, 1)
+		if mc.done(p.fenced) {
+			fenceEnd = fencedAt
+			fenced <- nil
+		} else {
+			go func() {
+				sctx, cancel := context.WithTimeout(ctx, mv.cfg.CutoverTimeout+5*time.Second)
+				defer cancel()
+				err := fenceJournalled(sctx, cat, m, p.fromName, router.StateFenced, mv.cfg.FenceLease, p.fenced, p.barrier)
+				fenceEnd = time.Now()
+				ct.Fence = fenceEnd.Sub(fencedAt)
+				if err != nil && ctx.Err() == nil && sctx.Err() != nil {
+					err = &TimeoutError{What: "cutover step " + string(p.fenced), After: mv.cfg.CutoverTimeout + 5*time.Second, Err: err}
+				}
+				if err == nil {
+					m.Step, m.Doing, m.Error = p.fenced, mc.next(p.fenced), ""
+					if mv.cfg.hook != nil {
+						mv.cfg.hook(*m, p.fenced, true)
+					}
+				}
+				fenced <- err
+			}()
+		}
+		bar, err = openBarrier(ctx, from, mc.schema, bs.sql, wait)
+		if ferr := <-fenced; ferr != nil {
+			if err == nil {
+				rollbackBarrier(ctx, from)
+			}
+			return mv.stepFailed(ctx, m, p.fenced, ferr)
+		}
+		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", p.fenced, "took", ct.Fence.Round(time.Microsecond))
+		if err == nil {
+			err = commitBarrier(ctx, from, mc.schema)
+		}
+		barEnd := time.Now()
+		ct.Barrier = max(barEnd.Sub(fenceEnd), 0)
 		var pe *pgconn.PgError
 		if err != nil && !last && errors.As(err, &pe) && pe.Code == "55P03" {
 			// Back to where the fence found the shard, in one statement.
@@ -207,7 +247,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			return mv.stepFailed(ctx, m, p.barrier, err)
 		}
 		m.FinalLSN = bar.lsn
-		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", p.barrier, "took", ct.Barrier.Round(time.Microsecond))
+		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", p.barrier, "took", barEnd.Sub(fencedAt).Round(time.Microsecond))
 		if mv.cfg.hook != nil {
 			mv.cfg.hook(*m, p.barrier, true)
 		}

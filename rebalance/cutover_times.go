@@ -14,7 +14,7 @@ type CutoverTimes struct {
 	Queue   time.Duration // waiting for another cutover of the same Mover to finish
 	Gate    time.Duration // lag gate: until the replica confirmed a fresh position fast enough
 	Fence   time.Duration // shard map fenced, journal updated (one catalog statement)
-	Barrier time.Duration // write barrier, final LSN and sequences on the serving side (one statement)
+	Barrier time.Duration // write barrier, final LSN and sequences on the serving side (one statement sent with the fence, then its commit): the time it took beyond the fence's
 	Apply   time.Duration // until the replica confirmed the final LSN
 	Carry   time.Duration // sequences carried, replica LSN, newest ID and clock read (one statement)
 	Clock   time.Duration // until the replica's clock passed the newest ID's millisecond
