@@ -43,6 +43,10 @@ var (
 	// ErrSchemaDrift reports an object of the per-shard SQL that the
 	// source lacks or has in another form.
 	ErrSchemaDrift = errors.New("the source's schema differs from what its per-shard SQL creates: bring the object in line on the source (or add the change to the per-shard SQL) before the move")
+	// ErrSequenceNearMax reports a sequence of the shard too close to its
+	// MAXVALUE for the cutover to carry it (last value plus
+	// Config.SequenceMargin, twice: a move and its rollback).
+	ErrSequenceNearMax = errors.New("a sequence of the shard is too close to its MAXVALUE for the cutover to carry it past its last value: raise its MAXVALUE (ALTER SEQUENCE … AS bigint MAXVALUE …) or lower Config.SequenceMargin before the move")
 )
 
 // CheckError is one failed preflight check: what, where, and why.
@@ -162,6 +166,7 @@ const (
 	CheckVersions        = "per-shard SQL versions"
 	CheckTargetSchema    = "target schema absent"
 	CheckObjects         = "schema objects"
+	CheckSequences       = "sequence room"
 )
 
 // Preflight checks, changing nothing, whether a move of shard to target
@@ -275,6 +280,9 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 		r.Checks = append(r.Checks, capacityChecks(r.Source, r.Target, srcLoad, tgtLoad, sync, sameCluster(srcDSN, tgtDSN))...)
 	}
 	if err := r.checkVersions(ctx, src, mv.cfg.ShardSQL); err != nil {
+		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
+	}
+	if err := r.checkSequences(ctx, src, mv.cfg.SequenceMargin); err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
 	}
 	exists, err := schemaExists(ctx, tgt, r.Schema)
@@ -468,6 +476,41 @@ func (r *Report) checkReplicaIdentity(ctx context.Context, src *pgxpool.Pool) er
 	}
 	if bad == 0 {
 		r.pass(CheckReplicaIdentity, r.Source, fmt.Sprintf("all %d tables", n))
+	}
+	return nil
+}
+
+// sqlSequenceRoom lists the schema's ascending sequences with the room
+// left above their last value (or, unused, their start).
+const sqlSequenceRoom = `SELECT sequencename::text, max_value - coalesce(last_value, start_value)
+FROM pg_sequences WHERE schemaname = $1 AND increment_by > 0 ORDER BY sequencename`
+
+// checkSequences fails every sequence that a cutover could not carry: it
+// sets the target's to the source's last value plus margin, and a
+// rollback does so once more, so each needs twice margin of room. (A
+// descending sequence is refused as an object the move cannot carry.)
+func (r *Report) checkSequences(ctx context.Context, src *pgxpool.Pool, margin int64) error {
+	rows, err := src.Query(ctx, sqlSequenceRoom, r.Schema)
+	if err != nil {
+		return fmt.Errorf("read the sequences of %s: %w", r.Schema, err)
+	}
+	var name string
+	var room int64
+	n, bad := 0, 0
+	_, err = pgx.ForEachRow(rows, []any{&name, &room}, func() error {
+		n++
+		if room < 2*margin {
+			bad++
+			r.fail(CheckSequences, r.Source, "sequence "+ident(r.Schema, name),
+				fmt.Sprintf("%d below its MAXVALUE, needs %d (twice Config.SequenceMargin)", room, 2*margin), ErrSequenceNearMax)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the sequences of %s: %w", r.Schema, err)
+	}
+	if bad == 0 {
+		r.pass(CheckSequences, r.Source, fmt.Sprintf("all %d sequences", n))
 	}
 	return nil
 }

@@ -285,6 +285,19 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 	}
 	pgtest.Exec(t, e.servers[1].DSN, `DROP SCHEMA shard_0001`)
 
+	// A sequence the cutover could not carry past its last value.
+	pgtest.Exec(t, e.servers[0].DSN, `CREATE SEQUENCE shard_0001.ticket AS integer;
+		SELECT setval('shard_0001.ticket', 2147483647 - 1500)`)
+	_, err = mv.Preflight(ctx, 1, "s1", MoveOptions{})
+	if !errors.Is(err, ErrSequenceNearMax) || !strings.Contains(err.Error(), `"shard_0001"."ticket"`) {
+		t.Errorf("preflight with a sequence near its MAXVALUE: err = %v, want ErrSequenceNearMax naming it", err)
+	}
+	pgtest.Exec(t, e.servers[0].DSN, `ALTER SEQUENCE shard_0001.ticket AS bigint`)
+	if _, err := mv.Preflight(ctx, 1, "s1", MoveOptions{}); err != nil {
+		t.Fatalf("preflight after widening the sequence: %v", err)
+	}
+	pgtest.Exec(t, e.servers[0].DSN, `DROP SEQUENCE shard_0001.ticket`)
+
 	// Per-shard SQL with a version the source lacks.
 	newer := fstest.MapFS{"0002_albums.sql": {Data: []byte("CREATE TABLE albums (id bigint PRIMARY KEY DEFAULT next_id());")}}
 	for _, name := range []string{"0001_photos.sql", "0001_photos.indexes.sql"} {
