@@ -15,7 +15,6 @@ type serverLoad struct {
 	maxSenders, senders        int64
 	maxLogicalWorkers, logical int64
 	maxWorkers, workers        int64
-	maxSyncWorkers             int64
 }
 
 // sqlServerLoad reads a server's settings and use. Replication slots are
@@ -31,13 +30,12 @@ const sqlServerLoad = `SELECT current_setting('wal_level'),
        current_setting('max_worker_processes')::bigint,
        (SELECT count(*) FROM pg_stat_activity WHERE backend_type NOT IN ('client backend', 'walsender', 'walreceiver',
            'autovacuum launcher', 'autovacuum worker', 'background writer', 'checkpointer', 'walwriter', 'startup',
-           'archiver', 'standalone backend')),
-       current_setting('max_sync_workers_per_subscription')::bigint`
+           'archiver', 'standalone backend'))`
 
 func readLoad(ctx context.Context, p *pgxpool.Pool) (serverLoad, error) {
 	var l serverLoad
 	err := p.QueryRow(ctx, sqlServerLoad).Scan(&l.walLevel, &l.maxSlots, &l.slots, &l.maxSenders, &l.senders,
-		&l.maxLogicalWorkers, &l.logical, &l.maxWorkers, &l.workers, &l.maxSyncWorkers)
+		&l.maxLogicalWorkers, &l.logical, &l.maxWorkers, &l.workers)
 	if err != nil {
 		return l, fmt.Errorf("read replication settings: %w", err)
 	}
@@ -59,16 +57,18 @@ func sameCluster(a, b string) bool {
 }
 
 // capacityChecks compares what an online move needs with what each side
-// has free. The source serves the forward subscription (its slot and WAL
-// sender, plus one temporary slot and WAL sender per table being copied
-// at once: sync of them) and, after the cutover, runs the reverse
-// subscription's apply worker. The target runs the forward apply worker
-// and its sync table-copy workers, and holds the reverse slot and serves
-// its WAL sender. On one cluster the two add up.
-func capacityChecks(srcName, tgtName string, src, tgt serverLoad, sync int64, shared bool) []Check {
+// has free. The source holds the forward slot and serves one WAL sender for
+// it: first the replication connection that creates the slot and holds
+// its exported snapshot while the copy's transactions import it, then,
+// once that connection is closed and the rows and indexes are in, the
+// subscription's; after the cutover it runs the reverse subscription's
+// apply worker. The target runs the forward apply worker (no table-copy
+// workers: the subscription copies nothing), and holds the reverse slot
+// and serves its WAL sender. On one cluster the two add up.
+func capacityChecks(srcName, tgtName string, src, tgt serverLoad, shared bool) []Check {
 	type need struct{ slots, senders, logical, workers int64 }
-	srcNeed := need{slots: 1 + sync, senders: 1 + sync, logical: 1, workers: 1}
-	tgtNeed := need{slots: 1, senders: 1, logical: 1 + sync, workers: 1 + sync}
+	srcNeed := need{slots: 1, senders: 1, logical: 1, workers: 1}
+	tgtNeed := need{slots: 1, senders: 1, logical: 1, workers: 1}
 	sides := []struct {
 		name string
 		l    serverLoad

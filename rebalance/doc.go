@@ -23,14 +23,22 @@
 //     before and after it runs, and every step is idempotent, so a killed
 //     mover is resumed (Resume) or rolled back (Rollback) from the journal;
 //  2. the shard map marks the shard moving;
-//  3. the target gets the schema and tables (secondary indexes deferred),
-//     and the objects of the source's schema that its per-shard SQL did
-//     not make (tables, columns, sequences, constraints, views, functions,
-//     triggers), from the source's own definitions;
-//  4. a publication FOR TABLES IN SCHEMA on the source and a subscription
-//     with copy_data on the target; wait until every table is ready; build
-//     the deferred indexes, the carried ones too, and check that both
-//     schemas hold the same objects; wait until the replication lag is small;
+//  3. the target gets the schema and tables, without keys, indexes or
+//     triggers yet, and the objects of the source's schema that its
+//     per-shard SQL did not make (tables, columns, sequences, views,
+//     functions), from the source's own definitions;
+//  4. a publication FOR TABLES IN SCHEMA on the source; on a replication
+//     connection to the source, the forward slot is created exporting its
+//     snapshot, and a few transactions that import that snapshot stream
+//     the tables with binary COPY into COPY FREEZE on the target (a
+//     killed copy starts again from a new slot); then, as pg_dump's
+//     restore does, the primary keys and indexes are built from the
+//     sorted rows, several at once, and the foreign keys, exclusion
+//     constraints and triggers are added, and both schemas must hold the
+//     same objects; only then a subscription without copy (copy_data
+//     off, the slot made above): it applies from the slot's consistent
+//     point, which is the copy's snapshot, so nothing is lost or applied
+//     twice; wait until the replication lag is small;
 //  5. a publication and slot on the target for reverse replication;
 //  6. cutover, one at a time per Mover: a lag gate waits until a catalog
 //     round trip plus the target's confirmation of a freshly flushed
@@ -60,9 +68,10 @@
 //  8. Complete drops the reverse subscription, slots, publications and the
 //     old schema.
 //
-// Without logical WAL, MoveOptions.Offline fences the shard, copies each
-// table with COPY, verifies, carries sequences and flips: the shard takes
-// no writes for the whole copy.
+// Without logical WAL, MoveOptions.Offline fences the shard, copies the
+// tables the same way (without the slot), builds the keys and indexes,
+// verifies, carries sequences and flips: the shard takes no writes for the
+// whole copy.
 //
 // Plan proposes moves that even out servers by bytes or rows (Sizes), onto
 // new empty servers too; Rebalance runs a plan K moves at a time.

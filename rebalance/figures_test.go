@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -51,28 +52,12 @@ func TestMoveFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("loaded %d rows (%.1f MB with indexes) in %v", rows, float64(heap)/1e6, time.Since(start).Round(time.Millisecond))
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		t.Logf("load average before pg_dump | psql: %s", strings.TrimSpace(string(load)))
+	}
 
 	// pg_dump -n shard_0000 | psql into a fresh database on the target's cluster.
-	dumpDB := pgtest.NewDatabase(t, 1)
-	if err := migrations.EnsureServer(ctx, mustConn(t, dumpDB), layout); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := pglocal.BinDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
-	cmd := exec.Command("sh", "-c", fmt.Sprintf("%s -n shard_0000 '%s' | %s -q -v ON_ERROR_STOP=0 '%s' >/dev/null 2>&1",
-		filepath.Join(bin, "pg_dump"), e.servers[0].DSN, filepath.Join(bin, "psql"), dumpDB))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pg_dump | psql: %v\n%s", err, out)
-	}
-	dumpTime := time.Since(start)
-	var dumped int64
-	if err := mustConn(t, dumpDB).QueryRow(ctx, `SELECT count(*) FROM shard_0000.photos`).Scan(&dumped); err != nil {
-		t.Fatal(err)
-	}
-
+	dumpTime, dumped := dumpRestore(t, e, layout)
 	// The move, with plugin writers on the moving shard and another.
 	var mu sync.Mutex
 	stepAt := map[string]time.Time{}
@@ -84,6 +69,8 @@ func TestMoveFigures(t *testing.T) {
 	w := newRawWriter(t, e, []int{0, 2})
 	w.via = newPluginOps(t, e, w.r)
 	stop := w.run(ctx)
+	// The same again with the writer running, as it runs during the move.
+	dumpBusy, _ := dumpRestore(t, e, layout)
 	time.Sleep(500 * time.Millisecond)
 	start = time.Now()
 	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
@@ -97,18 +84,55 @@ func TestMoveFigures(t *testing.T) {
 	if _, err := mv.Verify(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	copyTime := stepAt["copied/true"].Sub(stepAt["subscription/false"])
+	// The copy, the index build and the subscription that then streams
+	// from the copy's snapshot: what pg_dump | psql stands for.
+	copyTime := stepAt["copied_snapshot/true"].Sub(stepAt["copied_snapshot/false"])
 	indexTime := stepAt["indexes/true"].Sub(stepAt["indexes/false"])
+	subTime := stepAt["subscribed/true"].Sub(stepAt["subscribed/false"])
 	t.Logf("pg_dump -n shard_0000 | psql: %d rows in %v (%.0f rows/s)", dumped, dumpTime.Round(time.Millisecond), float64(dumped)/dumpTime.Seconds())
-	t.Logf("move: total %v; initial copy %v (%.0f rows/s), deferred indexes %v; fenced %v; writer %d ops, %d failed, longest write %v",
+	t.Logf("move: total %v; copy %v (%.0f rows/s), keys and indexes %v, subscription %v; fenced %v; writer %d ops, %d failed, longest write %v",
 		total.Round(time.Millisecond), copyTime.Round(time.Millisecond), float64(rows)/copyTime.Seconds(),
-		indexTime.Round(time.Millisecond), m.FencedFor.Round(time.Microsecond), w.ops, len(w.failures), w.maxWait.Round(time.Microsecond))
+		indexTime.Round(time.Millisecond), subTime.Round(time.Millisecond), m.FencedFor.Round(time.Microsecond), w.ops, len(w.failures), w.maxWait.Round(time.Microsecond))
 	t.Logf("longest write overlapping the fenced window: %v", w.longestDuring(stepAt["fenced/false"], stepAt["flipped/true"]).Round(time.Microsecond))
 	t.Logf("fenced window %v: %s", m.FencedFor.Round(time.Microsecond), m.Cutover)
-	t.Logf("copy+indexes vs pg_dump|psql: %.2fx the time", (copyTime+indexTime).Seconds()/dumpTime.Seconds())
+	t.Logf("copy+indexes+subscription vs pg_dump|psql: %.2fx the time (copy+indexes %.2fx)",
+		(copyTime+indexTime+subTime).Seconds()/dumpTime.Seconds(), (copyTime+indexTime).Seconds()/dumpTime.Seconds())
+	t.Logf("pg_dump -n shard_0000 | psql again with the writer running: %v; copy+indexes %.2fx that, with the subscription %.2fx",
+		dumpBusy.Round(time.Millisecond), (copyTime+indexTime).Seconds()/dumpBusy.Seconds(), (copyTime+indexTime+subTime).Seconds()/dumpBusy.Seconds())
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		t.Logf("load average at the end: %s", strings.TrimSpace(string(load)))
+	}
 	if _, err := mv.Complete(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// dumpRestore runs pg_dump -n shard_0000 of the source into a fresh
+// database on the target's cluster, and returns how long it took and how
+// many photos arrived.
+func dumpRestore(t *testing.T, e *env, layout idgen.Layout) (time.Duration, int64) {
+	t.Helper()
+	ctx := context.Background()
+	dumpDB := pgtest.NewDatabase(t, 1)
+	if err := migrations.EnsureServer(ctx, mustConn(t, dumpDB), layout); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := pglocal.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	cmd := exec.Command("sh", "-c", fmt.Sprintf("%s -n shard_0000 '%s' | %s -q -v ON_ERROR_STOP=0 '%s' >/dev/null 2>&1",
+		filepath.Join(bin, "pg_dump"), e.servers[0].DSN, filepath.Join(bin, "psql"), dumpDB))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pg_dump | psql: %v\n%s", err, out)
+	}
+	took := time.Since(start)
+	var dumped int64
+	if err := mustConn(t, dumpDB).QueryRow(ctx, `SELECT count(*) FROM shard_0000.photos`).Scan(&dumped); err != nil {
+		t.Fatal(err)
+	}
+	return took, dumped
 }
 
 func (e *env) placementLayout(t *testing.T) idgen.Layout {

@@ -16,32 +16,46 @@ type Step string
 // Steps of an online move, in order. The journal's step column holds the
 // last one finished; a mover resumes with the one after it.
 const (
-	StepCreated      Step = "created"        // journal row written
-	StepMapMoving    Step = "map_moving"     // shard map state moving
-	StepTargetSchema Step = "target_schema"  // schema and tables on the target
-	StepPublication  Step = "publication"    // publication on the source
-	StepSubscription Step = "subscription"   // subscription (and slot) on the target
-	StepCopied       Step = "copied"         // every table synchronised
-	StepIndexes      Step = "indexes"        // deferred secondary indexes built on the target
-	StepCaughtUp     Step = "caught_up"      // target close behind the source
-	StepFenced       Step = "fenced"         // shard map state fenced
-	StepBarrier      Step = "barrier"        // source refuses writes; final LSN captured
-	StepApplied      Step = "applied"        // target applied the final LSN
-	StepReverseSlot  Step = "reverse_slot"   // publication and slot on the target for rollback
-	StepSequences    Step = "sequences"      // sequences carried, target clock past the newest ID
-	StepSealed       Step = "sealed"         // source barrier sealed before its fence lease lapsed
-	StepFlipped      Step = "flipped"        // shard map points at the target, active
-	StepReverse      Step = "reverse"        // forward replication gone, reverse replication running
-	StepCleaned      Step = "cleaned"        // replication and the old copy removed
-	StepCopiedOff    Step = "copied_offline" // offline mode: rows copied with COPY
-	StepVerified     Step = "verified"       // offline mode: both sides verified equal
+	StepCreated        Step = "created"         // journal row written
+	StepMapMoving      Step = "map_moving"      // shard map state moving
+	StepTargetSchema   Step = "target_schema"   // schema and tables on the target
+	StepPublication    Step = "publication"     // publication on the source
+	StepCopiedSnapshot Step = "copied_snapshot" // slot on the source, every table copied as of the snapshot it exported
+	StepIndexes        Step = "indexes"         // keys, indexes, foreign keys and triggers built on the target
+	StepSubscribed     Step = "subscribed"      // subscription on the target, streaming from the slot
+	StepCaughtUp       Step = "caught_up"       // target close behind the source
+	StepFenced         Step = "fenced"          // shard map state fenced
+	StepBarrier        Step = "barrier"         // source refuses writes; final LSN captured
+	StepApplied        Step = "applied"         // target applied the final LSN
+	StepReverseSlot    Step = "reverse_slot"    // publication and slot on the target for rollback
+	StepSequences      Step = "sequences"       // sequences carried, target clock past the newest ID
+	StepSealed         Step = "sealed"          // source barrier sealed before its fence lease lapsed
+	StepFlipped        Step = "flipped"         // shard map points at the target, active
+	StepReverse        Step = "reverse"         // forward replication gone, reverse replication running
+	StepCleaned        Step = "cleaned"         // replication and the old copy removed
+	StepCopiedOff      Step = "copied_offline"  // offline mode: rows copied with COPY
+	StepVerified       Step = "verified"        // offline mode: both sides verified equal
 )
+
+// Steps that movers before StepCopiedSnapshot journalled: a subscription
+// that copied the rows itself (copy_data), into a target that had its
+// primary keys. A move stopped at either is resumed by copying again:
+// prepare takes it back to StepPublication, and the copy drops that
+// subscription and its slot first.
+const (
+	StepSubscription Step = "subscription" // subscription (and slot) on the target, copying
+	StepCopied       Step = "copied"       // every table synchronised by the subscription
+)
+
+// stepCopying is not journalled: the copy calls Config.hook with it once
+// its first table is in, so that tests can kill a mover in mid-copy.
+const stepCopying Step = "copying"
 
 // onlineSteps is the order of an online move up to the point where it is
 // reversible.
 var onlineSteps = []Step{
-	StepCreated, StepMapMoving, StepTargetSchema, StepPublication, StepSubscription,
-	StepCopied, StepIndexes, StepCaughtUp, StepReverseSlot, StepFenced, StepBarrier, StepApplied,
+	StepCreated, StepMapMoving, StepTargetSchema, StepPublication, StepCopiedSnapshot,
+	StepIndexes, StepSubscribed, StepCaughtUp, StepReverseSlot, StepFenced, StepBarrier, StepApplied,
 	StepSequences, StepSealed, StepFlipped, StepReverse,
 }
 

@@ -107,7 +107,7 @@ func TestKillMoverAtEveryStep(t *testing.T) {
 		kills = append(kills, kill{"move", s, true})
 	}
 	kills = append(kills,
-		kill{"move", StepBarrier, false}, kill{"move", StepCopied, false},
+		kill{"move", StepBarrier, false}, kill{"move", stepCopying, false}, kill{"move", StepCopiedSnapshot, false},
 		kill{"rollback", StepRbBarrier, true}, kill{"rollback", StepRbApplied, true},
 		kill{"rollback", StepRbFlipped, false}, kill{"rollback", StepRbCleaned, false},
 		kill{"undo", StepRbUndo, false}, kill{"undo", StepRbUndo, true})
@@ -123,7 +123,7 @@ func TestKillMoverAtEveryStep(t *testing.T) {
 		}
 		if k.op == "undo" {
 			// A move stopped after its copy, whose rollback is killed too.
-			runChild(t, e, "move", 0, to, StepCopied, true)
+			runChild(t, e, "move", 0, to, StepCopiedSnapshot, true)
 			runChild(t, e, "rollback", 0, to, k.step, k.atEnd)
 		} else {
 			runChild(t, e, k.op, 0, to, k.step, k.atEnd)

@@ -69,6 +69,14 @@ type Config struct {
 	// carried to the target, to cover values drawn by writes that the
 	// barrier then refused. 0 means 1024.
 	SequenceMargin int64
+	// CopyWorkers bounds the parallelism of a move's copy (tables copied
+	// at once, each over one source and one target connection) and of its
+	// index build (indexes built at once on the target). 0 means 4.
+	CopyWorkers int
+	// IndexMemory is the maintenance_work_mem, in bytes, of each session
+	// that builds the target's keys and indexes after the copy (the
+	// server's own setting is kept when it is larger). 0 means 256 MiB.
+	IndexMemory int64
 	// Progress, if set, receives progress of the copy and the catch-up.
 	// It is called from the mover's goroutine; keep it quick.
 	Progress func(Progress)
@@ -84,9 +92,9 @@ type Config struct {
 type Progress struct {
 	MoveID      int64
 	Shard       int
-	Phase       string // "copy" (bytes copied of the source's), "catchup" (bytes of lag)
+	Phase       string // "copy" (bytes of the source's tables, in proportion to the rows copied), "catchup" (bytes of lag)
 	Done, Total int64
-	Rows        int64 // rows copied so far (copy phase, estimate)
+	Rows        int64 // rows copied so far (copy phase)
 }
 
 // Mover moves logical shards between servers. It is safe for concurrent
@@ -130,6 +138,12 @@ func New(cfg Config) (*Mover, error) {
 	if cfg.SequenceMargin <= 0 {
 		cfg.SequenceMargin = 1024
 	}
+	if cfg.CopyWorkers <= 0 {
+		cfg.CopyWorkers = 4
+	}
+	if cfg.IndexMemory <= 0 {
+		cfg.IndexMemory = 256 << 20
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -163,7 +177,9 @@ func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string)
 	if err != nil {
 		return nil, "", fmt.Errorf("shardkit: server %q DSN: %w", name, err)
 	}
-	cfg.MaxConns = 8
+	// A copy holds two connections per worker, on different servers; a
+	// server can be one move's source and another's target at once.
+	cfg.MaxConns = int32(max(8, 2*mv.cfg.CopyWorkers+4))
 	p, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("shardkit: connect to server %q: %w", name, err)
@@ -208,6 +224,10 @@ func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
 	steps := onlineSteps
 	if m.Mode == ModeOffline {
 		steps = offlineSteps
+	} else if m.Step == StepSubscription || m.Step == StepCopied {
+		// Journalled by an older mover, whose subscription copied the rows:
+		// copy them again (the copy step removes that subscription first).
+		m.Step = StepPublication
 	}
 	return &moveCtx{m: m, steps: steps, snap: snap, layout: snap.Layout, schema: router.SchemaName(m.Shard),
 		n: n, src: src, tgt: tgt, srcDSN: srcDSN, tgtDSN: tgtDSN}, nil

@@ -43,7 +43,7 @@ type item struct {
 	ddl    string // "" when it cannot be carried (why says why) or comes with parent
 	why    string
 	parent string // key of the object that creates this one with itself, if any
-	late   bool   // created after the copy (secondary indexes)
+	late   bool   // created after the copy (keys, indexes, foreign keys, triggers; see stripTarget)
 }
 
 func (it *item) key() string { return objKey(it.obj) }
@@ -115,7 +115,8 @@ JOIN pg_namespace n ON n.oid = i.relnamespace
 WHERE n.nspname = $1
 ORDER BY i.oid`
 	sqlInvConstraints = `SELECT k.conname::text, t.relname::text, k.contype::text, pg_get_constraintdef(k.oid),
-       k.contype = 'f' AND fn.nspname <> n.nspname
+       k.contype = 'f' AND fn.nspname <> n.nspname,
+       k.contype <> 'f' AND coalesce((SELECT x.indisreplident FROM pg_index x WHERE x.indexrelid = k.conindid), false)
 FROM pg_constraint k
 JOIN pg_class t ON t.oid = k.conrelid
 JOIN pg_namespace n ON n.oid = t.relnamespace
@@ -333,7 +334,7 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 
 	// Indexes: those of constraints come with their constraint; the
 	// others are built after the copy, except a replica identity index,
-	// which the apply of updates needs from the start.
+	// which stays with its table (see stripTarget).
 	var isReplIdent bool
 	var conName string
 	if err := q(sqlInvIndexes, []any{&name, &table, &def, &isReplIdent, &conName}, func() {
@@ -347,12 +348,15 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 		return nil, err
 	}
 
-	// Constraints (NOT NULL is a column's, in PostgreSQL 15).
+	// Constraints (NOT NULL is a column's, in PostgreSQL 15). Keys and
+	// foreign keys are made after the copy, as pg_dump's restore does,
+	// except a key whose index is the replica identity.
 	var ctype string
-	var foreign bool
-	if err := q(sqlInvConstraints, []any{&name, &table, &ctype, &def, &foreign}, func() {
+	var foreign, replIdentKey bool
+	if err := q(sqlInvConstraints, []any{&name, &table, &ctype, &def, &foreign, &replIdentKey}, func() {
 		it := &item{obj: SchemaObject{Kind: "constraint", Name: name, Table: table}, def: ctype + " " + def,
-			ddl: "ALTER TABLE " + tbl(table) + " ADD CONSTRAINT " + ident(name) + " " + def}
+			ddl:  "ALTER TABLE " + tbl(table) + " ADD CONSTRAINT " + ident(name) + " " + def,
+			late: (ctype == "p" || ctype == "u" || ctype == "x" || ctype == "f") && !replIdentKey}
 		if foreign {
 			it.why, it.ddl = "a foreign key to a table outside the shard's schema is not carried", ""
 		}
@@ -388,7 +392,7 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 		if name == barrierName {
 			return
 		}
-		it := &item{obj: SchemaObject{Kind: "trigger", Name: name, Table: table}, def: enabled + " " + def, ddl: def}
+		it := &item{obj: SchemaObject{Kind: "trigger", Name: name, Table: table}, def: enabled + " " + def, ddl: def, late: true}
 		switch enabled {
 		case "D":
 			it.ddl += ";\nALTER TABLE " + tbl(table) + " DISABLE TRIGGER " + ident(name)

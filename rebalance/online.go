@@ -3,6 +3,7 @@ package rebalance
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
@@ -18,13 +19,31 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 		{StepMapMoving, func(ctx context.Context) error {
 			return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateMoving)
 		}},
-		{StepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc, true) }},
+		{StepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc) }},
 		{StepPublication, func(ctx context.Context) error { return createPublication(ctx, mc.src, mc.n.fwd, mc.schema) }},
-		{StepSubscription, func(ctx context.Context) error {
+		// The rows, as of the snapshot exported by the forward slot, into
+		// tables without keys or indexes; a rerun drops whatever an earlier
+		// attempt left (its slot's snapshot is gone) and copies again.
+		{StepCopiedSnapshot, func(ctx context.Context) error {
+			if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
+				return err
+			}
+			res, err := mv.copyRows(ctx, mc, mc.n.fwd)
+			if err != nil {
+				return err
+			}
+			mv.log.Info("shardkit: move copied its rows", "move", m.ID, "shard", m.Shard, "tables", res.tables,
+				"rows", res.rows, "bytes", res.bytes, "slot", mc.n.fwd, "consistent_point", res.slotLSN,
+				"slot_took", res.slotTook.Round(time.Microsecond))
+			return nil
+		}},
+		{StepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
+		// The subscription streams from the slot's consistent point, which
+		// is where the copy's snapshot stands. It comes after the index
+		// build: applying an update or a delete needs the primary key.
+		{StepSubscribed, func(ctx context.Context) error {
 			return createSubscription(ctx, mc.tgt, mc.n.fwd, mc.srcDSN, mc.n.fwd)
 		}},
-		{StepCopied, func(ctx context.Context) error { return mv.waitCopied(ctx, mc) }},
-		{StepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
 		{StepCaughtUp, func(ctx context.Context) error { return mv.waitCaughtUp(ctx, mc) }},
 		// Reverse replication's slot is made now, outside the fenced window
 		// (making a slot waits for running transactions). It will see the
@@ -69,7 +88,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 		if err := advanceSlot(ctx, mc.tgt, mc.n.rev, m.TargetLSN); err != nil {
 			return err
 		}
-		return createReverseSubscription(ctx, mc.src, mc.n.rev, mc.tgtDSN, mc.n.rev)
+		return createSubscription(ctx, mc.src, mc.n.rev, mc.tgtDSN, mc.n.rev)
 	}); err != nil {
 		return err
 	}
@@ -83,10 +102,12 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 	return nil
 }
 
-// createTarget creates the shard's schema on the target. A schema left by
-// an interrupted attempt is dropped first; the shard map never places the
-// shard on the target before the flip, so nothing there is live.
-func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx, deferIndexes bool) error {
+// createTarget creates the shard's schema on the target, without the
+// keys, indexes and triggers that the copy builds after the rows (see
+// stripTarget). A schema left by an interrupted attempt is dropped first;
+// the shard map never places the shard on the target before the flip, so
+// nothing there is live.
+func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx) error {
 	snap, err := mv.cfg.Catalog.Load(ctx)
 	if err != nil {
 		return err
@@ -102,23 +123,16 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx, deferIndexes boo
 		}
 	}
 	if err := migrations.ApplyShard(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL,
-		migrations.ApplyOptions{DeferIndexes: deferIndexes}); err != nil {
+		migrations.ApplyOptions{DeferIndexes: true}); err != nil {
 		return err
 	}
 	// Then what the schema holds beyond its per-shard SQL (the preflight
 	// checked it can be carried): tables before the publication includes
-	// them, secondary indexes after the copy (buildIndexes).
-	return carry(ctx, mc.src, mc.tgt, mc.schema, false)
-}
-
-// buildIndexes builds the secondary indexes deferred by createTarget, the
-// per-shard SQL's and the carried ones, and checks that the target's
-// schema now matches the source's object for object.
-func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
-	if err := migrations.ApplyIndexes(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL); err != nil {
+	// them, keys, indexes and triggers after the copy (buildIndexes).
+	if err := carry(ctx, mc.src, mc.tgt, mc.schema, false); err != nil {
 		return err
 	}
-	return carry(ctx, mc.src, mc.tgt, mc.schema, true)
+	return stripTarget(ctx, mc.tgt, mc.schema)
 }
 
 // cutover fences the shard, stops writes on the source, waits for the

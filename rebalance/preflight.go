@@ -276,8 +276,7 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 		if err := r.checkReplicaIdentity(ctx, src); err != nil {
 			return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
 		}
-		sync := min(int64(len(r.Tables)), max(tgtLoad.maxSyncWorkers, 1))
-		r.Checks = append(r.Checks, capacityChecks(r.Source, r.Target, srcLoad, tgtLoad, sync, sameCluster(srcDSN, tgtDSN))...)
+		r.Checks = append(r.Checks, capacityChecks(r.Source, r.Target, srcLoad, tgtLoad, sameCluster(srcDSN, tgtDSN))...)
 	}
 	if err := r.checkVersions(ctx, src, mv.cfg.ShardSQL); err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
@@ -349,11 +348,6 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 	for _, df := range d.differ {
 		if !reported[objKey(df.Object)] {
 			r.fail(CheckObjects, r.Target, df.Object.String()+" in "+r.Schema, "the carried copy differs: "+df.String(), ErrCannotCarry)
-		}
-	}
-	if r.Mode == ModeOffline {
-		if err := r.checkOfflineCopy(ctx, tx, after); err != nil {
-			return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
 		}
 	}
 	r.markExtraTables()
@@ -598,38 +592,4 @@ func maxVersion(vs []migrations.Version) int {
 		n = max(n, v.Number)
 	}
 	return n
-}
-
-// checkOfflineCopy refuses an offline move of a schema with foreign keys or
-// enabled triggers when the target does not let the copy run as a replica
-// (session_replication_role needs a superuser): COPY would check those
-// keys in table order and fire those triggers on rows that already went
-// through them on the source.
-func (r *Report) checkOfflineCopy(ctx context.Context, tx pgx.Tx, inv *inventory) error {
-	var hooked []string
-	for _, k := range inv.order {
-		it := inv.items[k]
-		if it.obj.Kind == "constraint" && strings.HasPrefix(it.def, "f ") ||
-			it.obj.Kind == "trigger" && !strings.HasPrefix(it.def, "D ") {
-			hooked = append(hooked, it.obj.String())
-		}
-	}
-	if len(hooked) == 0 {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, "SAVEPOINT shardkit_role; SET LOCAL session_replication_role = replica", pgx.QueryExecModeSimpleProtocol); err != nil {
-		if _, rerr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT shardkit_role"); rerr != nil {
-			return rerr
-		}
-		if !isInsufficientPrivilege(err) {
-			return err
-		}
-		r.fail(CheckObjects, r.Target, strings.Join(hooked, ", ")+" in "+r.Schema,
-			"an offline move copies with COPY, which would check these foreign keys and fire these triggers on the target "+
-				"unless it may set session_replication_role (a superuser): move online, or let the mover connect to the target as a superuser",
-			ErrCannotCarry)
-		return nil
-	}
-	_, err := tx.Exec(ctx, "RELEASE SAVEPOINT shardkit_role")
-	return err
 }

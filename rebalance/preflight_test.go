@@ -315,28 +315,28 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 }
 
 func TestCapacityChecks(t *testing.T) {
-	roomy := serverLoad{walLevel: "logical", maxSlots: 10, maxSenders: 10, maxLogicalWorkers: 4, maxWorkers: 8, maxSyncWorkers: 2}
+	roomy := serverLoad{walLevel: "logical", maxSlots: 10, maxSenders: 10, maxLogicalWorkers: 4, maxWorkers: 8}
 	cases := []struct {
 		name     string
 		src, tgt serverLoad
-		sync     int64
 		shared   bool
 		failed   []string // "server setting"
 	}{
-		{"room", roomy, roomy, 2, false, nil},
-		{"source slots full", func() serverLoad { l := roomy; l.slots = 8; return l }(), roomy, 2, false,
+		{"room", roomy, roomy, false, nil},
+		{"room for one more", func() serverLoad { l := roomy; l.slots, l.senders = 9, 9; return l }(), roomy, false, nil},
+		{"source slots full", func() serverLoad { l := roomy; l.slots = 10; return l }(), roomy, false,
 			[]string{"a max_replication_slots"}},
-		{"target workers busy", roomy, func() serverLoad { l := roomy; l.logical = 3; l.workers = 7; return l }(), 1, false,
+		{"target workers busy", roomy, func() serverLoad { l := roomy; l.logical = 4; l.workers = 8; return l }(), false,
 			[]string{"b max_logical_replication_workers", "b max_worker_processes"}},
-		{"one cluster adds up", func() serverLoad { l := roomy; l.maxSlots = 3; return l }(), roomy, 2, true,
+		{"one cluster adds up", func() serverLoad { l := roomy; l.maxSlots = 1; return l }(), roomy, true,
 			[]string{"a (and b, same cluster) max_replication_slots"}},
-		{"wal senders", roomy, func() serverLoad { l := roomy; l.senders = 10; return l }(), 2, false,
+		{"wal senders", roomy, func() serverLoad { l := roomy; l.senders = 10; return l }(), false,
 			[]string{"b max_wal_senders"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var failed []string
-			for _, ch := range capacityChecks("a", "b", c.src, c.tgt, c.sync, c.shared) {
+			for _, ch := range capacityChecks("a", "b", c.src, c.tgt, c.shared) {
 				if !ch.OK() {
 					if !errors.Is(ch.Err, ErrReplicationCapacity) {
 						t.Errorf("%v does not wrap ErrReplicationCapacity", ch.Err)
@@ -353,8 +353,8 @@ func TestCapacityChecks(t *testing.T) {
 
 // TestOfflineMoveCarriesObjects: the offline copy carries the same
 // objects; the carried foreign key and a trigger that rewrites inserted
-// rows neither refuse nor change the copied rows (the copy runs as a
-// replica), and the move's own verify step passes.
+// rows neither refuse nor change the copied rows (both are made on the
+// target after the rows are in), and the move's own verify step passes.
 func TestOfflineMoveCarriesObjects(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4)

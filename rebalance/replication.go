@@ -21,12 +21,12 @@ const (
 	sqlPublicationExists = `SELECT EXISTS (SELECT 1 FROM pg_publication WHERE pubname = $1)`
 	sqlSubscription      = `SELECT s.subenabled, coalesce(s.subslotname, '') FROM pg_subscription s
 		WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
-	sqlFormatSubscription = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = true, synchronous_commit = on)', $1::text, $2::text, $3::text)`
-	sqlFormatReverseSub   = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = false, create_slot = false, slot_name = %L, synchronous_commit = on)', $1::text, $2::text, $3::text, $1::text)`
-	sqlSubRelStates       = `SELECT count(*), count(*) FILTER (WHERE r.srsubstate = 'r')
-		FROM pg_subscription_rel r JOIN pg_subscription s ON s.oid = r.srsubid WHERE s.subname = $1`
-	sqlSlotExists = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`
-	sqlSlotLag    = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
+	// Both directions subscribe to a slot made beforehand, named like the
+	// subscription, and copy nothing: the forward slot exported the
+	// snapshot the copy read, the reverse one was made before the cutover.
+	sqlFormatSubscription = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = false, create_slot = false, slot_name = %L, synchronous_commit = on)', $1::text, $2::text, $3::text, $1::text)`
+	sqlSlotExists         = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`
+	sqlSlotLag            = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
 		FROM pg_replication_slots WHERE slot_name = $1`
 	sqlSlotReached   = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`
 	sqlCreateSlot    = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
@@ -73,23 +73,17 @@ func subscriptionExists(ctx context.Context, p *pgxpool.Pool, name string) (bool
 	return true, nil
 }
 
-// createSubscription subscribes the target to the source's publication with
-// the initial copy; it creates the slot (named like the subscription) on
-// the source. A subscription that exists already is left alone.
+// createSubscription subscribes to a publication through the existing
+// slot of the same name, without copying: the subscriber applies what the
+// slot holds from its consistent point (or its confirmed position) on. A
+// subscription that exists already is left alone.
 //
 // The apply worker commits with synchronous_commit on: it reports a
 // position to the source only once that position is flushed on the target,
 // and the cutover waits for that report; asynchronous commit would delay it
 // by up to wal_writer_delay plus a feedback cycle (measured ~250 ms).
-func createSubscription(ctx context.Context, p *pgxpool.Pool, name, sourceDSN, pub string) error {
-	return createSub(ctx, p, sqlFormatSubscription, name, sourceDSN, pub)
-}
-
-// createReverseSubscription subscribes without copying, to an existing slot
-// of the same name: used for reverse replication, whose slot was created
-// inside the fenced window.
-func createReverseSubscription(ctx context.Context, p *pgxpool.Pool, name, fromDSN, pub string) error {
-	return createSub(ctx, p, sqlFormatReverseSub, name, fromDSN, pub)
+func createSubscription(ctx context.Context, p *pgxpool.Pool, name, dsn, pub string) error {
+	return createSub(ctx, p, sqlFormatSubscription, name, dsn, pub)
 }
 
 func createSub(ctx context.Context, p *pgxpool.Pool, format, name, dsn, pub string) error {
@@ -195,13 +189,6 @@ func advanceSlot(ctx context.Context, p *pgxpool.Pool, slot, lsn string) error {
 		return fmt.Errorf("advance slot %s to %s: %w", slot, lsn, err)
 	}
 	return nil
-}
-
-// subscriptionTables returns how many tables the subscription has and how
-// many of them are ready (initial copy done, streaming).
-func subscriptionTables(ctx context.Context, p *pgxpool.Pool, name string) (total, ready int64, err error) {
-	err = p.QueryRow(ctx, sqlSubRelStates, name).Scan(&total, &ready)
-	return total, ready, err
 }
 
 // slotLag returns how many bytes of WAL the slot's consumer has not yet
