@@ -271,11 +271,15 @@ func (p *Plugin) movedAway(ctx context.Context, shard int, old string) bool {
 }
 
 // awaitMove reloads the map until the shard has left server old and is
-// not fenced, for at most FenceWait.
+// not fenced, for at most FenceWait. It wakes on each snapshot the router
+// installs (a watching router hears of the flip at once), and reloads
+// every 20 ms in case it does not.
 func (p *Plugin) awaitMove(ctx context.Context, shard int, old string) (*router.Snapshot, router.Placement, error) {
+	changed, stop := p.router.Subscribe()
+	defer stop()
 	deadline := time.Now().Add(max(p.cfg.FenceWait, 0))
+	snap, err := p.router.Reload(ctx)
 	for {
-		snap, err := p.router.Reload(ctx)
 		if err != nil {
 			return nil, router.Placement{}, err
 		}
@@ -292,7 +296,10 @@ func (p *Plugin) awaitMove(ctx context.Context, shard int, old string) (*router.
 		select {
 		case <-ctx.Done():
 			return nil, pl, ctx.Err()
+		case <-changed:
+			snap, err = p.router.Snapshot(), nil
 		case <-time.After(20 * time.Millisecond):
+			snap, err = p.router.Reload(ctx)
 		}
 	}
 }
