@@ -79,8 +79,9 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, p cutoverPlan, c
 // fencedWindow runs the cutover's steps. Everything it can prepare is
 // prepared before the fence (statements built and prepared, tables and
 // sequences listed, pass-through triggers installed, connections held and
-// warmed); then it waits its turn (one cutover at a time per Mover, so two
-// moves' windows never overlap) and for the lag gate, and runs the fenced
+// warmed); then it waits its turn (one cutover at a time per Mover, and
+// none while another of its moves copies or builds indexes: phaseGate) and
+// for the lag gate, and runs the fenced
 // steps with one round trip each: fence (catalog, journal included) and,
 // at the same time, barrier (serving side: locks, refusing trigger body,
 // final LSN, sequences, newest ID),
@@ -129,7 +130,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 	}
 
 	t := time.Now()
-	release, err := mv.cutoverTurn(ctx)
+	release, err := mv.phases.cutover(ctx)
 	if err != nil {
 		return mv.stepFailed(ctx, m, p.fenced, err)
 	}
@@ -361,16 +362,4 @@ func (mv *Mover) windowStep(ctx context.Context, mc *moveCtx, s Step, journalled
 		mv.cfg.hook(*m, s, true)
 	}
 	return nil
-}
-
-// cutoverTurn waits until no other cutover of this Mover is under way, so
-// that two moves' fenced windows never overlap (each would slow the other
-// down: the same catalog row lock, the same CPUs). release ends the turn.
-func (mv *Mover) cutoverTurn(ctx context.Context) (release func(), err error) {
-	select {
-	case mv.turn <- struct{}{}:
-		return func() { <-mv.turn }, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("wait for another move's cutover to finish: %w", ctx.Err())
-	}
 }

@@ -11,7 +11,7 @@ import (
 // step. Queue and Gate come before the fence (writes flow); the rest is the
 // fenced window, whose total is Move.FencedFor.
 type CutoverTimes struct {
-	Queue   time.Duration // waiting for another cutover of the same Mover to finish
+	Queue   time.Duration // waiting for another cutover, copy or index build of the same Mover to finish
 	Gate    time.Duration // lag gate: until the replica confirmed a fresh position fast enough
 	Fence   time.Duration // shard map fenced, journal updated (one catalog statement)
 	Barrier time.Duration // write barrier, final LSN and sequences on the serving side (one statement sent with the fence, then its commit): the time it took beyond the fence's

@@ -104,9 +104,9 @@ type Mover struct {
 	j   journal
 	log *slog.Logger
 
-	mu    sync.Mutex
-	pools map[string]*pgxpool.Pool
-	turn  chan struct{} // held by the cutover under way (cutoverTurn)
+	mu     sync.Mutex
+	pools  map[string]*pgxpool.Pool
+	phases *phaseGate // cutovers apart from each other and from copies and index builds
 }
 
 // New returns a Mover with cfg's defaults filled in.
@@ -149,7 +149,7 @@ func New(cfg Config) (*Mover, error) {
 		log = slog.Default()
 	}
 	return &Mover{cfg: cfg, j: journal{cfg.Catalog}, log: log, pools: map[string]*pgxpool.Pool{},
-		turn: make(chan struct{}, 1)}, nil
+		phases: newPhaseGate()}, nil
 }
 
 // Close closes the Mover's connections to the servers.

@@ -58,7 +58,18 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 		}},
 	}
 	for _, st := range steps {
-		if err := mv.step(ctx, mc, st.s, st.fn); err != nil {
+		fn := st.fn
+		if st.s == StepCopiedSnapshot || st.s == StepIndexes {
+			fn = func(ctx context.Context) error {
+				release, err := mv.phases.heavyStep(ctx)
+				if err != nil {
+					return err
+				}
+				defer release()
+				return st.fn(ctx)
+			}
+		}
+		if err := mv.step(ctx, mc, st.s, fn); err != nil {
 			return err
 		}
 	}
