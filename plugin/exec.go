@@ -283,9 +283,9 @@ func (p *Plugin) awaitMove(ctx context.Context, shard int, old string) (*router.
 		if err != nil {
 			return nil, router.Placement{}, err
 		}
-		pl, err := snap.Placement(shard)
-		if err != nil {
-			return nil, pl, err
+		pl, perr := snap.Placement(shard)
+		if perr != nil {
+			return nil, pl, perr
 		}
 		if pl.Server != old && pl.State != router.StateFenced {
 			return snap, pl, nil
