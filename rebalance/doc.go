@@ -44,8 +44,9 @@
 //     round trip plus the target's confirmation of a freshly flushed
 //     probe take at most Config.CutoverLag; then the fenced window, one
 //     round trip per step: the map fences the shard (the plugin holds
-//     writes, bounded; the journal is updated in the same statement); one
-//     statement on the source locks every table (waiting at most
+//     writes, bounded; the journal is updated in the same statement) while,
+//     at the same time, one statement on the source, committed once the
+//     fence is, locks every table (waiting at most
 //     Config.BarrierWait for running writes, else the attempt is unfenced
 //     and retried), turns the statement triggers installed beforehand
 //     into ones that raise router.FenceSQLState until a deadline on the
