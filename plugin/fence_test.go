@@ -140,6 +140,21 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Fatal("condition not met in 5s")
 }
 
+// staleOn leaves the router (not watching) with a map that places shard
+// on stale while the catalog places it on home: a router that has not yet
+// heard of a flip.
+func (e *env) staleOn(t *testing.T, shard int, stale, home string) {
+	t.Helper()
+	e.setShard(t, shard, stale, router.StateActive)
+	if _, err := e.r.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.setShard(t, shard, home, router.StateActive)
+	if e.serverOf(t, shard) != stale {
+		t.Fatal("the router knows the new map already")
+	}
+}
+
 // photoTables are the tables moveByHand carries for the photos model.
 var photoTables = []string{"photos", "likes"}
 
@@ -277,14 +292,7 @@ func TestWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 	// The router (not watching) holds the shard on other, where the
 	// rolled-back copy was; the catalog has it back home, and the copy is
 	// gone.
-	e.setShard(t, shard, other, router.StateActive)
-	if _, err := e.r.Reload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.setShard(t, shard, home, router.StateActive)
-	if e.serverOf(t, shard) != other {
-		t.Fatal("the router knows the new map already")
-	}
+	e.staleOn(t, shard, other, home)
 	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), shard); err != nil {
 		t.Fatal(err)
 	}
@@ -309,14 +317,7 @@ func TestWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 		{"by user", func(got *[]Photo) error { return db.Where("user_id = ?", user).Find(got).Error }},
 		{"by id", func(got *[]Photo) error { return db.Where("id = ?", p.ID).Find(got).Error }},
 	} {
-		e.setShard(t, shard, other, router.StateActive)
-		if _, err := e.r.Reload(ctx); err != nil {
-			t.Fatal(err)
-		}
-		e.setShard(t, shard, home, router.StateActive)
-		if e.serverOf(t, shard) != other {
-			t.Fatal("the router knows the new map already")
-		}
+		e.staleOn(t, shard, other, home)
 		var got []Photo
 		if err := read.run(&got); err != nil || len(got) != 1 || got[0].ID != p.ID || got[0].Caption != "again" {
 			t.Fatalf("read %s with a stale map after the copy was dropped: %+v, %v", read.name, got, err)

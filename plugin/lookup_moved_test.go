@@ -174,14 +174,7 @@ func TestLookupWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 	if home == "a" {
 		other = "b"
 	}
-	e.setShard(t, moved, other, router.StateActive)
-	if _, err := e.r.Reload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.setShard(t, moved, home, router.StateActive)
-	if e.serverOf(t, moved) != other {
-		t.Fatal("the router knows the new map already")
-	}
+	e.staleOn(t, moved, other, home)
 	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), moved); err != nil {
 		t.Fatal(err)
 	}
