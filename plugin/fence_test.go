@@ -140,6 +140,15 @@ func waitFor(t *testing.T, cond func() bool) {
 	t.Fatal("condition not met in 5s")
 }
 
+// otherServer names the test env's server that is not s (the env has a
+// and b).
+func otherServer(s string) string {
+	if s == "a" {
+		return "b"
+	}
+	return "a"
+}
+
 // staleOn leaves the router (not watching) with a map that places shard
 // on stale while the catalog places it on home: a router that has not yet
 // heard of a flip.
@@ -167,10 +176,7 @@ func (e *env) moveByHand(t *testing.T, shard int, tables ...string) (from, to st
 	t.Helper()
 	ctx := context.Background()
 	from = e.serverOf(t, shard)
-	to = "a"
-	if from == "a" {
-		to = "b"
-	}
+	to = otherServer(from)
 	schema := router.SchemaName(shard)
 	dst := pgtest.Connect(t, e.dsn[to])
 	if err := migrations.DropShard(ctx, dst, shard); err != nil {
@@ -285,10 +291,7 @@ func TestWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 	const user = 7
 	shard := e.shardOf(user)
 	home := e.serverOf(t, shard)
-	other := "a"
-	if home == "a" {
-		other = "b"
-	}
+	other := otherServer(home)
 	// The router (not watching) holds the shard on other, where the
 	// rolled-back copy was; the catalog has it back home, and the copy is
 	// gone.

@@ -170,10 +170,7 @@ func TestLookupWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 	const moved = 5
 	keyOff := int64(moved + 3) // the owner rows stay put: another shard
 	home := e.serverOf(t, moved)
-	other := "a"
-	if home == "a" {
-		other = "b"
-	}
+	other := otherServer(home)
 	e.staleOn(t, moved, other, home)
 	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), moved); err != nil {
 		t.Fatal(err)
