@@ -320,12 +320,19 @@ func sequenceValuesSQL(ctx context.Context, p *pgxpool.Pool, schema string) (str
 // window will use, so that the window's statements there do not load the
 // catalog entries of the schema's tables, indexes and sequences into a
 // fresh backend's caches. On the replica it warms what the carry of the
-// sequences looks up.
-func warmWindowConn(ctx context.Context, conn *pgxpool.Conn, b barrierStmt) error {
-	if _, err := conn.Conn().PgConn().Exec(ctx, b.warm).ReadAll(); err != nil {
-		return fmt.Errorf("prepare the fenced window's connection: %w", err)
+// sequences looks up. It returns the sequences' values it read.
+func warmWindowConn(ctx context.Context, conn *pgxpool.Conn, b barrierStmt) (names []string, vals []int64, err error) {
+	results, err := conn.Conn().PgConn().Exec(ctx, b.warm).ReadAll()
+	if err == nil && len(results) != 2 {
+		err = fmt.Errorf("unexpected reply (%d results)", len(results))
 	}
-	return nil
+	if err == nil {
+		names, vals, err = parseSequences(results[0])
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("prepare the fenced window's connection: %w", err)
+	}
+	return names, vals, nil
 }
 
 // runBarrier runs a statement built by barrierSQL and commits it. A lock
@@ -410,14 +417,22 @@ func parseBarrier(schema string, results []*pgconn.Result) (barrierResult, error
 	if res.newestID, err = strconv.ParseInt(string(results[n-1].Rows[0][0]), 10, 64); err != nil {
 		return res, fmt.Errorf("install write barrier on %s: newest id: %w", schema, err)
 	}
-	for _, r := range results[n-2].Rows {
-		v, err := strconv.ParseInt(string(r[1]), 10, 64)
-		if err != nil {
-			return res, fmt.Errorf("install write barrier on %s: sequence %s: %w", schema, r[0], err)
-		}
-		res.names, res.vals = append(res.names, string(r[0])), append(res.vals, v)
+	if res.names, res.vals, err = parseSequences(results[n-2]); err != nil {
+		return res, fmt.Errorf("install write barrier on %s: %w", schema, err)
 	}
 	return res, nil
+}
+
+// parseSequences reads the rows of a query built by sequenceValuesSQL.
+func parseSequences(r *pgconn.Result) (names []string, vals []int64, err error) {
+	for _, row := range r.Rows {
+		v, err := strconv.ParseInt(string(row[1]), 10, 64)
+		if err != nil {
+			return nil, nil, fmt.Errorf("sequence %s: %w", row[0], err)
+		}
+		names, vals = append(names, string(row[0])), append(vals, v)
+	}
+	return names, vals, nil
 }
 
 // removeBarrierSQL drops the barrier of schema's tables (listed beforehand)
@@ -467,20 +482,22 @@ const sqlCarryClock = `SELECT coalesce((SELECT max(setval(q.seq, greatest(u.val 
 		LATERAL (SELECT format('%I.%I', $1::text, u.name)::regclass AS seq) q), 0), ` + sqlClockMsExpr
 
 // carriedClock is the replica's state after carryClock: the largest
-// sequence value set, and a reading of its clock with the local time it
-// arrived.
+// sequence value set, the value each named sequence is at least at, and a
+// reading of its clock with the local time it arrived.
 type carriedClock struct {
 	top     int64
+	atLeast map[string]int64
 	clockMs int64     // the replica's clock, read before at
 	at      time.Time // local time the reading arrived
 }
 
-// carryClock carries the final sequence values of the barrier to the
-// replica and reads its clock. It needs nothing the replica has yet to
-// apply, so it runs while the window waits for the final LSN.
-func carryClock(ctx context.Context, to *pgxpool.Conn, schema string, b barrierResult, margin int64) (carriedClock, error) {
-	var c carriedClock
-	names, vals := b.names, b.vals
+// carryClock sets the replica's sequences to the values read on the
+// serving side plus margin (unless higher already) and reads its clock. It
+// needs nothing the replica has yet to apply: the cutover runs it before
+// the fence with twice the margin (precarry), and in the window, while the
+// replica applies the final LSN, only if that was not enough.
+func carryClock(ctx context.Context, to *pgxpool.Conn, schema string, names []string, vals []int64, margin int64) (carriedClock, error) {
+	c := carriedClock{atLeast: make(map[string]int64, len(names))}
 	if names == nil {
 		names, vals = []string{}, []int64{}
 	}
@@ -489,7 +506,27 @@ func carryClock(ctx context.Context, to *pgxpool.Conn, schema string, b barrierR
 		return c, fmt.Errorf("carry sequences of %s: %w", schema, err)
 	}
 	c.at = time.Now()
+	for i, name := range names {
+		c.atLeast[name] = vals[i] + margin
+	}
 	return c, nil
+}
+
+// covers reports whether the replica's sequences, as c left them, are
+// already at or past the barrier's final values plus margin: then the
+// fenced window carries nothing. A sequence c did not set (made since)
+// is not covered.
+func (c carriedClock) covers(b barrierResult, margin int64) bool {
+	if c.at.IsZero() {
+		return false
+	}
+	for i, name := range b.names {
+		v, ok := c.atLeast[name]
+		if !ok || b.vals[i] > v-margin {
+			return false
+		}
+	}
+	return true
 }
 
 // clockPast waits until the replica's clock, as estimated from the reading

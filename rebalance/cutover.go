@@ -144,6 +144,8 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 	}
 	defer cat.Release()
 	var from, to *pgxpool.Conn
+	var seqNames []string
+	var seqVals []int64
 	for _, c := range []struct {
 		dst  **pgxpool.Conn
 		pool *pgxpool.Pool
@@ -153,10 +155,26 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			return mv.stepFailed(ctx, m, p.fenced, fmt.Errorf("connect to %s: %w", c.what, err))
 		}
 		defer (*c.dst).Release()
-		if err := warmWindowConn(ctx, *c.dst, bs); err != nil {
+		names, vals, err := warmWindowConn(ctx, *c.dst, bs)
+		if err != nil {
 			return mv.stepFailed(ctx, m, p.fenced, fmt.Errorf("%s: %w", c.what, err))
 		}
+		if *c.dst == from {
+			seqNames, seqVals = names, vals
+		}
 	}
+	// The sequences go to the replica before the fence, with twice the
+	// margin: unless the shard drew more than the margin from a sequence
+	// before the barrier, the window then carries nothing (its carry was a
+	// round trip to the replica, which under load took up to ~60 ms).
+	// Failing here costs nothing: the window carries them as before.
+	t = time.Now()
+	pre, err := carryClock(ctx, to, mc.schema, seqNames, seqVals, 2*mv.cfg.SequenceMargin)
+	if err != nil {
+		mv.log.Warn("shardkit: carrying the sequences before the fence failed; the fenced window will", "move", m.ID, "shard", m.Shard, "err", err)
+		pre = carriedClock{}
+	}
+	ct.Precarry = time.Since(t)
 	// Fence and barrier, attempted until the barrier gets its locks
 	// within BarrierWait: a write transaction still running on the shard
 	// would otherwise hold the barrier, and every write queued behind it,
@@ -254,18 +272,23 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		}
 		break
 	}
-	// The sequences go to the replica while it applies the final LSN.
+	// The sequences go to the replica while it applies the final LSN,
+	// unless the carry before the fence covered them.
 	type carryResult struct {
 		c   carriedClock
 		err error
 	}
 	var carry chan carryResult
-	if err == nil && bar.lsn != "" {
+	if err == nil && bar.lsn != "" && pre.covers(bar, mv.cfg.SequenceMargin) {
+		carry = make(chan carryResult, 1)
+		carry <- carryResult{c: pre}
+	} else if err == nil && bar.lsn != "" {
+		ct.CarriedInWindow = true
 		carry = make(chan carryResult, 1)
 		go func() {
 			cctx, cancel := context.WithTimeout(ctx, mv.cfg.CutoverTimeout)
 			defer cancel()
-			c, err := carryClock(cctx, to, mc.schema, bar, mv.cfg.SequenceMargin)
+			c, err := carryClock(cctx, to, mc.schema, bar.names, bar.vals, mv.cfg.SequenceMargin)
 			carry <- carryResult{c, err}
 		}()
 		defer func() {

@@ -11,15 +11,18 @@ import (
 // step. Queue and Gate come before the fence (writes flow); the rest is the
 // fenced window, whose total is Move.FencedFor.
 type CutoverTimes struct {
-	Queue   time.Duration // waiting for another cutover, copy or index build of the same Mover to finish
-	Gate    time.Duration // lag gate: until the replica confirmed a fresh position fast enough
-	Fence   time.Duration // shard map fenced, journal updated (one catalog statement)
-	Barrier time.Duration // write barrier, final LSN and sequences on the serving side (one statement sent with the fence, then its commit): the time it took beyond the fence's
-	Apply   time.Duration // until the replica confirmed the final LSN
-	Carry   time.Duration // sequences carried, replica LSN, newest ID and clock read (one statement)
-	Clock   time.Duration // until the replica's clock passed the newest ID's millisecond
-	Seal    time.Duration // barrier sealed while its fence lease held (one statement)
-	Flip    time.Duration // shard map flipped, journal updated (one catalog statement)
+	Queue time.Duration // waiting for another cutover, copy or index build of the same Mover to finish
+	Gate  time.Duration // lag gate: until the replica confirmed a fresh position fast enough
+	// Precarry is the carry of the sequences (twice Config.SequenceMargin
+	// ahead) and the clock reading, before the fence.
+	Precarry time.Duration
+	Fence    time.Duration // shard map fenced, journal updated (one catalog statement)
+	Barrier  time.Duration // write barrier, final LSN and sequences on the serving side (one statement sent with the fence, then its commit): the time it took beyond the fence's
+	Apply    time.Duration // until the replica confirmed the final LSN
+	Carry    time.Duration // until the sequences' carry was done: 0 unless CarriedInWindow (one statement, run while the replica applies)
+	Clock    time.Duration // until the replica's clock passed the newest ID's millisecond
+	Seal     time.Duration // barrier sealed while its fence lease held (one statement)
+	Flip     time.Duration // shard map flipped, journal updated (one catalog statement)
 
 	// Attempts counts fences: an attempt whose barrier could not get its
 	// locks within Config.BarrierWait was unfenced and tried again.
@@ -27,6 +30,11 @@ type CutoverTimes struct {
 	// unfence), 0 when the first attempt went through.
 	Attempts int
 	Aborted  time.Duration
+	// CarriedInWindow is set when the shard drew more than
+	// Config.SequenceMargin from a sequence between the carry before the
+	// fence and the barrier (or that carry failed): the window carried
+	// the sequences again.
+	CarriedInWindow bool
 }
 
 // Fenced is the sum of the steps inside the fenced window.
@@ -64,7 +72,10 @@ func (c CutoverTimes) String() string {
 		}
 		fmt.Fprintf(&b, "%s %s", p.Name, fmtMs(p.D))
 	}
-	fmt.Fprintf(&b, " ms (before the fence: queue %s, lag gate %s ms)", fmtMs(c.Queue), fmtMs(c.Gate))
+	fmt.Fprintf(&b, " ms (before the fence: queue %s, lag gate %s, sequences %s ms)", fmtMs(c.Queue), fmtMs(c.Gate), fmtMs(c.Precarry))
+	if c.CarriedInWindow {
+		b.WriteString("; sequences carried again in the window")
+	}
 	if c.Attempts > 1 {
 		fmt.Fprintf(&b, "; %d attempts, the longest aborted one paused writes %s ms", c.Attempts, fmtMs(c.Aborted))
 	}
@@ -81,6 +92,7 @@ func fromMs(v float64) time.Duration { return time.Duration(v * float64(time.Mil
 type cutoverJSON struct {
 	Queue    float64 `json:"queue_ms"`
 	Gate     float64 `json:"gate_ms"`
+	Precarry float64 `json:"precarry_ms,omitempty"`
 	Fence    float64 `json:"fence_ms"`
 	Barrier  float64 `json:"barrier_ms"`
 	Apply    float64 `json:"apply_ms"`
@@ -90,14 +102,15 @@ type cutoverJSON struct {
 	Flip     float64 `json:"flip_ms"`
 	Attempts int     `json:"attempts,omitempty"`
 	Aborted  float64 `json:"aborted_ms,omitempty"`
+	InWindow bool    `json:"carried_in_window,omitempty"`
 }
 
 // MarshalJSON writes the durations as milliseconds (queue_ms, gate_ms,
-// fence_ms, barrier_ms, apply_ms, carry_ms, clock_ms, seal_ms, flip_ms, aborted_ms)
-// and the attempts.
+// precarry_ms, fence_ms, barrier_ms, apply_ms, carry_ms, clock_ms, seal_ms,
+// flip_ms, aborted_ms), the attempts and carried_in_window.
 func (c CutoverTimes) MarshalJSON() ([]byte, error) {
-	return json.Marshal(cutoverJSON{millis(c.Queue), millis(c.Gate), millis(c.Fence), millis(c.Barrier), millis(c.Apply),
-		millis(c.Carry), millis(c.Clock), millis(c.Seal), millis(c.Flip), c.Attempts, millis(c.Aborted)})
+	return json.Marshal(cutoverJSON{millis(c.Queue), millis(c.Gate), millis(c.Precarry), millis(c.Fence), millis(c.Barrier), millis(c.Apply),
+		millis(c.Carry), millis(c.Clock), millis(c.Seal), millis(c.Flip), c.Attempts, millis(c.Aborted), c.CarriedInWindow})
 }
 
 // UnmarshalJSON reads what MarshalJSON wrote.
@@ -106,7 +119,8 @@ func (c *CutoverTimes) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*c = CutoverTimes{fromMs(j.Queue), fromMs(j.Gate), fromMs(j.Fence), fromMs(j.Barrier), fromMs(j.Apply),
-		fromMs(j.Carry), fromMs(j.Clock), fromMs(j.Seal), fromMs(j.Flip), j.Attempts, fromMs(j.Aborted)}
+	*c = CutoverTimes{Queue: fromMs(j.Queue), Gate: fromMs(j.Gate), Precarry: fromMs(j.Precarry), Fence: fromMs(j.Fence),
+		Barrier: fromMs(j.Barrier), Apply: fromMs(j.Apply), Carry: fromMs(j.Carry), Clock: fromMs(j.Clock), Seal: fromMs(j.Seal),
+		Flip: fromMs(j.Flip), Attempts: j.Attempts, Aborted: fromMs(j.Aborted), CarriedInWindow: j.InWindow}
 	return nil
 }

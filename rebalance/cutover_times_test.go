@@ -22,7 +22,14 @@ func TestCutoverTimes(t *testing.T) {
 				Clock: 0, Seal: 2 * time.Millisecond, Flip: 3 * time.Millisecond},
 			fenced: 26500 * time.Microsecond,
 			text: []string{"fence 2.5 + barrier 7.0 + apply 11.0 + carry 1.0 + clock 0.0 + seal 2.0 + flip 3.0 ms",
-				"queue 3.0, lag gate 250.0 ms"},
+				"queue 3.0, lag gate 250.0, sequences 0.0 ms"},
+		},
+		{
+			name: "sequences carried again in the window",
+			ct: CutoverTimes{Gate: 5 * time.Millisecond, Precarry: 1500 * time.Microsecond, Fence: 2 * time.Millisecond,
+				Apply: 4 * time.Millisecond, Carry: 6 * time.Millisecond, Flip: 1 * time.Millisecond, Attempts: 1, CarriedInWindow: true},
+			fenced: 13 * time.Millisecond,
+			text:   []string{"carry 6.0", "sequences 1.5 ms", "sequences carried again in the window"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -101,6 +101,57 @@ func TestOnlineMoveWithWriters(t *testing.T) {
 	}
 }
 
+// TestSequencesCarriedBeforeTheFence moves two shards. The cutover carries
+// the sequences to the target before the fence, twice the margin ahead:
+// shard 1, quiet, needs no carry in the window; shard 0 draws more than
+// the margin from its sequence between that carry and the fence, so the
+// window carries the final values again. Either way the target's sequence
+// ends at least the margin past the source's final value.
+func TestSequencesCarriedBeforeTheFence(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 4) // shards 0,1 on s0
+	const margin = 100
+	seq := func(shard int) string { return ident(router.SchemaName(shard), "id_seq") }
+	var bumped int64
+	mv := e.mover(t, Config{SequenceMargin: margin, hook: func(m Move, s Step, done bool) {
+		if m.Shard == 0 && s == StepFenced && !done && bumped == 0 {
+			if err := e.pools["s0"].QueryRow(ctx, `SELECT setval($1::regclass, last_value + 3*$2) FROM `+seq(0), seq(0), margin).Scan(&bumped); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	for _, c := range []struct {
+		shard    int
+		inWindow bool
+	}{{1, false}, {0, true}} {
+		seedPhotos(t, e, c.shard, 50)
+		m, err := mv.Move(ctx, c.shard, "s1", MoveOptions{})
+		if err != nil {
+			t.Fatalf("move shard %d: %v", c.shard, err)
+		}
+		if m.Cutover.CarriedInWindow != c.inWindow {
+			t.Errorf("shard %d: carried in the window %v, want %v (%s)", c.shard, m.Cutover.CarriedInWindow, c.inWindow, m.Cutover)
+		}
+		src, tgt := seqValue(t, e, "s0", c.shard), seqValue(t, e, "s1", c.shard)
+		if tgt < src+margin {
+			t.Errorf("shard %d: target id_seq %d, want at least the source's %d plus the margin %d", c.shard, tgt, src, margin)
+		}
+		if m.SeqValue < tgt {
+			t.Errorf("shard %d: journal's sequence value %d below the target's %d", c.shard, m.SeqValue, tgt)
+		}
+		j, err := mv.j.open(ctx, c.shard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Cutover.CarriedInWindow != c.inWindow || j.Cutover.Precarry == 0 {
+			t.Errorf("shard %d: journal's cutover %+v, want carried in the window %v and the carry before the fence timed", c.shard, j.Cutover, c.inWindow)
+		}
+	}
+	if bumped == 0 {
+		t.Error("the hook never drew from shard 0's sequence")
+	}
+}
+
 func TestRollbackAfterCutover(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4)

@@ -44,7 +44,7 @@ var (
 	// source lacks or has in another form.
 	ErrSchemaDrift = errors.New("the source's schema differs from what its per-shard SQL creates: bring the object in line on the source (or add the change to the per-shard SQL) before the move")
 	// ErrSequenceNearMax reports a sequence of the shard too close to its
-	// MAXVALUE for the cutover to carry it (last value plus
+	// MAXVALUE for the cutover to carry it (last value plus up to twice
 	// Config.SequenceMargin, twice: a move and its rollback).
 	ErrSequenceNearMax = errors.New("a sequence of the shard is too close to its MAXVALUE for the cutover to carry it past its last value: raise its MAXVALUE (ALTER SEQUENCE … AS bigint MAXVALUE …) or lower Config.SequenceMargin before the move")
 )
@@ -480,8 +480,9 @@ const sqlSequenceRoom = `SELECT sequencename::text, max_value - coalesce(last_va
 FROM pg_sequences WHERE schemaname = $1 AND increment_by > 0 ORDER BY sequencename`
 
 // checkSequences fails every sequence that a cutover could not carry: it
-// sets the target's to the source's last value plus margin, and a
-// rollback does so once more, so each needs twice margin of room. (A
+// sets the target's to the source's last value plus up to twice margin
+// (the carry before the fence), and a rollback does so once more, so each
+// needs four times margin of room. (A
 // descending sequence is refused as an object the move cannot carry.)
 func (r *Report) checkSequences(ctx context.Context, src *pgxpool.Pool, margin int64) error {
 	rows, err := src.Query(ctx, sqlSequenceRoom, r.Schema)
@@ -493,10 +494,10 @@ func (r *Report) checkSequences(ctx context.Context, src *pgxpool.Pool, margin i
 	n, bad := 0, 0
 	_, err = pgx.ForEachRow(rows, []any{&name, &room}, func() error {
 		n++
-		if room < 2*margin {
+		if room < 4*margin {
 			bad++
 			r.fail(CheckSequences, r.Source, "sequence "+ident(r.Schema, name),
-				fmt.Sprintf("%d below its MAXVALUE, needs %d (twice Config.SequenceMargin)", room, 2*margin), ErrSequenceNearMax)
+				fmt.Sprintf("%d below its MAXVALUE, needs %d (four times Config.SequenceMargin)", room, 4*margin), ErrSequenceNearMax)
 		}
 		return nil
 	})
