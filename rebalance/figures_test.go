@@ -33,9 +33,63 @@ func TestMoveFigures(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4) // shard 0 on s0 (cluster 0), target s1 (cluster 1)
 	layout := e.placementLayout(t)
+	seedBulkPhotos(t, e, layout, rows)
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		t.Logf("load average before pg_dump | psql: %s", strings.TrimSpace(string(load)))
+	}
+
+	// pg_dump -n shard_0000 | psql into a fresh database on the target's cluster.
+	dumpTime, dumped := dumpRestore(t, e, layout, 0, 1)
+	// The move, with plugin writers on the moving shard and another.
+	var steps stepClock
+	mv := e.mover(t, Config{hook: steps.hook})
+	w := newRawWriter(t, e, []int{0, 2})
+	w.via = newPluginOps(t, e, w.r)
+	stop := w.run(ctx)
+	// The same again with the writer running, as it runs during the move.
+	dumpBusy, _ := dumpRestore(t, e, layout, 0, 1)
+	time.Sleep(500 * time.Millisecond)
 	start := time.Now()
-	// Rows with IDs in shard 0's layout, times in the past minutes; captions
-	// of about 60 bytes, like a photo row.
+	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
+	total := time.Since(start)
+	time.Sleep(500 * time.Millisecond)
+	stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.check(t)
+	if _, err := mv.Verify(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The copy, the index build and the subscription that then streams
+	// from the copy's snapshot: what pg_dump | psql stands for.
+	copyTime, indexTime, subTime := steps.took(StepCopiedSnapshot), steps.took(StepIndexes), steps.took(StepSubscribed)
+	stepAt := steps.at
+	t.Logf("pg_dump -n shard_0000 | psql: %d rows in %v (%.0f rows/s)", dumped, dumpTime.Round(time.Millisecond), float64(dumped)/dumpTime.Seconds())
+	t.Logf("move: total %v; copy %v (%.0f rows/s), keys and indexes %v, subscription %v; fenced %v; writer %d ops, %d failed, longest write %v",
+		total.Round(time.Millisecond), copyTime.Round(time.Millisecond), float64(rows)/copyTime.Seconds(),
+		indexTime.Round(time.Millisecond), subTime.Round(time.Millisecond), m.FencedFor.Round(time.Microsecond), w.ops, len(w.failures), w.maxWait.Round(time.Microsecond))
+	t.Logf("longest write overlapping the fenced window: %v", w.longestDuring(stepAt[StepFenced][0], stepAt[StepFlipped][1]).Round(time.Microsecond))
+	t.Logf("fenced window %v: %s", m.FencedFor.Round(time.Microsecond), m.Cutover)
+	t.Logf("copy+indexes+subscription vs pg_dump|psql: %.2fx the time (copy+indexes %.2fx)",
+		(copyTime+indexTime+subTime).Seconds()/dumpTime.Seconds(), (copyTime+indexTime).Seconds()/dumpTime.Seconds())
+	t.Logf("pg_dump -n shard_0000 | psql again with the writer running: %v; copy+indexes %.2fx that, with the subscription %.2fx",
+		dumpBusy.Round(time.Millisecond), (copyTime+indexTime).Seconds()/dumpBusy.Seconds(), (copyTime+indexTime+subTime).Seconds()/dumpBusy.Seconds())
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		t.Logf("load average at the end: %s", strings.TrimSpace(string(load)))
+	}
+	if _, err := mv.Complete(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedBulkPhotos loads rows photos into shard 0 on s0: IDs in shard 0's
+// layout, times in the past minutes, captions of about 60 bytes, like a
+// photo row; then VACUUM ANALYZE.
+func seedBulkPhotos(t testing.TB, e *env, layout idgen.Layout, rows int) {
+	t.Helper()
+	ctx := context.Background()
+	start := time.Now()
 	_, err := e.pools["s0"].Exec(ctx, `INSERT INTO shard_0000.photos (id, user_id, caption, version, created_at)
 		SELECT ((($1::bigint - $2::bigint - 600000) + g / 1024) << $3::int) | (g % 1024),
 		       (g % 5000) * 4, 'bulk ' || g || ' photo taken somewhere nice, with a caption of some length', 0, now()
@@ -52,68 +106,43 @@ func TestMoveFigures(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("loaded %d rows (%.1f MB with indexes) in %v", rows, float64(heap)/1e6, time.Since(start).Round(time.Millisecond))
-	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
-		t.Logf("load average before pg_dump | psql: %s", strings.TrimSpace(string(load)))
-	}
-
-	// pg_dump -n shard_0000 | psql into a fresh database on the target's cluster.
-	dumpTime, dumped := dumpRestore(t, e, layout)
-	// The move, with plugin writers on the moving shard and another.
-	var mu sync.Mutex
-	stepAt := map[string]time.Time{}
-	mv := e.mover(t, Config{hook: func(_ Move, s Step, done bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		stepAt[fmt.Sprintf("%s/%v", s, done)] = time.Now()
-	}})
-	w := newRawWriter(t, e, []int{0, 2})
-	w.via = newPluginOps(t, e, w.r)
-	stop := w.run(ctx)
-	// The same again with the writer running, as it runs during the move.
-	dumpBusy, _ := dumpRestore(t, e, layout)
-	time.Sleep(500 * time.Millisecond)
-	start = time.Now()
-	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
-	total := time.Since(start)
-	time.Sleep(500 * time.Millisecond)
-	stop()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.check(t)
-	if _, err := mv.Verify(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
-	// The copy, the index build and the subscription that then streams
-	// from the copy's snapshot: what pg_dump | psql stands for.
-	copyTime := stepAt["copied_snapshot/true"].Sub(stepAt["copied_snapshot/false"])
-	indexTime := stepAt["indexes/true"].Sub(stepAt["indexes/false"])
-	subTime := stepAt["subscribed/true"].Sub(stepAt["subscribed/false"])
-	t.Logf("pg_dump -n shard_0000 | psql: %d rows in %v (%.0f rows/s)", dumped, dumpTime.Round(time.Millisecond), float64(dumped)/dumpTime.Seconds())
-	t.Logf("move: total %v; copy %v (%.0f rows/s), keys and indexes %v, subscription %v; fenced %v; writer %d ops, %d failed, longest write %v",
-		total.Round(time.Millisecond), copyTime.Round(time.Millisecond), float64(rows)/copyTime.Seconds(),
-		indexTime.Round(time.Millisecond), subTime.Round(time.Millisecond), m.FencedFor.Round(time.Microsecond), w.ops, len(w.failures), w.maxWait.Round(time.Microsecond))
-	t.Logf("longest write overlapping the fenced window: %v", w.longestDuring(stepAt["fenced/false"], stepAt["flipped/true"]).Round(time.Microsecond))
-	t.Logf("fenced window %v: %s", m.FencedFor.Round(time.Microsecond), m.Cutover)
-	t.Logf("copy+indexes+subscription vs pg_dump|psql: %.2fx the time (copy+indexes %.2fx)",
-		(copyTime+indexTime+subTime).Seconds()/dumpTime.Seconds(), (copyTime+indexTime).Seconds()/dumpTime.Seconds())
-	t.Logf("pg_dump -n shard_0000 | psql again with the writer running: %v; copy+indexes %.2fx that, with the subscription %.2fx",
-		dumpBusy.Round(time.Millisecond), (copyTime+indexTime).Seconds()/dumpBusy.Seconds(), (copyTime+indexTime+subTime).Seconds()/dumpBusy.Seconds())
-	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
-		t.Logf("load average at the end: %s", strings.TrimSpace(string(load)))
-	}
-	if _, err := mv.Complete(ctx, 0); err != nil {
-		t.Fatal(err)
-	}
 }
 
-// dumpRestore runs pg_dump -n shard_0000 of the source into a fresh
-// database on the target's cluster, and returns how long it took and how
-// many photos arrived.
-func dumpRestore(t *testing.T, e *env, layout idgen.Layout) (time.Duration, int64) {
+// stepClock records when a mover's hook saw each step begin and end.
+type stepClock struct {
+	mu sync.Mutex
+	at map[Step][2]time.Time
+}
+
+func (c *stepClock) hook(_ Move, s Step, done bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at == nil {
+		c.at = map[Step][2]time.Time{}
+	}
+	at := c.at[s]
+	if done {
+		at[1] = time.Now()
+	} else {
+		at[0] = time.Now()
+	}
+	c.at[s] = at
+}
+
+// took is how long step s took the last time it ran.
+func (c *stepClock) took(s Step) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.at[s][1].Sub(c.at[s][0])
+}
+
+// dumpRestore runs pg_dump -n shard_0000 of the database on cluster `from`
+// (s0 or s1 of e) into a fresh database on cluster `into`, and returns how
+// long it took and how many photos arrived.
+func dumpRestore(t testing.TB, e *env, layout idgen.Layout, from, into int) (time.Duration, int64) {
 	t.Helper()
 	ctx := context.Background()
-	dumpDB := pgtest.NewDatabase(t, 1)
+	dumpDB := pgtest.NewDatabase(t, into)
 	if err := migrations.EnsureServer(ctx, mustConn(t, dumpDB), layout); err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +152,7 @@ func dumpRestore(t *testing.T, e *env, layout idgen.Layout) (time.Duration, int6
 	}
 	start := time.Now()
 	cmd := exec.Command("sh", "-c", fmt.Sprintf("%s -n shard_0000 '%s' | %s -q -v ON_ERROR_STOP=0 '%s' >/dev/null 2>&1",
-		filepath.Join(bin, "pg_dump"), e.servers[0].DSN, filepath.Join(bin, "psql"), dumpDB))
+		filepath.Join(bin, "pg_dump"), e.servers[from].DSN, filepath.Join(bin, "psql"), dumpDB))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("pg_dump | psql: %v\n%s", err, out)
 	}
@@ -135,7 +164,7 @@ func dumpRestore(t *testing.T, e *env, layout idgen.Layout) (time.Duration, int6
 	return took, dumped
 }
 
-func (e *env) placementLayout(t *testing.T) idgen.Layout {
+func (e *env) placementLayout(t testing.TB) idgen.Layout {
 	t.Helper()
 	snap, err := e.cat.Load(context.Background())
 	if err != nil {
@@ -144,4 +173,4 @@ func (e *env) placementLayout(t *testing.T) idgen.Layout {
 	return snap.Layout
 }
 
-func mustConn(t *testing.T, dsn string) *pgx.Conn { return pgtest.Connect(t, dsn) }
+func mustConn(t testing.TB, dsn string) *pgx.Conn { return pgtest.Connect(t, dsn) }

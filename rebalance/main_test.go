@@ -45,7 +45,7 @@ type env struct {
 // of apply workers, which would dominate a test of many consecutive moves.
 var tuneOnce sync.Once
 
-func newEnv(t *testing.T, n, used, shards int) *env {
+func newEnv(t testing.TB, n, used, shards int) *env {
 	t.Helper()
 	ctx := context.Background()
 	tuneOnce.Do(func() {
@@ -84,7 +84,7 @@ func newEnv(t *testing.T, n, used, shards int) *env {
 	return e
 }
 
-func (e *env) mover(t *testing.T, cfg Config) *Mover {
+func (e *env) mover(t testing.TB, cfg Config) *Mover {
 	t.Helper()
 	cfg.Catalog = e.cat
 	mv, err := New(cfg)
@@ -95,7 +95,7 @@ func (e *env) mover(t *testing.T, cfg Config) *Mover {
 	return mv
 }
 
-func (e *env) placement(t *testing.T, shard int) router.Placement {
+func (e *env) placement(t testing.TB, shard int) router.Placement {
 	t.Helper()
 	snap, err := e.cat.Load(context.Background())
 	if err != nil {
