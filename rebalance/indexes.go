@@ -35,11 +35,7 @@ var attachable = regexp.MustCompile(`^([pu]) (PRIMARY KEY|UNIQUE) \([^()]*\)$`)
 // ALTER TABLE … ADD PRIMARY KEY would), then attached as the constraint.
 // Each part is idempotent: what the target has already is left alone.
 func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
-	srcInv, err := readInventory(ctx, mc.src, mc.schema)
-	if err != nil {
-		return err
-	}
-	tgtInv, err := readInventory(ctx, mc.tgt, mc.schema)
+	srcInv, tgtInv, err := readInventories(ctx, nil, mc.src, mc.tgt, mc.schema)
 	if err != nil {
 		return err
 	}
@@ -97,7 +93,7 @@ func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
 	}
 	// The rest (foreign keys, which check their rows now, exclusion and
 	// deferrable constraints, triggers), then the comparison.
-	return carry(ctx, mc.src, mc.tgt, mc.schema, true)
+	return carry(ctx, srcInv, mc.src, mc.tgt, mc.schema, true)
 }
 
 // constraintIndex returns the index that a constraint of inv owns, or nil.

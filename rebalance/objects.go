@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/sync/errgroup"
 )
 
 // A shard schema may hold objects that shardkit's per-shard SQL did not
@@ -169,6 +170,27 @@ func readInventory(ctx context.Context, db interface {
 		return nil, fmt.Errorf("read the objects of %s: %w", schema, err)
 	}
 	return inv, nil
+}
+
+// readInventories reads the inventory of schema on src (unless srcInv is
+// given) and on tgt at the same time.
+func readInventories(ctx context.Context, srcInv *inventory, src, tgt *pgxpool.Pool, schema string) (*inventory, *inventory, error) {
+	var tgtInv *inventory
+	g, gctx := errgroup.WithContext(ctx)
+	if srcInv == nil {
+		g.Go(func() (err error) {
+			srcInv, err = readInventory(gctx, src, schema)
+			return err
+		})
+	}
+	g.Go(func() (err error) {
+		tgtInv, err = readInventory(gctx, tgt, schema)
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	return srcInv, tgtInv, nil
 }
 
 func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, error) {
@@ -530,11 +552,15 @@ func carriable(missing []*item, late bool) (create, refused []*item) {
 // target lacks: before the copy (late false) all but the secondary
 // indexes, after it (late true) the rest, and then the two schemas must
 // match object for object (else ErrCannotCarry, naming the differences).
-// It is idempotent: what the target has already is left alone.
-func carry(ctx context.Context, src, tgt *pgxpool.Pool, schema string, late bool) error {
-	srcInv, err := readInventory(ctx, src, schema)
-	if err != nil {
-		return err
+// It is idempotent: what the target has already is left alone. srcInv, if
+// not nil, is the source's inventory read earlier in the same step (the
+// source's schema does not change during a move), else it is read here.
+func carry(ctx context.Context, srcInv *inventory, src, tgt *pgxpool.Pool, schema string, late bool) error {
+	var err error
+	if srcInv == nil {
+		if srcInv, err = readInventory(ctx, src, schema); err != nil {
+			return err
+		}
 	}
 	err = pgx.BeginFunc(ctx, tgt, func(tx pgx.Tx) error {
 		tgtInv, err := inventoryIn(ctx, tx, schema)
@@ -565,16 +591,13 @@ func carry(ctx context.Context, src, tgt *pgxpool.Pool, schema string, late bool
 	if !late {
 		return nil
 	}
-	return sameObjects(ctx, src, tgt, schema)
+	return sameObjects(ctx, srcInv, src, tgt, schema)
 }
 
-// sameObjects compares the inventories of a schema on two servers.
-func sameObjects(ctx context.Context, src, tgt *pgxpool.Pool, schema string) error {
-	a, err := readInventory(ctx, src, schema)
-	if err != nil {
-		return err
-	}
-	b, err := readInventory(ctx, tgt, schema)
+// sameObjects compares the inventories of a schema on two servers; srcInv,
+// if not nil, stands for the source's.
+func sameObjects(ctx context.Context, srcInv *inventory, src, tgt *pgxpool.Pool, schema string) error {
+	a, b, err := readInventories(ctx, srcInv, src, tgt, schema)
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ func (mv *Mover) verify(ctx context.Context, shard int) ([]TableSum, error) {
 	if mc.done(StepIndexes) {
 		// Objects first: the checksums compare tables' rows; views,
 		// indexes, sequences and functions only exist or not.
-		if err := sameObjects(ctx, mc.src, mc.tgt, mc.schema); err != nil {
+		if err := sameObjects(ctx, nil, mc.src, mc.tgt, mc.schema); err != nil {
 			return nil, err
 		}
 	}
