@@ -40,7 +40,10 @@
 //     point, which is the copy's snapshot, so nothing is lost or applied
 //     twice; wait until the replication lag is small;
 //  5. a publication and slot on the target for reverse replication;
-//  6. cutover, one at a time per Mover: a lag gate waits until a catalog
+//  6. cutover, one at a time per Mover: the schema's sequences go to the
+//     target, their values read on the source plus twice
+//     Config.SequenceMargin, with a reading of the target's clock; a lag
+//     gate waits until a catalog
 //     round trip plus the target's confirmation of a freshly flushed
 //     probe take at most Config.CutoverLag; then the fenced window, one
 //     round trip per step: the map fences the shard (the plugin holds
@@ -53,9 +56,11 @@
 //     source's clock, Config.FenceLease away (the apply worker of
 //     logical replication runs as a replica and does not fire them), and
 //     reads the final WAL position, the sequences and the newest ID; the
-//     sequences are carried to the target (last_value plus a margin)
-//     while the mover waits for the target to confirm the final position
-//     (abort on timeout: barrier released, shard unfenced); a wait until
+//     mover waits for the target to confirm the final position (abort on
+//     timeout: barrier released, shard unfenced) and, only if a final
+//     last_value is past what the carry before the fence allowed for,
+//     carries the sequences again meanwhile (last_value plus a margin);
+//     a wait until
 //     the target's clock is past the newest ID's millisecond, only if it
 //     is not already; the barrier is sealed (same locks: if the lease
 //     still holds, it refuses for good; else ErrFenceLapsed and no flip);
