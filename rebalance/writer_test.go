@@ -162,12 +162,18 @@ func (w *rawWriter) done(err error, ok func()) {
 	ok()
 }
 
-// write runs fn on the shard's current home.
+// write runs fn on the shard's current home. A write the old home's fence
+// refuses goes again where the map, reloaded, places the shard: the fence
+// and the seal come after the map changed, so the reloaded map is newer
+// than the one the write was routed by. A shard that moves twice in a row
+// (the kill test cuts over, then rolls back at once) can refuse it again
+// on the next home; each retry needs a newer map than the last, and one
+// that is not newer fails the write, as a refusal the map does not explain.
 func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Pool, schema string) error) error {
 	start := time.Now()
-	retried := false
 	for {
-		p, err := w.r.Snapshot().Placement(shard)
+		snap := w.r.Snapshot()
+		p, err := snap.Placement(shard)
 		if err != nil {
 			return err
 		}
@@ -181,12 +187,14 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 			continue
 		}
 		err = fn(w.e.pools[p.Server], p.Schema)
-		if router.IsFenceError(err) && !retried {
-			retried = true
-			if _, err := w.r.Reload(ctx); err != nil {
-				return err
+		if router.IsFenceError(err) && time.Since(start) <= w.bound {
+			fresh, rerr := w.r.Reload(ctx)
+			if rerr != nil {
+				return rerr
 			}
-			continue
+			if fresh.Version > snap.Version {
+				continue
+			}
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
