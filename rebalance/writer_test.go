@@ -170,7 +170,7 @@ func (w *rawWriter) done(err error, ok func()) {
 // on the next home; each retry needs a newer map than the last, and one
 // that is not newer fails the write, as a refusal the map does not explain.
 func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Pool, schema string) error) error {
-	start := time.Now()
+	start, reloaded := time.Now(), time.Now()
 	for {
 		snap := w.r.Snapshot()
 		p, err := snap.Placement(shard)
@@ -183,6 +183,14 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 			}
 			if err := sleep(ctx, 500*time.Microsecond); err != nil {
 				return err
+			}
+			// The map's notification can come late on a loaded machine:
+			// read the map itself too, as the plugin does (every 20 ms).
+			if time.Since(reloaded) > 20*time.Millisecond {
+				if _, err := w.r.Reload(ctx); err != nil {
+					return err
+				}
+				reloaded = time.Now()
 			}
 			continue
 		}
