@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/router"
@@ -169,6 +170,9 @@ func (w *rawWriter) done(err error, ok func()) {
 // (the kill test cuts over, then rolls back at once) can refuse it again
 // on the next home; each retry needs a newer map than the last, and one
 // that is not newer fails the write, as a refusal the map does not explain.
+// A write that finds no table where the map put the shard (42P01) goes
+// again, like the plugin's, when the reloaded map puts the shard on
+// another server: a rollback drops its copy right after flipping back.
 func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Pool, schema string) error) error {
 	start, reloaded := time.Now(), time.Now()
 	for {
@@ -195,12 +199,19 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 			continue
 		}
 		err = fn(w.e.pools[p.Server], p.Schema)
-		if router.IsFenceError(err) && time.Since(start) <= w.bound {
+		if (router.IsFenceError(err) || undefinedTable(err)) && time.Since(start) <= w.bound {
 			fresh, rerr := w.r.Reload(ctx)
 			if rerr != nil {
 				return rerr
 			}
-			if fresh.Version > snap.Version {
+			if router.IsFenceError(err) && fresh.Version > snap.Version {
+				continue
+			}
+			// No table where the map put the shard: a rollback dropped
+			// that copy right after flipping the shard back, and the
+			// write did nothing there. As the plugin does, run it again
+			// on the shard's home if the map now puts it elsewhere.
+			if now, perr := fresh.Placement(shard); perr == nil && undefinedTable(err) && now.Server != p.Server {
 				continue
 			}
 		}
@@ -209,6 +220,12 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 		}
 		return err
 	}
+}
+
+// undefinedTable reports Postgres's "relation does not exist" (42P01).
+func undefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
 }
 
 // check verifies that every row the writer wrote is on the shard's current
