@@ -183,6 +183,9 @@ func (c *Cluster) writeConf(opts Options) error {
 		conf["synchronous_commit"] = "off"
 		conf["full_page_writes"] = "off"
 	}
+	if n := serverFiles(); n > 0 {
+		conf["max_files_per_process"] = strconv.Itoa(n)
+	}
 	for k, v := range opts.Settings {
 		conf[k] = v
 	}
@@ -326,4 +329,42 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// maxServerFiles is how many files a cluster's backend may keep open at
+// once. A server holding hundreds of shards has thousands of relation
+// files (each shard's tables and indexes): past Postgres's default of
+// 1000 a backend that reads across the shards closes and reopens them on
+// every statement it plans (two system calls per relation), which slows
+// cross-shard reads and their first planning.
+const maxServerFiles = 16384
+
+var (
+	filesOnce  sync.Once
+	filesLimit int
+)
+
+// serverFiles makes the servers this process starts inherit its soft
+// limit on open files (Go raises its own soft limit at start-up but gives
+// child processes the original, often 1024, unless the program sets the
+// limit itself), and returns the max_files_per_process to configure: 0
+// keeps Postgres's default when the limit is not above it.
+func serverFiles() int {
+	filesOnce.Do(func() {
+		var lim syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return
+		}
+		// Go has raised the soft limit as far as it goes; setting it
+		// again is what makes child processes keep it.
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return
+		}
+		// Postgres keeps a few descriptors beyond max_files_per_process.
+		const reserve = 64
+		if lim.Cur > 1000+reserve {
+			filesLimit = int(min(lim.Cur-reserve, maxServerFiles))
+		}
+	})
+	return filesLimit
 }
