@@ -39,8 +39,12 @@ const warmUpTimeout = 60 * time.Second
 // of a server costs far more than the statements themselves. Paid here,
 // at start-up, it is not paid by the first read across shards (the pool
 // hands that read the connection it warmed: database/sql reuses the most
-// recently returned one). Servers are warmed at once; one that does not
-// answer is skipped (its first statement says so).
+// recently returned one). Each batch is planned as SELECT * (the planner
+// then loads every column's statistics, which it needs for the widths of
+// a real read) and run under EXPLAIN ANALYZE (the executor opens each
+// table and index and reads their pages), so no rows come back however
+// wide they are. Servers are warmed at once; one that does not answer is
+// skipped (its first statement says so).
 func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -63,11 +67,12 @@ func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
 			for _, m := range p.byTable {
 				for start := 0; start < len(shards); start += unionBatch {
 					var b strings.Builder
+					b.WriteString("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ")
 					for j, s := range shards[start:min(start+unionBatch, len(shards))] {
 						if j > 0 {
 							b.WriteString(" UNION ALL ")
 						}
-						b.WriteString("(SELECT 1 FROM ")
+						b.WriteString("(SELECT * FROM ")
 						b.WriteString(pgx.Identifier{router.SchemaName(s), m.table}.Sanitize())
 						b.WriteString(" ORDER BY ")
 						b.WriteString(pgx.Identifier{m.pk.DBName}.Sanitize())
