@@ -60,6 +60,9 @@ func (c *client) call(ctx context.Context, op, method, path string, in, out any,
 	data, rerr := io.ReadAll(resp.Body)
 	d := time.Since(start)
 	if rerr != nil {
+		if ctx.Err() != nil {
+			return ctx.Err() // the run ended while the answer was read
+		}
 		c.stats.record(op, d, rerr)
 		return rerr
 	}
