@@ -3,14 +3,12 @@ package plugin
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -200,7 +198,7 @@ func returnInto(stmt *gorm.Statement, rv reflect.Value) (bool, error) {
 // becomes ErrShardMoved.
 func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	p.bounded(db, orig)
-	if db.Error == nil || !router.IsFenceError(db.Error) && !isUndefinedTable(db.Error) {
+	if db.Error == nil || !router.IsFenceError(db.Error) && !router.IsUndefinedTable(db.Error) {
 		return
 	}
 	stmt := db.Statement
@@ -247,12 +245,6 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	if db.Error != nil && router.IsFenceError(db.Error) {
 		db.Error = &ShardError{Shard: shard, Server: pl.Server, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
 	}
-}
-
-// isUndefinedTable reports Postgres's "relation does not exist" (42P01).
-func isUndefinedTable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42P01"
 }
 
 // movedAway reports whether the current map, reloaded from the catalog,
@@ -334,7 +326,7 @@ func (p *Plugin) execQuery(db *gorm.DB) {
 // the shard back (see movedAway). The read returned nothing there. Inside
 // a transaction, or with the map unchanged, the error stands.
 func (p *Plugin) rerouteRead(db *gorm.DB) {
-	if db.Error == nil || !isUndefinedTable(db.Error) || txOf(db.Statement.ConnPool) != nil {
+	if db.Error == nil || !router.IsUndefinedTable(db.Error) || txOf(db.Statement.ConnPool) != nil {
 		return
 	}
 	stmt := db.Statement

@@ -487,7 +487,7 @@ func (p *Plugin) lookupErr(ctx context.Context, r *reservation, pl router.Placem
 	case router.IsFenceError(err):
 		_, _ = p.router.Reload(ctx)
 		err = fmt.Errorf("%w: %w", ErrShardMoved, err)
-	case isUndefinedTable(err) && p.movedAway(ctx, r.shard, pl.Server):
+	case router.IsUndefinedTable(err) && p.movedAway(ctx, r.shard, pl.Server):
 		// A copy a rollback dropped (see movedAway): moved as well.
 		err = fmt.Errorf("%w: %w", ErrShardMoved, err)
 	}

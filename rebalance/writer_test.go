@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/router"
@@ -199,7 +198,7 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 			continue
 		}
 		err = fn(w.e.pools[p.Server], p.Schema)
-		if (router.IsFenceError(err) || undefinedTable(err)) && time.Since(start) <= w.bound {
+		if (router.IsFenceError(err) || router.IsUndefinedTable(err)) && time.Since(start) <= w.bound {
 			fresh, rerr := w.r.Reload(ctx)
 			if rerr != nil {
 				return rerr
@@ -211,7 +210,7 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 			// that copy right after flipping the shard back, and the
 			// write did nothing there. As the plugin does, run it again
 			// on the shard's home if the map now puts it elsewhere.
-			if now, perr := fresh.Placement(shard); perr == nil && undefinedTable(err) && now.Server != p.Server {
+			if now, perr := fresh.Placement(shard); perr == nil && router.IsUndefinedTable(err) && now.Server != p.Server {
 				continue
 			}
 		}
@@ -220,12 +219,6 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 		}
 		return err
 	}
-}
-
-// undefinedTable reports Postgres's "relation does not exist" (42P01).
-func undefinedTable(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "42P01"
 }
 
 // check verifies that every row the writer wrote is on the shard's current

@@ -17,3 +17,12 @@ func IsFenceError(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == FenceSQLState
 }
+
+// IsUndefinedTable reports Postgres's "relation does not exist" (42P01).
+// Where the map placed a shard, it means the copy there was dropped after
+// the shard left (a rollback drops its copy right after flipping back):
+// reload the map and, if it now places the shard elsewhere, retry there.
+func IsUndefinedTable(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42P01"
+}
