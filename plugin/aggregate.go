@@ -641,7 +641,7 @@ func (p *Plugin) fanoutAggregate(db *gorm.DB, f *decision, ap *aggPlan, s saved)
 			}
 			var tmp []map[string]any
 			stmt.Dest, stmt.ReflectValue = &tmp, reflect.ValueOf(&tmp).Elem()
-			if len(union) > 1 && p.unionSQL(db, f, union, nil, -1, false) {
+			if len(union) > 1 && p.unionSQL(db, f, union, nil, -1, false, false) {
 				unioned = true
 			} else {
 				callbacks.BuildQuerySQL(db)

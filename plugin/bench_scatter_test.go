@@ -115,7 +115,7 @@ FROM generate_series(1, %d) AS g`
 		for _, mode := range []struct {
 			name  string
 			batch int
-		}{{"union_25", 25}, {"union_100", 100}, {"union_500", 500}, {"per_shard", 1}} {
+		}{{"union_100", 100}, {"union_250", 250}, {"union_500", 500}, {"per_shard", 1}} {
 			unionShards = mode.batch
 			for range 3 {
 				_ = r.fn(all)

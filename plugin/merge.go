@@ -212,7 +212,7 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, f *decision) {
 			tmp = reflect.New(sliceTyp)
 			stmt.Dest, stmt.ReflectValue = tmp.Interface(), tmp.Elem()
 		}
-		if unit != nil && p.unionSQL(db, f, unit, keys, pushed, count) {
+		if unit != nil && p.unionSQL(db, f, unit, keys, pushed, count, true) {
 			unioned = true
 			p.bounded(db, p.orig.query)
 		} else {

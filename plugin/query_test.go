@@ -3,8 +3,11 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -405,6 +408,129 @@ func TestFanoutRunsServersAtOnce(t *testing.T) {
 	for i := 1; i < len(got); i++ {
 		if got[i-1].ID >= got[i].ID {
 			t.Fatalf("rows not merged in id order at %d", i)
+		}
+	}
+}
+
+// TestUnionFoldsIntoOneAppend: a read of many shards sends each server
+// plain per-schema SELECTs, in groups of foldGroup ordered and limited
+// (or counted) as a whole, which Postgres plans as one append of the
+// tables per group: a Merge Append straight over each table's primary
+// key index, no Limit, Sort or Aggregate per branch, no subquery per
+// branch. Checked on the statements the servers get, with EXPLAIN on the
+// server, and against the rows and count of the read.
+func TestUnionFoldsIntoOneAppend(t *testing.T) {
+	e := newEnv(t, envOpts{shards: 4*foldGroup + 10})
+	for u := int64(1); u <= int64(2*e.shards); u++ {
+		if err := e.db.Create(&Photo{UserID: u, Caption: "fold"}).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		sent []string
+		vars [][]any
+	)
+	orig := e.p.orig.query
+	e.p.orig.query = func(db *gorm.DB) {
+		mu.Lock()
+		sent = append(sent, db.Statement.SQL.String())
+		vars = append(vars, slices.Clone(db.Statement.Vars))
+		mu.Unlock()
+		orig(db)
+	}
+	t.Cleanup(func() { e.p.orig.query = orig })
+	ctx := context.Background()
+	for _, read := range []struct {
+		name  string
+		run   func() error
+		scan  string // the plan line of each branch
+		group string // the plan node of each group, none per branch
+	}{
+		{"order by id desc limit 5", func() error {
+			var ps []Photo
+			if err := e.db.Clauses(AllShards()).Order("id desc").Limit(5).Find(&ps).Error; err != nil {
+				return err
+			}
+			if len(ps) != 5 {
+				return fmt.Errorf("%d rows, want 5", len(ps))
+			}
+			return nil
+		}, "Index Scan Backward using photos_pkey on photos", "->  Limit"},
+		{"count", func() error {
+			var n int64
+			if err := e.db.Clauses(AllShards()).Model(&Photo{}).Count(&n).Error; err != nil {
+				return err
+			}
+			if n != int64(2*e.shards) {
+				return fmt.Errorf("count %d, want %d", n, 2*e.shards)
+			}
+			return nil
+		}, "Scan on photos", "->  Aggregate"},
+		{"where, no order", func() error {
+			var ps []Photo
+			if err := e.db.Clauses(AllShards()).Where("caption = ?", "fold").Find(&ps).Error; err != nil {
+				return err
+			}
+			if len(ps) != 2*e.shards {
+				return fmt.Errorf("%d rows, want %d", len(ps), 2*e.shards)
+			}
+			return nil
+		}, "Scan on photos", "->  Limit"},
+	} {
+		sent, vars = nil, nil
+		if err := read.run(); err != nil {
+			t.Fatalf("%s: %v", read.name, err)
+		}
+		stmts := sent
+		if len(stmts) == 0 || len(stmts) > len(e.servers)*2 {
+			t.Fatalf("%s: %d statements for %d shards on %d servers", read.name, len(stmts), e.shards, len(e.servers))
+		}
+		folded := false
+		for si, sql := range stmts {
+			branches := strings.Count(sql, `."photos"`)
+			if branches < 2 || !strings.Contains(sql, " UNION ALL ") {
+				t.Fatalf("%s: statement is not a union: %s", read.name, sql)
+			}
+			// EXPLAIN the statement on the server that holds its schemas.
+			var plan []string
+			for _, name := range e.servers {
+				rows, err := pgtest.Connect(t, e.dsn[name]).Query(ctx, "EXPLAIN (COSTS OFF) "+sql, vars[si]...)
+				if err != nil {
+					continue
+				}
+				for rows.Next() {
+					var line string
+					if err := rows.Scan(&line); err != nil {
+						t.Fatal(err)
+					}
+					plan = append(plan, line)
+				}
+				if rows.Err() == nil {
+					break
+				}
+				plan = nil
+			}
+			text := strings.Join(plan, "\n") + "\n"
+			if len(plan) == 0 {
+				t.Fatalf("%s: no server plans %s", read.name, sql)
+			}
+			groups := (branches + foldGroup - 1) / foldGroup
+			folded = folded || groups > 1
+			if n := strings.Count(text, read.scan); n != branches {
+				t.Fatalf("%s: %d scans %q for %d branches:\n%s", read.name, n, read.scan, branches, text)
+			}
+			if n := strings.Count(text, read.group); n > groups || (groups == 1 && n > 0) {
+				t.Fatalf("%s: %d %q nodes for %d groups of %d branches:\n%s", read.name, n, read.group, groups, branches, text)
+			}
+			for _, per := range []string{"Subquery Scan", "Sort\n"} {
+				if strings.Contains(text, per) {
+					t.Fatalf("%s: plan has %q:\n%s", read.name, strings.TrimSpace(per), text)
+				}
+			}
+		}
+		if !folded {
+			t.Fatalf("%s: no statement had more than one group of %d branches", read.name, foldGroup)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"maps"
 	"reflect"
 	"strconv"
 	"strings"
@@ -11,21 +12,35 @@ import (
 )
 
 // A read of many shards sends one statement per server (per batch of at
-// most unionBatch of a server's shards): the per-shard SELECT, with its
-// WHERE, ORDER BY and LIMIT, once per schema, joined by UNION ALL, under
-// the same ORDER BY and LIMIT. Postgres merges the ordered branches
-// itself (Merge Append) and stops at the limit; the plugin then merges
-// the servers' answers. Every branch shares the statement's bind
+// most unionBatch of a server's shards): the per-shard SELECT with its
+// WHERE, once per schema, joined by UNION ALL, under the read's ORDER BY
+// and LIMIT+OFFSET. Postgres folds the branches into one append of the
+// tables, merges them itself in order (Merge Append over each table's
+// index) and stops at the limit; the plugin then merges the servers'
+// answers. Every branch shares the statement's bind
 // variables, and a given shard set always gives the same text, so the
 // statement is prepared once per connection like any other.
 
 // unionBatch is the most shards one statement reads. A server's prepared
 // statement is planned once per connection; after that, larger batches
-// save round trips and rows (each batch returns up to LIMIT+OFFSET rows to
-// merge) until the statement's own size dominates: of 25, 100 and 500
-// measured (README → Performance), 100 was fastest for ordered reads and
-// counts alike.
+// save round trips and rows (each batch returns up to LIMIT+OFFSET rows
+// to merge) until the statement's own size dominates. Of 100, 250 and
+// 500 measured (README → Performance), 250 saved 1–3 ms of a 12–15 ms
+// warm read of 2000 shards but cost 25–40 ms more on the first read of
+// a statement text on a connection (Postgres 15 plans a statement of 250
+// tables in more than twice the time of 100), so batches stay at 100.
 const unionBatch = 100
+
+// foldGroup is the most branches Postgres folds into one append. The
+// executor runs a folded branch for about three quarters of the CPU of
+// a branch planned as a subquery of its own, but Postgres 15 plans one
+// append of n tables in time that grows faster than n (for 100 tables,
+// twice the time of 100 subqueries; for 250, three times), so a
+// statement folds its branches in groups, each ordered and limited (or
+// counted) on its own, and merges the groups: planned in about the time
+// of the subqueries, run in the time of the folded tables (measured with
+// EXPLAIN (SUMMARY) and pgbench; README → Performance).
+const foldGroup = 25
 
 // unionShards is the batch in use: the benchmarks set it to 1 to measure
 // one statement per shard against it.
@@ -53,8 +68,33 @@ func (d *decision) units(batch int) [][]int {
 // other schemas. It returns false, with the statement untouched but for
 // its built SQL, when the text cannot be repeated safely (a literal that
 // might hold the table name, or no table name to replace).
-func (p *Plugin) unionSQL(db *gorm.DB, d *decision, idx []int, keys []orderKey, limit int, count bool) bool {
+//
+// With rows set (a read of rows or a count, not an aggregate's
+// partials), the branches are plain per-schema SELECTs that the
+// statement orders and limits (or counts) as a whole, in groups of
+// foldGroup: Postgres folds a group's branches into one append of the
+// tables (for an ORDER BY, a Merge Append straight over each table's
+// index) and runs no Limit, Sort or Aggregate per branch; the groups
+// keep planning time growing with the branches instead of faster (see
+// foldGroup). Otherwise each branch is the shard's whole statement.
+func (p *Plugin) unionSQL(db *gorm.DB, d *decision, idx []int, keys []orderKey, limit int, count, rows bool) bool {
 	stmt := db.Statement
+	fold := rows && (!count || countsRows(stmt))
+	if fold {
+		// Built without ORDER BY and LIMIT (and a count's branches
+		// select 1); the clauses come back for a statement that falls
+		// back to one shard at a time.
+		saved := maps.Clone(stmt.Clauses)
+		defer func() { stmt.Clauses = saved }()
+		stmt.Clauses = maps.Clone(saved)
+		delete(stmt.Clauses, "ORDER BY")
+		delete(stmt.Clauses, "LIMIT")
+		if count {
+			one := stmt.Clauses["SELECT"]
+			one.Expression = clause.Expr{SQL: "1"}
+			stmt.Clauses["SELECT"] = one
+		}
+	}
 	callbacks.BuildQuerySQL(db)
 	if db.Error != nil {
 		return false
@@ -67,26 +107,23 @@ func (p *Plugin) unionSQL(db *gorm.DB, d *decision, idx []int, keys []orderKey, 
 	pieces := strings.Split(branch, first)
 	var b strings.Builder
 	b.Grow((len(branch) + 16) * len(idx))
-	if count {
-		b.WriteString("SELECT COALESCE(sum(n), 0)::bigint FROM (")
-	}
-	for j, i := range idx {
-		if j > 0 {
-			b.WriteString(" UNION ALL ")
-		}
-		b.WriteByte('(')
-		name := d.m.quoted[d.shards[i]]
-		for k, piece := range pieces {
-			if k > 0 {
-				b.WriteString(name)
+	branches := func(idx []int) {
+		for j, i := range idx {
+			if j > 0 {
+				b.WriteString(" UNION ALL ")
 			}
-			b.WriteString(piece)
+			b.WriteByte('(')
+			name := d.m.quoted[d.shards[i]]
+			for k, piece := range pieces {
+				if k > 0 {
+					b.WriteString(name)
+				}
+				b.WriteString(piece)
+			}
+			b.WriteByte(')')
 		}
-		b.WriteByte(')')
 	}
-	if count {
-		b.WriteString(") AS u(n)")
-	} else {
+	orderLimit := func() {
 		for j, k := range keys {
 			if j == 0 {
 				b.WriteString(" ORDER BY ")
@@ -103,9 +140,65 @@ func (p *Plugin) unionSQL(db *gorm.DB, d *decision, idx []int, keys []orderKey, 
 			b.WriteString(strconv.Itoa(limit))
 		}
 	}
+	if fold && len(idx) <= foldGroup { // one group: the statement is the group
+		if count {
+			b.WriteString("SELECT count(*) FROM (")
+			branches(idx)
+			b.WriteString(") AS g")
+		} else {
+			branches(idx)
+			orderLimit()
+		}
+		stmt.SQL.Reset()
+		stmt.SQL.WriteString(b.String())
+		return true
+	}
+	if count {
+		b.WriteString("SELECT COALESCE(sum(n), 0)::bigint FROM (")
+	}
+	if !fold {
+		branches(idx)
+	}
+	for g := 0; fold && g < len(idx); g += foldGroup {
+		if g > 0 {
+			b.WriteString(" UNION ALL ")
+		}
+		if count {
+			b.WriteString("(SELECT count(*) FROM (")
+		} else {
+			b.WriteString("(SELECT * FROM (")
+		}
+		branches(idx[g:min(g+foldGroup, len(idx))])
+		b.WriteString(") AS g")
+		switch {
+		case count:
+		case len(keys) == 0 && limit < 0:
+			b.WriteString(" OFFSET 0") // kept a group of its own: not folded into the statement's append
+		default:
+			orderLimit()
+		}
+		b.WriteByte(')')
+	}
+	if count {
+		b.WriteString(") AS u(n)")
+	} else {
+		orderLimit()
+	}
 	stmt.SQL.Reset()
 	stmt.SQL.WriteString(b.String())
 	return true
+}
+
+// countsRows reports whether a count reads count(*) of every row the
+// WHERE finds, as Count builds it with no Select: no LIMIT or OFFSET
+// (which apply to the count's one row) and no column (count(col) leaves
+// out NULLs).
+func countsRows(stmt *gorm.Statement) bool {
+	if _, limited := stmt.Clauses["LIMIT"]; limited || len(stmt.Selects) > 0 {
+		return false
+	}
+	e, ok := stmt.Clauses["SELECT"].Expression.(clause.Expr)
+	return ok && len(e.Vars) == 0 && strings.EqualFold(strings.ReplaceAll(e.SQL, " ", ""), "count(*)")
 }
 
 // literalLimit is the LIMIT each shard of a multi-shard read gets

@@ -29,6 +29,12 @@ func execUnprepared(ctx context.Context, conn *sql.Conn, q string) error {
 
 var errNotPgx = errors.New("not a pgx connection")
 
+// warmBatch is the number of shards one warm-up statement opens. Its
+// branches are planned as subqueries, which Postgres 15 plans in 1.3–1.6
+// ms for 100 and 4.3 ms for 250 (EXPLAIN (SUMMARY), 20 rows per table):
+// batches of 100 keep the warm-up's own planning small.
+const warmBatch = 100
+
 // warmUpTimeout bounds the start-up warm-up of all servers.
 const warmUpTimeout = 60 * time.Second
 
@@ -65,10 +71,10 @@ func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
 			}
 			defer conn.Close()
 			for _, m := range p.byTable {
-				for start := 0; start < len(shards); start += unionBatch {
+				for start := 0; start < len(shards); start += warmBatch {
 					var b strings.Builder
 					b.WriteString("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ")
-					for j, s := range shards[start:min(start+unionBatch, len(shards))] {
+					for j, s := range shards[start:min(start+warmBatch, len(shards))] {
 						if j > 0 {
 							b.WriteString(" UNION ALL ")
 						}
