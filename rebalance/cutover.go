@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -85,11 +87,13 @@ func (mv *Mover) abortCutover(ctx context.Context, mc *moveCtx, p cutoverPlan, c
 // steps with one round trip each: fence (catalog, journal included) and,
 // at the same time, barrier (serving side: locks, refusing trigger body,
 // final LSN, sequences, newest ID),
-// the wait for the replica to confirm the final LSN while the sequences
-// are carried to it (with a reading of its clock), a clock wait only when
-// the newest ID is ahead of that clock, the seal (serving side: locks, a
-// check that the lease holds, a barrier that refuses for good) and the
-// flip (catalog, journal included). The steps between the fence and the
+// the sequences' carry to the replica if the carry before the fence did
+// not cover them (with a reading of its clock), a clock wait only when the
+// newest ID is ahead of that clock, the barrier's commit and the wait for
+// the replica to confirm the final LSN (one message to the serving side,
+// which waits itself), the seal (serving side: locks, a check that the
+// lease holds, a barrier that refuses for good) and the flip (catalog,
+// journal included). The steps between the fence and the
 // flip are not journalled on their own. A mover resumed inside the window
 // does not go on with them: the barrier decides (settleFence). Sealed, the
 // map flips; otherwise the attempt is released and a new one starts. The
@@ -244,9 +248,6 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			return mv.stepFailed(ctx, m, p.fenced, ferr)
 		}
 		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", p.fenced, "took", ct.Fence.Round(time.Microsecond))
-		if err == nil {
-			err = commitBarrier(ctx, from, mc.schema)
-		}
 		barEnd := time.Now()
 		ct.Barrier = max(barEnd.Sub(fenceEnd), 0)
 		var pe *pgconn.PgError
@@ -266,12 +267,17 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			return mv.stepFailed(ctx, m, p.barrier, err)
 		}
 		m.FinalLSN = bar.lsn
-		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", p.barrier, "took", barEnd.Sub(fencedAt).Round(time.Microsecond))
-		if mv.cfg.hook != nil {
-			mv.cfg.hook(*m, p.barrier, true)
-		}
 		break
 	}
+	// The barrier's transaction is open (its locks hold every write) until
+	// the commit at the head of the seal's round trip below; anything that
+	// fails before that ends it, so that the abort finds the tables free.
+	barrierOpen := !mc.done(p.barrier)
+	defer func() {
+		if barrierOpen {
+			rollbackBarrier(ctx, from)
+		}
+	}()
 	// The sequences go to the replica while it applies the final LSN,
 	// unless the carry before the fence covered them.
 	type carryResult struct {
@@ -297,11 +303,9 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			}
 		}()
 	}
-	if err == nil {
-		err = mv.windowStep(ctx, mc, p.applied, false, &ct.Apply, func(ctx context.Context) error {
-			return waitSlotReachedOn(ctx, from, p.slot, m.FinalLSN, mv.cfg.CutoverTimeout)
-		})
-	}
+	// The sequences and the clock first: they must be on to before the
+	// seal (a sealed barrier flips the map, carried or not). Carried
+	// before the fence, as they mostly are, this takes no round trip.
 	if err == nil {
 		err = mv.windowStep(ctx, mc, p.sequences, false, &ct.Carry, func(ctx context.Context) error {
 			r := <-carry
@@ -316,6 +320,13 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 			return err
 		})
 		ct.Carry -= ct.Clock
+	}
+	// Then one round trip to the serving side for the barrier's commit and
+	// the wait for to to confirm the final LSN (two round trips or more
+	// before, each a chance to wait for a CPU on a busy server).
+	if err == nil && !mc.done(p.applied) {
+		err = mv.commitAndApply(ctx, mc, p, from, &ct)
+		barrierOpen = false
 	}
 	// The seal: only a barrier sealed while its lease held lets the map
 	// flip. It comes before the barrier on to is removed, so that a lapsed
@@ -383,6 +394,84 @@ func (mv *Mover) windowStep(ctx context.Context, mc *moveCtx, s Step, journalled
 	mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", s, "took", d.Round(time.Microsecond))
 	if mv.cfg.hook != nil {
 		mv.cfg.hook(*m, s, true)
+	}
+	return nil
+}
+
+// commitAndApply commits the barrier and waits, on the serving side,
+// until to's subscription (p.slot) confirmed the final LSN: one
+// simple-protocol message, so the window pays one round trip for the
+// commit and the wait instead of one for the commit and one or more for
+// the wait. The commit is the barrier's transaction (committed
+// synchronously, which flushes the WAL up to the final LSN for the
+// walsender); the wait runs after it, so a wait that times out leaves the
+// barrier installed and unsealed, as before. The server stamps its clock
+// around the wait: the breakdown reads the wait from those stamps and
+// counts the rest of the round trip (travel, and the commit) in the
+// barrier's step. The seal stays a round trip of its own: between the
+// two, the barrier is installed under a lease that may lapse, which the
+// seal must find.
+func (mv *Mover) commitAndApply(ctx context.Context, mc *moveCtx, p cutoverPlan, from *pgxpool.Conn, ct *CutoverTimes) error {
+	m := mc.m
+	if mv.cfg.hook != nil {
+		mv.cfg.hook(*m, p.applied, false)
+	}
+	wait, err := slotWaitSQL(p.slot, m.FinalLSN, mv.cfg.CutoverTimeout)
+	if err != nil {
+		rollbackBarrier(ctx, from)
+		return mv.stepFailed(ctx, m, p.applied, err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, mv.cfg.CutoverTimeout+5*time.Second)
+	defer cancel()
+	const stamp = "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint"
+	start := time.Now()
+	results, err := from.Conn().PgConn().Exec(sctx, strings.Join([]string{"COMMIT", stamp, wait, stamp}, ";\n")).ReadAll()
+	rtt := time.Since(start)
+	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
+		err = &TimeoutError{What: "cutover steps " + string(p.barrier) + " and " + string(p.applied), After: mv.cfg.CutoverTimeout + 5*time.Second, Err: err}
+	}
+	if tx := from.Conn().PgConn().TxStatus(); tx == 'T' || tx == 'E' {
+		rollbackBarrier(ctx, from) // the commit never ran: the barrier goes
+	}
+	committed := len(results) > 0 && results[0].CommandTag.String() == "COMMIT"
+	if err == nil && !committed {
+		err = fmt.Errorf("install write barrier on %s: the transaction was rolled back before its commit", mc.schema)
+	}
+	if err != nil {
+		var pe *pgconn.PgError
+		switch {
+		case !committed && len(results) == 0:
+			return mv.stepFailed(ctx, m, p.barrier, fmt.Errorf("install write barrier on %s: commit: %w", mc.schema, err))
+		case !committed:
+			return mv.stepFailed(ctx, m, p.barrier, err)
+		case errors.As(err, &pe) && pe.Code == slotWaitSQLState:
+			return mv.stepFailed(ctx, m, p.applied, fmt.Errorf("%w (%s)", ErrCutoverTimeout, pe.Message))
+		default:
+			return mv.stepFailed(ctx, m, p.applied, fmt.Errorf("wait for slot %s to confirm %s: %w", p.slot, m.FinalLSN, err))
+		}
+	}
+	stampAt := func(i int) (int64, bool) {
+		if i >= len(results) || len(results[i].Rows) != 1 || len(results[i].Rows[0]) != 1 {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(string(results[i].Rows[0][0]), 10, 64)
+		return v, err == nil
+	}
+	t1, ok1 := stampAt(1)
+	t2, ok2 := stampAt(3)
+	if !ok1 || !ok2 || len(results) != 4 {
+		return mv.stepFailed(ctx, m, p.applied, fmt.Errorf("wait for slot %s to confirm %s: unexpected reply (%d results)", p.slot, m.FinalLSN, len(results)))
+	}
+	ct.Apply = time.Duration(t2-t1) * time.Microsecond
+	ct.Barrier += max(rtt-ct.Apply, 0)
+	for _, st := range []struct {
+		s    Step
+		took time.Duration
+	}{{p.barrier, ct.Barrier}, {p.applied, ct.Apply}} {
+		mv.log.Info("shardkit: move step", "move", m.ID, "shard", m.Shard, "step", st.s, "took", st.took.Round(time.Microsecond))
+		if mv.cfg.hook != nil {
+			mv.cfg.hook(*m, st.s, true)
+		}
 	}
 	return nil
 }

@@ -17,9 +17,9 @@ type CutoverTimes struct {
 	// ahead) and the clock reading, before the fence.
 	Precarry time.Duration
 	Fence    time.Duration // shard map fenced, journal updated (one catalog statement)
-	Barrier  time.Duration // write barrier, final LSN and sequences on the serving side (one statement sent with the fence, then its commit): the time it took beyond the fence's
-	Apply    time.Duration // until the replica confirmed the final LSN
-	Carry    time.Duration // until the sequences' carry was done: 0 unless CarriedInWindow (one statement, run while the replica applies)
+	Barrier  time.Duration // write barrier, final LSN and sequences on the serving side (one statement sent with the fence: the time it took beyond the fence's), then its commit (sent with the apply wait: that round trip less the wait)
+	Apply    time.Duration // until the replica confirmed the final LSN (waited for on the serving side, right after the barrier's commit, by its clock)
+	Carry    time.Duration // until the sequences' carry was done: 0 unless CarriedInWindow (one statement to the replica, sent with the barrier, awaited before its commit)
 	Clock    time.Duration // until the replica's clock passed the newest ID's millisecond
 	Seal     time.Duration // barrier sealed while its fence lease held (one statement)
 	Flip     time.Duration // shard map flipped, journal updated (one catalog statement)

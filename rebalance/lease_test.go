@@ -271,7 +271,7 @@ func TestKillMoverThenWatchFences(t *testing.T) {
 	// barrier prepared but not installed, a lease, a seal (the flip to
 	// come), flipped; then a lease and a seal of a rollback.
 	kills := []kill{
-		{"move", StepFenced, true}, {"move", StepSequences, true},
+		{"move", StepFenced, true}, {"move", StepApplied, true},
 		{"move", StepSealed, true}, {"move", StepFlipped, true},
 		{"rollback", StepRbApplied, true}, {"rollback", StepRbSealed, true},
 	}

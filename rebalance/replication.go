@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -238,6 +239,45 @@ func waitSlotReachedOn(ctx context.Context, conn *pgxpool.Conn, slot, lsn string
 			return fmt.Errorf("wait for slot %s to confirm %s: %w", slot, lsn, err)
 		}
 	}
+}
+
+// slotWaitSQLState is the SQLSTATE of slotWaitSQL's timeout.
+const slotWaitSQLState = "SK004"
+
+var (
+	slotNameRE = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+	lsnRE      = regexp.MustCompile(`^[0-9A-F]{1,8}/[0-9A-F]{1,8}$`)
+)
+
+// slotWaitSQL is waitSlotReachedOn as one statement run on the serving
+// side: it polls the slot every millisecond until its consumer confirmed
+// lsn, and fails with slotWaitSQLState, saying where the consumer stood,
+// after timeout. The slot name (one shardkit made) and the position are
+// checked before they are written into the statement as literals.
+func slotWaitSQL(slot, lsn string, timeout time.Duration) (string, error) {
+	if !slotNameRE.MatchString(slot) || !lsnRE.MatchString(lsn) {
+		return "", fmt.Errorf("wait for slot %q to confirm %q: not a replication slot name and WAL position", slot, lsn)
+	}
+	return fmt.Sprintf(`DO $shardkit$
+DECLARE
+	deadline timestamptz := clock_timestamp() + make_interval(secs => %d / 1000.0);
+	reached boolean;
+	connected boolean;
+	confirmed text;
+BEGIN
+	LOOP
+		SELECT confirmed_flush_lsn >= %s::pg_lsn, active, confirmed_flush_lsn::text
+			INTO reached, connected, confirmed FROM pg_replication_slots WHERE slot_name = %s;
+		IF NOT FOUND THEN
+			RAISE EXCEPTION 'replication slot %s is missing';
+		END IF;
+		EXIT WHEN reached;
+		IF clock_timestamp() > deadline THEN
+			RAISE EXCEPTION USING ERRCODE = '%s', MESSAGE = format('slot %s: consumer connected %%s, confirmed %%s, needed %s, waited %s', connected::text, coalesce(confirmed, 'nothing'));
+		END IF;
+		PERFORM pg_sleep(0.001);
+	END LOOP;
+END $shardkit$`, timeout.Milliseconds(), quoteLiteral(lsn), quoteLiteral(slot), slot, slotWaitSQLState, slot, lsn, timeout), nil
 }
 
 // sqlProbe writes a commit record, flushed at once (the servers may commit
