@@ -25,6 +25,11 @@ type pageMerger struct {
 	keep int           // LIMIT+OFFSET; negative: every row
 	rows reflect.Value // a slice of the destination's type
 	unit []int         // the unit of each row in rows
+	kv   [][]reflect.Value
+	// kv holds each row's ORDER BY values, read once per row: with a
+	// LIMIT the page stays sorted and each unit's rows are merged into
+	// it in one pass, instead of sorting the page again by reflection
+	// for every unit.
 }
 
 func newPageMerger(sliceTyp reflect.Type, keys []orderKey, keep int) *pageMerger {
@@ -38,18 +43,50 @@ func (m *pageMerger) add(u int, part reflect.Value) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.rows = reflect.AppendSlice(m.rows, part)
-	for range part.Len() {
-		m.unit = append(m.unit, u)
-	}
-	if m.keep < 0 || m.rows.Len() <= m.keep {
+	if m.keep < 0 {
+		m.rows = reflect.AppendSlice(m.rows, part)
+		for range part.Len() {
+			m.unit = append(m.unit, u)
+		}
 		return // nothing to cut: sorted once, at the end
 	}
-	m.sort()
-	if m.rows.Len() > m.keep {
-		m.rows = m.rows.Slice(0, m.keep)
-		m.unit = m.unit[:m.keep]
+	// The unit's rows in key order (a stable sort of the few that are
+	// not already: the unit's statement sorted them), merged with the
+	// page, which is sorted by keys, then unit: rows of different units
+	// that tie go in unit order, rows of this unit that tie keep theirs.
+	n := part.Len()
+	pk := make([][]reflect.Value, n)
+	for i := range n {
+		pk[i] = rowKeys(part.Index(i), m.keys)
 	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return compareKeys(pk[idx[a]], pk[idx[b]], m.keys) < 0 })
+	have := m.rows.Len()
+	size := min(m.keep, have+n)
+	rows := reflect.MakeSlice(m.rows.Type(), 0, max(size, m.rows.Cap()))
+	units := make([]int, 0, size)
+	kv := make([][]reflect.Value, 0, size)
+	i, j := 0, 0
+	for len(units) < size {
+		take := j == n
+		if !take && i < have {
+			c := compareKeys(m.kv[i], pk[idx[j]], m.keys)
+			take = c < 0 || c == 0 && m.unit[i] < u
+		}
+		if take {
+			rows = reflect.Append(rows, m.rows.Index(i))
+			units, kv = append(units, m.unit[i]), append(kv, m.kv[i])
+			i++
+			continue
+		}
+		rows = reflect.Append(rows, part.Index(idx[j]))
+		units, kv = append(units, u), append(kv, pk[idx[j]])
+		j++
+	}
+	m.rows, m.unit, m.kv = rows, units, kv
 }
 
 // full reports whether the page is complete whatever the units not yet
@@ -67,7 +104,9 @@ func (m *pageMerger) full() bool {
 func (m *pageMerger) page(offset, limit int) reflect.Value {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sort()
+	if m.keep < 0 {
+		m.sort() // with a LIMIT, add kept the page sorted
+	}
 	acc := m.rows
 	if offset > 0 {
 		acc = acc.Slice(min(offset, acc.Len()), acc.Len())
@@ -88,33 +127,18 @@ func (m *pageMerger) sort() {
 // maps) stably by the ORDER BY keys, then, when units is not nil, by the
 // unit each row came from (units is permuted with the rows).
 func sortRows(rows reflect.Value, keys []orderKey, units []int) {
-	get := func(i int, k orderKey) reflect.Value {
-		row := reflect.Indirect(rows.Index(i))
-		if k.scalar {
-			return row
-		}
-		switch row.Kind() {
-		case reflect.Struct:
-			if k.field != nil {
-				return reflect.Indirect(row.FieldByIndex(k.field.StructField.Index))
-			}
-		case reflect.Map:
-			if v := row.MapIndex(reflect.ValueOf(k.name)); v.IsValid() {
-				return reflect.Indirect(reflect.ValueOf(v.Interface()))
-			}
-		}
-		return reflect.Value{}
-	}
 	n := rows.Len()
+	kv := make([][]reflect.Value, n)
+	for i := range kv {
+		kv[i] = rowKeys(rows.Index(i), keys)
+	}
 	idx := make([]int, n)
 	for i := range idx {
 		idx[i] = i
 	}
 	sort.SliceStable(idx, func(a, b int) bool {
-		for _, k := range keys {
-			if c := compare(get(idx[a], k), get(idx[b], k)); c != 0 {
-				return (c < 0) != k.desc
-			}
+		if c := compareKeys(kv[idx[a]], kv[idx[b]], keys); c != 0 {
+			return c < 0
 		}
 		return units != nil && units[idx[a]] < units[idx[b]]
 	})
@@ -139,4 +163,38 @@ func sortRows(rows reflect.Value, keys []orderKey, units []int) {
 			units[i] = u[j]
 		}
 	}
+}
+
+// rowKeys reads a row's ORDER BY values (an invalid Value where a map row
+// lacks the key).
+func rowKeys(row reflect.Value, keys []orderKey) []reflect.Value {
+	row = reflect.Indirect(row)
+	out := make([]reflect.Value, len(keys))
+	for i, k := range keys {
+		switch {
+		case k.scalar:
+			out[i] = row
+		case row.Kind() == reflect.Struct && k.field != nil:
+			out[i] = reflect.Indirect(row.FieldByIndex(k.field.StructField.Index))
+		case row.Kind() == reflect.Map:
+			if v := row.MapIndex(reflect.ValueOf(k.name)); v.IsValid() {
+				out[i] = reflect.Indirect(reflect.ValueOf(v.Interface()))
+			}
+		}
+	}
+	return out
+}
+
+// compareKeys orders two rows' ORDER BY values: negative when a comes
+// first.
+func compareKeys(a, b []reflect.Value, keys []orderKey) int {
+	for i, k := range keys {
+		if c := compare(a[i], b[i]); c != 0 {
+			if k.desc {
+				return -c
+			}
+			return c
+		}
+	}
+	return 0
 }
