@@ -25,11 +25,11 @@ type pageMerger struct {
 	keep int           // LIMIT+OFFSET; negative: every row
 	rows reflect.Value // a slice of the destination's type
 	unit []int         // the unit of each row in rows
-	kv   [][]reflect.Value
 	// kv holds each row's ORDER BY values, read once per row: with a
 	// LIMIT the page stays sorted and each unit's rows are merged into
 	// it in one pass, instead of sorting the page again by reflection
 	// for every unit.
+	kv [][]reflect.Value
 }
 
 func newPageMerger(sliceTyp reflect.Type, keys []orderKey, keep int) *pageMerger {
