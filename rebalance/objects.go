@@ -3,6 +3,7 @@ package rebalance
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -45,6 +46,7 @@ type item struct {
 	why    string
 	parent string // key of the object that creates this one with itself, if any
 	late   bool   // created after the copy (keys, indexes, foreign keys, triggers; see stripTarget)
+	reset  bool   // ddl also brings a differing copy to this one (privileges)
 }
 
 func (it *item) key() string { return objKey(it.obj) }
@@ -137,6 +139,38 @@ JOIN pg_class t ON t.oid = g.tgrelid
 JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE n.nspname = $1 AND NOT g.tgisinternal
 ORDER BY g.oid`
+	// Privileges on the schema and its relations, columns and functions
+	// that grant something to a role other than the object's owner (the
+	// owner's own entry differs between servers whose objects have
+	// different owners, and goes with ownership): one row per grant, and
+	// one row with no grantee for an object whose ACL grants nothing
+	// beyond its owner (a function with EXECUTE revoked from PUBLIC).
+	// Objects with the default ACL (NULL) have no rows.
+	sqlInvPrivileges = `SELECT o.kind, o.name, o.col, o.args, coalesce(e.grantee = 0, false), coalesce(r.rolname::text, ''),
+       coalesce(e.privilege_type, ''), coalesce(e.is_grantable, false)
+FROM (
+    SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                WHEN 'f' THEN 'foreign table' ELSE 'table' END AS kind,
+           c.relname::text AS name, '' AS col, '' AS args, c.relowner AS owner, c.relacl AS acl, c.oid AS ord
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND c.relacl IS NOT NULL
+    UNION ALL
+    SELECT 'column', c.relname::text, a.attname::text, '', c.relowner, a.attacl, c.oid
+      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = $1 AND a.attnum > 0 AND NOT a.attisdropped AND a.attacl IS NOT NULL
+    UNION ALL
+    SELECT CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END, p.proname::text, '',
+           pg_get_function_identity_arguments(p.oid), p.proowner, p.proacl, p.oid
+      FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+     WHERE n.nspname = $1 AND p.proacl IS NOT NULL AND p.prokind IN ('f', 'p')
+    UNION ALL
+    SELECT 'schema', n.nspname::text, '', '', n.nspowner, n.nspacl, 0 FROM pg_namespace n
+     WHERE n.nspname = $1 AND n.nspacl IS NOT NULL
+) o
+LEFT JOIN LATERAL aclexplode(o.acl) e ON e.grantee <> o.owner
+LEFT JOIN pg_roles r ON r.oid = e.grantee
+ORDER BY o.ord, o.col, 6, 7`
+
 	// Kinds of objects a move does not carry, by name.
 	sqlInvOthers = `SELECT 'type', t.typname::text, '' FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
     WHERE n.nspname = $1 AND t.typrelid = 0 AND t.typcategory <> 'A'
@@ -426,6 +460,10 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 		return nil, err
 	}
 
+	if err := inventoryPrivileges(q, inv); err != nil {
+		return nil, err
+	}
+
 	var okind, oname, otable string
 	if err := q(sqlInvOthers, []any{&okind, &oname, &otable}, func() {
 		inv.add(&item{obj: SchemaObject{Kind: okind, Name: oname, Table: otable}, def: okind,
@@ -441,6 +479,13 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 type schemaDiff struct {
 	missing []*item      // on the source only; each carried unless why is set
 	differ  []difference // present on both with different definitions, or on the target only
+	reset   []difference // present on both, differing, and brought to the source's by its ddl (privileges)
+	resets  []*item      // the source's items of reset
+}
+
+// toCreate is what a carry runs: the missing items and the resets.
+func (d schemaDiff) toCreate() []*item {
+	return append(append([]*item(nil), d.missing...), d.resets...)
 }
 
 // difference is an object whose definition differs between two copies of
@@ -479,7 +524,12 @@ func diffInventories(src, tgt *inventory) schemaDiff {
 			continue
 		}
 		if s.def != t.def {
-			d.differ = append(d.differ, difference{Object: s.obj, Source: s.def, Target: t.def})
+			df := difference{Object: s.obj, Source: s.def, Target: t.def}
+			if s.reset && s.why == "" {
+				d.reset, d.resets = append(d.reset, df), append(d.resets, s)
+				continue
+			}
+			d.differ = append(d.differ, df)
 		}
 	}
 	for _, k := range tgt.order {
@@ -567,7 +617,7 @@ func carry(ctx context.Context, srcInv *inventory, src, tgt *pgxpool.Pool, schem
 		if err != nil {
 			return err
 		}
-		create, refused := carriable(diffInventories(srcInv, tgtInv).missing, late)
+		create, refused := carriable(diffInventories(srcInv, tgtInv).toCreate(), late)
 		if len(refused) > 0 {
 			return fmt.Errorf("%w: %s", ErrCannotCarry, objectList(refused, nil))
 		}
@@ -606,7 +656,7 @@ func sameObjects(ctx context.Context, srcInv *inventory, src, tgt *pgxpool.Pool,
 	for _, it := range d.missing {
 		diffs = append(diffs, it.obj.String()+" is on the source only")
 	}
-	for _, df := range d.differ {
+	for _, df := range append(d.differ, d.reset...) {
 		diffs = append(diffs, df.String())
 	}
 	if len(diffs) > 0 {
@@ -642,4 +692,94 @@ func objectList(items []*item, errs []error) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// grantKey is one object whose privileges an inventory records.
+type grantKey struct{ kind, name, col, args string }
+
+// inventoryPrivileges adds to inv one item per object whose ACL grants
+// something beyond its owner's defaults (sqlInvPrivileges): its grants to
+// other roles as the definition, and as DDL the statements that give a
+// copy of the object exactly those grants (REVOKE ALL FROM PUBLIC, then
+// one GRANT per grantee and grant option), run when the target lacks
+// them or has others. The grants of shardkit's write barrier are the
+// mover's own. A grantee that does not exist on the target fails the
+// GRANT, which the preflight's rehearsal reports with the role's name.
+func inventoryPrivileges(q func(string, []any, func()) error, inv *inventory) error {
+	var kind, name, col, args, grantee, priv string
+	var public, grantable bool
+	var order []grantKey
+	grants := map[grantKey]map[string][]string{} // grantee → privileges ("" key: none); a grantable one ends in *
+	if err := q(sqlInvPrivileges, []any{&kind, &name, &col, &args, &public, &grantee, &priv, &grantable}, func() {
+		if name == barrierName && (kind == "function" || kind == "procedure") {
+			return
+		}
+		k := grantKey{kind, name, col, args}
+		g, ok := grants[k]
+		if !ok {
+			g = map[string][]string{}
+			grants[k] = g
+			order = append(order, k)
+		}
+		if priv == "" {
+			return // nothing granted beyond the owner
+		}
+		who := ident(grantee)
+		if public {
+			who = "PUBLIC"
+		}
+		if grantable {
+			priv += "*"
+		}
+		g[who] = append(g[who], priv)
+	}); err != nil {
+		return err
+	}
+	for _, k := range order {
+		var on, what string // the object in GRANT … ON on, and the privilege list's column suffix
+		obj := SchemaObject{Kind: "privileges on " + k.kind, Name: k.name}
+		switch k.kind {
+		case "schema":
+			on = "SCHEMA " + ident(inv.schema)
+		case "column":
+			on, what = "TABLE "+ident(inv.schema, k.name), " ("+ident(k.col)+")"
+			obj.Name, obj.Table = k.col, k.name
+		case "sequence":
+			on = "SEQUENCE " + ident(inv.schema, k.name)
+		case "function", "procedure":
+			on = strings.ToUpper(k.kind) + " " + ident(inv.schema, k.name) + "(" + k.args + ")"
+			obj.Name = k.name + "(" + k.args + ")"
+		default: // tables, views and the kinds a move refuses anyway
+			on = "TABLE " + ident(inv.schema, k.name)
+		}
+		var defs []string
+		stmts := []string{"REVOKE ALL" + what + " ON " + on + " FROM PUBLIC"}
+		g := grants[k]
+		who := make([]string, 0, len(g))
+		for w := range g {
+			who = append(who, w)
+		}
+		slices.Sort(who)
+		for _, w := range who {
+			privs := g[w]
+			slices.Sort(privs)
+			defs = append(defs, w+"="+strings.Join(privs, ","))
+			var plain, withOption []string
+			for _, p := range privs {
+				if base, ok := strings.CutSuffix(p, "*"); ok {
+					withOption = append(withOption, base+what)
+				} else {
+					plain = append(plain, p+what)
+				}
+			}
+			if len(plain) > 0 {
+				stmts = append(stmts, "GRANT "+strings.Join(plain, ", ")+" ON "+on+" TO "+w)
+			}
+			if len(withOption) > 0 {
+				stmts = append(stmts, "GRANT "+strings.Join(withOption, ", ")+" ON "+on+" TO "+w+" WITH GRANT OPTION")
+			}
+		}
+		inv.add(&item{obj: obj, def: strings.Join(defs, " "), ddl: strings.Join(stmts, ";\n"), reset: true})
+	}
+	return nil
 }

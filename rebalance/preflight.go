@@ -316,7 +316,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 	}
 	d := diffInventories(srcInv, ref)
 	reported := map[string]bool{}
-	create, refused := carriable(d.missing, true)
+	create, refused := carriable(d.toCreate(), true)
 	for _, it := range refused {
 		reported[it.key()] = true
 		r.fail(CheckObjects, r.Source, it.obj.String()+" in "+r.Schema, it.why, ErrCannotCarry)
@@ -345,7 +345,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 			r.fail(CheckObjects, r.Target, it.obj.String()+" in "+r.Schema, "not created by the carry", ErrCannotCarry)
 		}
 	}
-	for _, df := range d.differ {
+	for _, df := range append(d.differ, d.reset...) {
 		if !reported[objKey(df.Object)] {
 			r.fail(CheckObjects, r.Target, df.Object.String()+" in "+r.Schema, "the carried copy differs: "+df.String(), ErrCannotCarry)
 		}

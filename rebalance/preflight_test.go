@@ -10,6 +10,8 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/router"
 )
@@ -41,7 +43,28 @@ CREATE FUNCTION shard_0000.touch() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN NEW.touched := now(); RETURN NEW; END $$;
 CREATE TRIGGER notes_touch BEFORE UPDATE ON shard_0000.notes FOR EACH ROW EXECUTE FUNCTION shard_0000.touch();
 INSERT INTO shard_0000.tags (tag) SELECT 'tag' || g FROM generate_series(1, 50) g;
+GRANT USAGE ON SCHEMA shard_0000 TO shardkit_reader;
+GRANT SELECT ON shard_0000.photos, shard_0000.notes, shard_0000.photo_notes TO shardkit_reader;
+GRANT UPDATE (body) ON shard_0000.notes TO shardkit_reader;
+GRANT USAGE ON SEQUENCE shard_0000.ticket_seq TO shardkit_reader WITH GRANT OPTION;
+REVOKE EXECUTE ON FUNCTION shard_0000.note_count(bigint) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION shard_0000.note_count(bigint) TO shardkit_reader;
 `
+
+// readerRole makes the role extraSQL grants to, on the servers named (all
+// of them by default): roles belong to a cluster, not to a database.
+func readerRole(t *testing.T, e *env, role string, servers ...int) {
+	t.Helper()
+	if len(servers) == 0 {
+		for i := range e.servers {
+			servers = append(servers, i)
+		}
+	}
+	for _, i := range servers {
+		pgtest.Exec(t, e.servers[i].DSN, `DO $$ BEGIN CREATE ROLE `+ident(role)+` NOLOGIN;
+			EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL; END $$`)
+	}
+}
 
 // TestMoveCarriesObjectsMadeOutsideShardSQL moves a shard whose schema
 // holds objects made by raw SQL, with rows written to the extra table
@@ -52,6 +75,7 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4) // shards 0,1 on s0
 	seedPhotos(t, e, 0, 500)
+	readerRole(t, e, "shardkit_reader")
 	pgtest.Exec(t, e.servers[0].DSN, extraSQL)
 	pgtest.Exec(t, e.servers[0].DSN, `INSERT INTO shard_0000.notes (photo_id, body) SELECT id, 'seed' FROM shard_0000.photos`)
 	mv := e.mover(t, Config{})
@@ -67,7 +91,9 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	for _, want := range []string{"table notes", "table tags", "sequence ticket_seq", "sequence notes_id_seq",
 		"index notes_photo on notes", "index photos_caption on photos", "column rating on photos",
 		"view photo_notes", "function note_count(pid bigint)", "function touch()", "trigger notes_touch on notes",
-		"constraint notes_photo_id_fkey on notes"} {
+		"constraint notes_photo_id_fkey on notes", "privileges on schema shard_0000", "privileges on table photos",
+		"privileges on view photo_notes", "privileges on column body on notes", "privileges on sequence ticket_seq",
+		"privileges on function note_count(pid bigint)"} {
 		if !carried[want] {
 			t.Errorf("preflight does not list %q as carried; carried: %v", want, r.Carried)
 		}
@@ -193,6 +219,7 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	if err := tgt.QueryRow(ctx, `UPDATE shard_0000.notes SET body = 'x' WHERE id = $1 RETURNING touched IS NOT NULL`, id).Scan(&touched); err != nil || !touched {
 		t.Errorf("trigger notes_touch on the target: touched %v, err %v", touched, err)
 	}
+	checkReaderPrivileges(t, tgt)
 	// A second move while this one is open: refused by its first check only.
 	_, err = mv.Move(ctx, 0, "s0", MoveOptions{})
 	var pe *PreflightError
@@ -359,6 +386,7 @@ func TestOfflineMoveCarriesObjects(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4)
 	seedPhotos(t, e, 0, 300)
+	readerRole(t, e, "shardkit_reader")
 	pgtest.Exec(t, e.servers[0].DSN, extraSQL)
 	pgtest.Exec(t, e.servers[0].DSN, `
 		CREATE FUNCTION shard_0000.stamp() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -387,5 +415,73 @@ func TestOfflineMoveCarriesObjects(t *testing.T) {
 	var viewSum int64
 	if err := e.pools["s1"].QueryRow(ctx, `SELECT sum(notes) FROM shard_0000.photo_notes`).Scan(&viewSum); err != nil || viewSum != notes {
 		t.Errorf("view photo_notes on the target: %d, %v; want %d", viewSum, err, notes)
+	}
+	checkReaderPrivileges(t, e.pools["s1"])
+}
+
+// checkReaderPrivileges checks, on a moved shard 0, the grants extraSQL
+// made on the source: each there, nothing more (no INSERT, no EXECUTE for
+// PUBLIC, which the source revoked).
+func checkReaderPrivileges(t *testing.T, db *pgxpool.Pool) {
+	t.Helper()
+	checks := []struct {
+		sql  string
+		want bool
+	}{
+		{`has_schema_privilege('shardkit_reader', 'shard_0000', 'USAGE')`, true},
+		{`has_table_privilege('shardkit_reader', 'shard_0000.photos', 'SELECT')`, true},
+		{`has_table_privilege('shardkit_reader', 'shard_0000.photos', 'INSERT')`, false},
+		{`has_table_privilege('shardkit_reader', 'shard_0000.photo_notes', 'SELECT')`, true},
+		{`has_column_privilege('shardkit_reader', 'shard_0000.notes', 'body', 'UPDATE')`, true},
+		{`has_column_privilege('shardkit_reader', 'shard_0000.notes', 'photo_id', 'UPDATE')`, false},
+		{`has_sequence_privilege('shardkit_reader', 'shard_0000.ticket_seq', 'USAGE WITH GRANT OPTION')`, true},
+		{`has_function_privilege('shardkit_reader', 'shard_0000.note_count(bigint)', 'EXECUTE')`, true},
+		{`has_function_privilege('pg_monitor', 'shard_0000.note_count(bigint)', 'EXECUTE')`, false},
+	}
+	for _, c := range checks {
+		var got bool
+		if err := db.QueryRow(context.Background(), "SELECT "+c.sql).Scan(&got); err != nil {
+			t.Fatalf("%s: %v", c.sql, err)
+		}
+		if got != c.want {
+			t.Errorf("on the target, %s = %v, want %v", c.sql, got, c.want)
+		}
+	}
+}
+
+// TestPreflightRefusesAGrantToARoleTheTargetLacks: roles belong to a
+// cluster; a grant on the source to a role the target's cluster does not
+// have would be lost, so the preflight refuses, naming the role, and
+// nothing changes.
+func TestPreflightRefusesAGrantToARoleTheTargetLacks(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 2, 4) // shards 0,1 on s0
+	readerRole(t, e, "shardkit_source_only", 0)
+	pgtest.Exec(t, e.servers[0].DSN, `GRANT SELECT ON shard_0001.photos TO shardkit_source_only`)
+	mv := e.mover(t, Config{})
+	_, err := mv.Move(ctx, 1, "s1", MoveOptions{})
+	var pe *PreflightError
+	if !errors.As(err, &pe) || !errors.Is(err, ErrCannotCarry) {
+		t.Fatalf("move: err = %v, want a *PreflightError wrapping ErrCannotCarry", err)
+	}
+	for _, want := range []string{"privileges on table photos", `role "shardkit_source_only" does not exist`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+	if e.schemaOn(t, "s1", 1) {
+		t.Error("refused move left shard_0001 on the target")
+	}
+	if p := e.placement(t, 1); p.Server != "s0" || p.State != router.StateActive {
+		t.Errorf("shard 1 is %+v, want active on s0", p)
+	}
+	// With the role made there too, the move carries the grant.
+	readerRole(t, e, "shardkit_source_only", 1)
+	if _, err := mv.Move(ctx, 1, "s1", MoveOptions{}); err != nil {
+		t.Fatalf("move after making the role: %v", err)
+	}
+	var ok bool
+	if err := e.pools["s1"].QueryRow(ctx, `SELECT has_table_privilege('shardkit_source_only', 'shard_0001.photos', 'SELECT')`).Scan(&ok); err != nil || !ok {
+		t.Errorf("on the target, SELECT on photos for shardkit_source_only: %v (err %v)", ok, err)
 	}
 }
