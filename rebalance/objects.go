@@ -171,6 +171,30 @@ LEFT JOIN LATERAL aclexplode(o.acl) e ON e.grantee <> o.owner
 LEFT JOIN pg_roles r ON r.oid = e.grantee
 ORDER BY o.ord, o.col, 6, 7`
 
+	// Comments on the schema, its relations (indexes included), columns
+	// and functions, each with its text as a literal quoted by the server.
+	sqlInvComments = `SELECT o.kind, o.name, o.tbl, o.args, d.description, quote_literal(d.description)
+FROM pg_description d JOIN (
+    SELECT 'pg_class'::regclass AS cls, c.oid, 0 AS sub,
+           CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                WHEN 'i' THEN 'index' WHEN 'f' THEN 'foreign table' ELSE 'table' END AS kind,
+           c.relname::text AS name, coalesce(t.relname::text, '') AS tbl, '' AS args
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      LEFT JOIN pg_index x ON x.indexrelid = c.oid LEFT JOIN pg_class t ON t.oid = x.indrelid
+     WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'i', 'f')
+    UNION ALL
+    SELECT 'pg_class'::regclass, c.oid, a.attnum, 'column', a.attname::text, c.relname::text, ''
+      FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = $1 AND a.attnum > 0 AND NOT a.attisdropped AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+    UNION ALL
+    SELECT 'pg_proc'::regclass, p.oid, 0, CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END,
+           p.proname::text, '', pg_get_function_identity_arguments(p.oid)
+      FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.prokind IN ('f', 'p')
+    UNION ALL
+    SELECT 'pg_namespace'::regclass, n.oid, 0, 'schema', n.nspname::text, '', '' FROM pg_namespace n WHERE n.nspname = $1
+) o ON d.classoid = o.cls AND d.objoid = o.oid AND d.objsubid = o.sub
+ORDER BY o.oid, o.sub`
+
 	// Kinds of objects a move does not carry, by name.
 	sqlInvOthers = `SELECT 'type', t.typname::text, '' FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
     WHERE n.nspname = $1 AND t.typrelid = 0 AND t.typcategory <> 'A'
@@ -461,6 +485,31 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 	}
 
 	if err := inventoryPrivileges(q, inv); err != nil {
+		return nil, err
+	}
+
+	// Comments: set (or replaced) by COMMENT ON; an index's after the
+	// copy, with the index.
+	var descr, literal string
+	if err := q(sqlInvComments, []any{&kind, &name, &table, &args, &descr, &literal}, func() {
+		if name == barrierName && (kind == "function" || kind == "procedure") {
+			return
+		}
+		obj := SchemaObject{Kind: "comment on " + kind, Name: name, Table: table}
+		var on string
+		switch kind {
+		case "schema":
+			on = "SCHEMA " + ident(schema)
+		case "column":
+			on = "COLUMN " + ident(schema, table, name)
+		case "function", "procedure":
+			on = strings.ToUpper(kind) + " " + ident(schema, name) + "(" + args + ")"
+			obj.Name = name + "(" + args + ")"
+		default:
+			on = strings.ToUpper(kind) + " " + tbl(name)
+		}
+		inv.add(&item{obj: obj, def: descr, ddl: "COMMENT ON " + on + " IS " + literal, late: kind == "index", reset: true})
+	}); err != nil {
 		return nil, err
 	}
 

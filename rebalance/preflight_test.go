@@ -49,6 +49,11 @@ GRANT UPDATE (body) ON shard_0000.notes TO shardkit_reader;
 GRANT USAGE ON SEQUENCE shard_0000.ticket_seq TO shardkit_reader WITH GRANT OPTION;
 REVOKE EXECUTE ON FUNCTION shard_0000.note_count(bigint) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION shard_0000.note_count(bigint) TO shardkit_reader;
+COMMENT ON SCHEMA shard_0000 IS 'user 0''s shard';
+COMMENT ON TABLE shard_0000.notes IS 'notes on photos';
+COMMENT ON COLUMN shard_0000.photos.caption IS 'what the user wrote';
+COMMENT ON INDEX shard_0000.notes_photo IS 'by photo';
+COMMENT ON FUNCTION shard_0000.note_count(bigint) IS 'how many notes';
 `
 
 // readerRole makes the role extraSQL grants to, on the servers named (all
@@ -93,7 +98,9 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 		"view photo_notes", "function note_count(pid bigint)", "function touch()", "trigger notes_touch on notes",
 		"constraint notes_photo_id_fkey on notes", "privileges on schema shard_0000", "privileges on table photos",
 		"privileges on view photo_notes", "privileges on column body on notes", "privileges on sequence ticket_seq",
-		"privileges on function note_count(pid bigint)"} {
+		"privileges on function note_count(pid bigint)", "comment on schema shard_0000", "comment on table notes",
+		"comment on column caption on photos", "comment on index notes_photo on notes",
+		"comment on function note_count(pid bigint)"} {
 		if !carried[want] {
 			t.Errorf("preflight does not list %q as carried; carried: %v", want, r.Carried)
 		}
@@ -421,7 +428,7 @@ func TestOfflineMoveCarriesObjects(t *testing.T) {
 
 // checkReaderPrivileges checks, on a moved shard 0, the grants extraSQL
 // made on the source: each there, nothing more (no INSERT, no EXECUTE for
-// PUBLIC, which the source revoked).
+// PUBLIC, which the source revoked); and its comments.
 func checkReaderPrivileges(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	checks := []struct {
@@ -437,10 +444,16 @@ func checkReaderPrivileges(t *testing.T, db *pgxpool.Pool) {
 		{`has_sequence_privilege('shardkit_reader', 'shard_0000.ticket_seq', 'USAGE WITH GRANT OPTION')`, true},
 		{`has_function_privilege('shardkit_reader', 'shard_0000.note_count(bigint)', 'EXECUTE')`, true},
 		{`has_function_privilege('pg_monitor', 'shard_0000.note_count(bigint)', 'EXECUTE')`, false},
+		{`obj_description('shard_0000'::regnamespace, 'pg_namespace') = 'user 0''s shard'`, true},
+		{`obj_description('shard_0000.notes'::regclass, 'pg_class') = 'notes on photos'`, true},
+		{`col_description('shard_0000.photos'::regclass, (SELECT attnum FROM pg_attribute
+			WHERE attrelid = 'shard_0000.photos'::regclass AND attname = 'caption')) = 'what the user wrote'`, true},
+		{`obj_description('shard_0000.notes_photo'::regclass, 'pg_class') = 'by photo'`, true},
+		{`obj_description('shard_0000.note_count(bigint)'::regprocedure, 'pg_proc') = 'how many notes'`, true},
 	}
 	for _, c := range checks {
 		var got bool
-		if err := db.QueryRow(context.Background(), "SELECT "+c.sql).Scan(&got); err != nil {
+		if err := db.QueryRow(context.Background(), "SELECT coalesce("+c.sql+", false)").Scan(&got); err != nil {
 			t.Fatalf("%s: %v", c.sql, err)
 		}
 		if got != c.want {
