@@ -60,6 +60,24 @@ type inventory struct {
 	order  []string // keys in creation order (oid), for a stable apply order
 }
 
+// refused reports whether the inventory holds an object the move cannot
+// carry, by kind and name: its owner, grants and comments are not tried.
+func (inv *inventory) refused(kind, name string) bool {
+	it, ok := inv.items[objKey(SchemaObject{Kind: kind, Name: name})]
+	return ok && it.why != ""
+}
+
+// refusedRelation reports whether the relation named (any kind) is one
+// the move cannot carry.
+func (inv *inventory) refusedRelation(name string) bool {
+	for _, k := range []string{"table", "view", "materialized view", "foreign table"} {
+		if inv.refused(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
 func (inv *inventory) add(it *item) {
 	k := it.key()
 	if _, ok := inv.items[k]; !ok {
@@ -170,6 +188,26 @@ FROM (
 LEFT JOIN LATERAL aclexplode(o.acl) e ON e.grantee <> o.owner
 LEFT JOIN pg_roles r ON r.oid = e.grantee
 ORDER BY o.ord, o.col, 6, 7`
+
+	// Owners of the schema, its relations and functions; a sequence owned
+	// by a column and an index go with their table.
+	sqlInvOwners = `SELECT o.kind, o.name, o.args, r.rolname::text
+FROM (
+    SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                WHEN 'f' THEN 'foreign table' ELSE 'table' END AS kind,
+           c.relname::text AS name, '' AS args, c.relowner AS owner, c.oid AS ord
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+     WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
+       AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                       AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i'))
+    UNION ALL
+    SELECT CASE p.prokind WHEN 'p' THEN 'procedure' ELSE 'function' END, p.proname::text,
+           pg_get_function_identity_arguments(p.oid), p.proowner, p.oid
+      FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = $1 AND p.prokind IN ('f', 'p')
+    UNION ALL
+    SELECT 'schema', n.nspname::text, '', n.nspowner, 0 FROM pg_namespace n WHERE n.nspname = $1
+) o JOIN pg_roles r ON r.oid = o.owner
+ORDER BY o.ord`
 
 	// Comments on the schema, its relations (indexes included), columns
 	// and functions, each with its text as a literal quoted by the server.
@@ -488,6 +526,26 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 		return nil, err
 	}
 
+	// Owners: a carried object belongs to the role that creates it on the
+	// target until ALTER … OWNER TO gives it the source's owner (which
+	// needs the mover's role to be that role's member, or a superuser:
+	// the preflight's rehearsal names the role otherwise). After the
+	// grants: a change of owner carries the owner's own entry along.
+	var owner string
+	if err := q(sqlInvOwners, []any{&kind, &name, &args, &owner}, func() {
+		if name == barrierName && (kind == "function" || kind == "procedure") {
+			return
+		}
+		if inv.refused(kind, name) || inv.refused(kind, name+"("+args+")") {
+			return
+		}
+		on, objName := sqlObject(schema, kind, name, args)
+		obj := SchemaObject{Kind: "owner of " + kind, Name: objName}
+		inv.add(&item{obj: obj, def: owner, ddl: "ALTER " + on + " OWNER TO " + ident(owner), reset: true})
+	}); err != nil {
+		return nil, err
+	}
+
 	// Comments: set (or replaced) by COMMENT ON; an index's after the
 	// copy, with the index.
 	var descr, literal string
@@ -495,19 +553,14 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 		if name == barrierName && (kind == "function" || kind == "procedure") {
 			return
 		}
-		obj := SchemaObject{Kind: "comment on " + kind, Name: name, Table: table}
-		var on string
-		switch kind {
-		case "schema":
-			on = "SCHEMA " + ident(schema)
-		case "column":
-			on = "COLUMN " + ident(schema, table, name)
-		case "function", "procedure":
-			on = strings.ToUpper(kind) + " " + ident(schema, name) + "(" + args + ")"
-			obj.Name = name + "(" + args + ")"
-		default:
-			on = strings.ToUpper(kind) + " " + tbl(name)
+		if inv.refused(kind, name) || inv.refused(kind, name+"("+args+")") || kind == "column" && inv.refusedRelation(table) {
+			return
 		}
+		on, objName := sqlObject(schema, kind, name, args)
+		if kind == "column" {
+			on = "COLUMN " + ident(schema, table, name)
+		}
+		obj := SchemaObject{Kind: "comment on " + kind, Name: objName, Table: table}
 		inv.add(&item{obj: obj, def: descr, ddl: "COMMENT ON " + on + " IS " + literal, late: kind == "index", reset: true})
 	}); err != nil {
 		return nil, err
@@ -763,6 +816,9 @@ func inventoryPrivileges(q func(string, []any, func()) error, inv *inventory) er
 		if name == barrierName && (kind == "function" || kind == "procedure") {
 			return
 		}
+		if inv.refused(kind, name) || inv.refused(kind, name+"("+args+")") || kind == "column" && inv.refusedRelation(name) {
+			return
+		}
 		k := grantKey{kind, name, col, args}
 		g, ok := grants[k]
 		if !ok {
@@ -785,21 +841,16 @@ func inventoryPrivileges(q func(string, []any, func()) error, inv *inventory) er
 		return err
 	}
 	for _, k := range order {
-		var on, what string // the object in GRANT … ON on, and the privilege list's column suffix
-		obj := SchemaObject{Kind: "privileges on " + k.kind, Name: k.name}
+		// The object in GRANT … ON on, and the privilege list's column suffix.
+		on, objName := sqlObject(inv.schema, k.kind, k.name, k.args)
+		what := ""
+		obj := SchemaObject{Kind: "privileges on " + k.kind, Name: objName}
 		switch k.kind {
-		case "schema":
-			on = "SCHEMA " + ident(inv.schema)
 		case "column":
 			on, what = "TABLE "+ident(inv.schema, k.name), " ("+ident(k.col)+")"
 			obj.Name, obj.Table = k.col, k.name
-		case "sequence":
-			on = "SEQUENCE " + ident(inv.schema, k.name)
-		case "function", "procedure":
-			on = strings.ToUpper(k.kind) + " " + ident(inv.schema, k.name) + "(" + k.args + ")"
-			obj.Name = k.name + "(" + k.args + ")"
-		default: // tables, views and the kinds a move refuses anyway
-			on = "TABLE " + ident(inv.schema, k.name)
+		case "view", "materialized view", "foreign table":
+			on = "TABLE " + ident(inv.schema, k.name) // GRANT names every relation TABLE
 		}
 		var defs []string
 		stmts := []string{"REVOKE ALL" + what + " ON " + on + " FROM PUBLIC"}
@@ -831,4 +882,18 @@ func inventoryPrivileges(q func(string, []any, func()) error, inv *inventory) er
 		inv.add(&item{obj: obj, def: strings.Join(defs, " "), ddl: strings.Join(stmts, ";\n"), reset: true})
 	}
 	return nil
+}
+
+// sqlObject names an object of schema as ALTER, COMMENT ON and GRANT … ON
+// do, given its kind as the inventory names it ("table", "view",
+// "sequence", "function", "procedure", "schema", …), and returns its
+// inventory name (a function's with its argument types).
+func sqlObject(schema, kind, name, args string) (on, invName string) {
+	switch kind {
+	case "schema":
+		return "SCHEMA " + ident(schema), name
+	case "function", "procedure":
+		return strings.ToUpper(kind) + " " + ident(schema, name) + "(" + args + ")", name + "(" + args + ")"
+	}
+	return strings.ToUpper(kind) + " " + ident(schema, name), name
 }

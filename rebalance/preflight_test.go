@@ -54,6 +54,8 @@ COMMENT ON TABLE shard_0000.notes IS 'notes on photos';
 COMMENT ON COLUMN shard_0000.photos.caption IS 'what the user wrote';
 COMMENT ON INDEX shard_0000.notes_photo IS 'by photo';
 COMMENT ON FUNCTION shard_0000.note_count(bigint) IS 'how many notes';
+ALTER TABLE shard_0000.notes OWNER TO shardkit_owner;
+ALTER FUNCTION shard_0000.note_count(bigint) OWNER TO shardkit_owner;
 `
 
 // readerRole makes the role extraSQL grants to, on the servers named (all
@@ -81,6 +83,7 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	e := newEnv(t, 2, 2, 4) // shards 0,1 on s0
 	seedPhotos(t, e, 0, 500)
 	readerRole(t, e, "shardkit_reader")
+	readerRole(t, e, "shardkit_owner")
 	pgtest.Exec(t, e.servers[0].DSN, extraSQL)
 	pgtest.Exec(t, e.servers[0].DSN, `INSERT INTO shard_0000.notes (photo_id, body) SELECT id, 'seed' FROM shard_0000.photos`)
 	mv := e.mover(t, Config{})
@@ -100,7 +103,7 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 		"privileges on view photo_notes", "privileges on column body on notes", "privileges on sequence ticket_seq",
 		"privileges on function note_count(pid bigint)", "comment on schema shard_0000", "comment on table notes",
 		"comment on column caption on photos", "comment on index notes_photo on notes",
-		"comment on function note_count(pid bigint)"} {
+		"comment on function note_count(pid bigint)", "owner of table notes", "owner of function note_count(pid bigint)"} {
 		if !carried[want] {
 			t.Errorf("preflight does not list %q as carried; carried: %v", want, r.Carried)
 		}
@@ -394,6 +397,7 @@ func TestOfflineMoveCarriesObjects(t *testing.T) {
 	e := newEnv(t, 2, 2, 4)
 	seedPhotos(t, e, 0, 300)
 	readerRole(t, e, "shardkit_reader")
+	readerRole(t, e, "shardkit_owner")
 	pgtest.Exec(t, e.servers[0].DSN, extraSQL)
 	pgtest.Exec(t, e.servers[0].DSN, `
 		CREATE FUNCTION shard_0000.stamp() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -428,7 +432,7 @@ func TestOfflineMoveCarriesObjects(t *testing.T) {
 
 // checkReaderPrivileges checks, on a moved shard 0, the grants extraSQL
 // made on the source: each there, nothing more (no INSERT, no EXECUTE for
-// PUBLIC, which the source revoked); and its comments.
+// PUBLIC, which the source revoked); its comments; and its owners.
 func checkReaderPrivileges(t *testing.T, db *pgxpool.Pool) {
 	t.Helper()
 	checks := []struct {
@@ -450,6 +454,10 @@ func checkReaderPrivileges(t *testing.T, db *pgxpool.Pool) {
 			WHERE attrelid = 'shard_0000.photos'::regclass AND attname = 'caption')) = 'what the user wrote'`, true},
 		{`obj_description('shard_0000.notes_photo'::regclass, 'pg_class') = 'by photo'`, true},
 		{`obj_description('shard_0000.note_count(bigint)'::regprocedure, 'pg_proc') = 'how many notes'`, true},
+		{`(SELECT tableowner = 'shardkit_owner' FROM pg_tables WHERE schemaname = 'shard_0000' AND tablename = 'notes')`, true},
+		{`(SELECT sequenceowner = 'shardkit_owner' FROM pg_sequences WHERE schemaname = 'shard_0000' AND sequencename = 'notes_id_seq')`, true},
+		{`(SELECT proowner::regrole::text = 'shardkit_owner' FROM pg_proc WHERE oid = 'shard_0000.note_count(bigint)'::regprocedure)`, true},
+		{`(SELECT tableowner <> 'shardkit_owner' FROM pg_tables WHERE schemaname = 'shard_0000' AND tablename = 'photos')`, true},
 	}
 	for _, c := range checks {
 		var got bool
