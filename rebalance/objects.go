@@ -46,7 +46,7 @@ type item struct {
 	why    string
 	parent string // key of the object that creates this one with itself, if any
 	late   bool   // created after the copy (keys, indexes, foreign keys, triggers; see stripTarget)
-	reset  bool   // ddl also brings a differing copy to this one (privileges)
+	reset  bool   // ddl also brings a differing copy to this one (owners, grants, comments)
 }
 
 func (it *item) key() string { return objKey(it.obj) }
@@ -61,21 +61,30 @@ type inventory struct {
 }
 
 // refused reports whether the inventory holds an object the move cannot
-// carry, by kind and name: its owner, grants and comments are not tried.
+// carry, by kind and inventory name.
 func (inv *inventory) refused(kind, name string) bool {
 	it, ok := inv.items[objKey(SchemaObject{Kind: kind, Name: name})]
 	return ok && it.why != ""
 }
 
-// refusedRelation reports whether the relation named (any kind) is one
-// the move cannot carry.
-func (inv *inventory) refusedRelation(name string) bool {
-	for _, k := range []string{"table", "view", "materialized view", "foreign table"} {
-		if inv.refused(k, name) {
-			return true
+// leavesAttributes reports whether the owner, grants and comments of an
+// object (by kind and inventory name; a column's by its relation) are not
+// the inventory's to carry: those of shardkit's write barrier, the
+// mover's own, and of an object the move refuses, which its refusal
+// already names.
+func (inv *inventory) leavesAttributes(kind, name, relation string) bool {
+	if kind == "column" {
+		for _, k := range []string{"table", "view", "materialized view", "foreign table"} {
+			if inv.refused(k, relation) {
+				return true
+			}
 		}
+		return false
 	}
-	return false
+	if (kind == "function" || kind == "procedure") && strings.HasPrefix(name, barrierName+"(") {
+		return true
+	}
+	return inv.refused(kind, name)
 }
 
 func (inv *inventory) add(it *item) {
@@ -157,6 +166,10 @@ JOIN pg_class t ON t.oid = g.tgrelid
 JOIN pg_namespace n ON n.oid = t.relnamespace
 WHERE n.nspname = $1 AND NOT g.tgisinternal
 ORDER BY g.oid`
+	// sqlRelKind names a pg_class row c's kind as the inventory does.
+	sqlRelKind = `CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
+                WHEN 'i' THEN 'index' WHEN 'f' THEN 'foreign table' ELSE 'table' END`
+
 	// Privileges on the schema and its relations, columns and functions
 	// that grant something to a role other than the object's owner (the
 	// owner's own entry differs between servers whose objects have
@@ -167,8 +180,7 @@ ORDER BY g.oid`
 	sqlInvPrivileges = `SELECT o.kind, o.name, o.col, o.args, coalesce(e.grantee = 0, false), coalesce(r.rolname::text, ''),
        coalesce(e.privilege_type, ''), coalesce(e.is_grantable, false)
 FROM (
-    SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
-                WHEN 'f' THEN 'foreign table' ELSE 'table' END AS kind,
+    SELECT ` + sqlRelKind + ` AS kind,
            c.relname::text AS name, '' AS col, '' AS args, c.relowner AS owner, c.relacl AS acl, c.oid AS ord
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
      WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f') AND c.relacl IS NOT NULL
@@ -193,8 +205,7 @@ ORDER BY o.ord, o.col, 6, 7`
 	// by a column and an index go with their table.
 	sqlInvOwners = `SELECT o.kind, o.name, o.args, r.rolname::text
 FROM (
-    SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
-                WHEN 'f' THEN 'foreign table' ELSE 'table' END AS kind,
+    SELECT ` + sqlRelKind + ` AS kind,
            c.relname::text AS name, '' AS args, c.relowner AS owner, c.oid AS ord
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
      WHERE n.nspname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'S', 'f')
@@ -214,8 +225,7 @@ ORDER BY o.ord`
 	sqlInvComments = `SELECT o.kind, o.name, o.tbl, o.args, d.description, quote_literal(d.description)
 FROM pg_description d JOIN (
     SELECT 'pg_class'::regclass AS cls, c.oid, 0 AS sub,
-           CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' WHEN 'm' THEN 'materialized view'
-                WHEN 'i' THEN 'index' WHEN 'f' THEN 'foreign table' ELSE 'table' END AS kind,
+           ` + sqlRelKind + ` AS kind,
            c.relname::text AS name, coalesce(t.relname::text, '') AS tbl, '' AS args
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
       LEFT JOIN pg_index x ON x.indexrelid = c.oid LEFT JOIN pg_class t ON t.oid = x.indrelid
@@ -533,13 +543,10 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 	// grants: a change of owner carries the owner's own entry along.
 	var owner string
 	if err := q(sqlInvOwners, []any{&kind, &name, &args, &owner}, func() {
-		if name == barrierName && (kind == "function" || kind == "procedure") {
-			return
-		}
-		if inv.refused(kind, name) || inv.refused(kind, name+"("+args+")") {
-			return
-		}
 		on, objName := sqlObject(schema, kind, name, args)
+		if inv.leavesAttributes(kind, objName, "") {
+			return
+		}
 		obj := SchemaObject{Kind: "owner of " + kind, Name: objName}
 		inv.add(&item{obj: obj, def: owner, ddl: "ALTER " + on + " OWNER TO " + ident(owner), reset: true})
 	}); err != nil {
@@ -550,13 +557,10 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 	// copy, with the index.
 	var descr, literal string
 	if err := q(sqlInvComments, []any{&kind, &name, &table, &args, &descr, &literal}, func() {
-		if name == barrierName && (kind == "function" || kind == "procedure") {
-			return
-		}
-		if inv.refused(kind, name) || inv.refused(kind, name+"("+args+")") || kind == "column" && inv.refusedRelation(table) {
-			return
-		}
 		on, objName := sqlObject(schema, kind, name, args)
+		if inv.leavesAttributes(kind, objName, table) {
+			return
+		}
 		if kind == "column" {
 			on = "COLUMN " + ident(schema, table, name)
 		}
@@ -581,13 +585,33 @@ func inventoryIn(ctx context.Context, tx pgx.Tx, schema string) (*inventory, err
 type schemaDiff struct {
 	missing []*item      // on the source only; each carried unless why is set
 	differ  []difference // present on both with different definitions, or on the target only
-	reset   []difference // present on both, differing, and brought to the source's by its ddl (privileges)
-	resets  []*item      // the source's items of reset
+	reset   []staleCopy  // present on both, differing, and brought to the source's by its ddl
+}
+
+// staleCopy is an owner, grants or comment that differ on the target, and
+// the source's item, whose ddl resets them.
+type staleCopy struct {
+	difference
+	src *item
 }
 
 // toCreate is what a carry runs: the missing items and the resets.
 func (d schemaDiff) toCreate() []*item {
-	return append(append([]*item(nil), d.missing...), d.resets...)
+	out := append([]*item(nil), d.missing...)
+	for _, r := range d.reset {
+		out = append(out, r.src)
+	}
+	return out
+}
+
+// differences are the differences beyond the missing objects, the
+// stale copies included.
+func (d schemaDiff) differences() []difference {
+	out := append([]difference(nil), d.differ...)
+	for _, r := range d.reset {
+		out = append(out, r.difference)
+	}
+	return out
 }
 
 // difference is an object whose definition differs between two copies of
@@ -628,7 +652,7 @@ func diffInventories(src, tgt *inventory) schemaDiff {
 		if s.def != t.def {
 			df := difference{Object: s.obj, Source: s.def, Target: t.def}
 			if s.reset && s.why == "" {
-				d.reset, d.resets = append(d.reset, df), append(d.resets, s)
+				d.reset = append(d.reset, staleCopy{df, s})
 				continue
 			}
 			d.differ = append(d.differ, df)
@@ -758,7 +782,7 @@ func sameObjects(ctx context.Context, srcInv *inventory, src, tgt *pgxpool.Pool,
 	for _, it := range d.missing {
 		diffs = append(diffs, it.obj.String()+" is on the source only")
 	}
-	for _, df := range append(d.differ, d.reset...) {
+	for _, df := range d.differences() {
 		diffs = append(diffs, df.String())
 	}
 	if len(diffs) > 0 {
@@ -804,19 +828,16 @@ type grantKey struct{ kind, name, col, args string }
 // other roles as the definition, and as DDL the statements that give a
 // copy of the object exactly those grants (REVOKE ALL FROM PUBLIC, then
 // one GRANT per grantee and grant option), run when the target lacks
-// them or has others. The grants of shardkit's write barrier are the
-// mover's own. A grantee that does not exist on the target fails the
-// GRANT, which the preflight's rehearsal reports with the role's name.
+// them or has others (not for the objects leavesAttributes leaves). A
+// grantee that does not exist on the target fails the GRANT, which the
+// preflight's rehearsal reports with the role's name.
 func inventoryPrivileges(q func(string, []any, func()) error, inv *inventory) error {
 	var kind, name, col, args, grantee, priv string
 	var public, grantable bool
 	var order []grantKey
 	grants := map[grantKey]map[string][]string{} // grantee → privileges ("" key: none); a grantable one ends in *
 	if err := q(sqlInvPrivileges, []any{&kind, &name, &col, &args, &public, &grantee, &priv, &grantable}, func() {
-		if name == barrierName && (kind == "function" || kind == "procedure") {
-			return
-		}
-		if inv.refused(kind, name) || inv.refused(kind, name+"("+args+")") || kind == "column" && inv.refusedRelation(name) {
+		if _, objName := sqlObject(inv.schema, kind, name, args); inv.leavesAttributes(kind, objName, name) {
 			return
 		}
 		k := grantKey{kind, name, col, args}

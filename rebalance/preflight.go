@@ -345,7 +345,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 			r.fail(CheckObjects, r.Target, it.obj.String()+" in "+r.Schema, "not created by the carry", ErrCannotCarry)
 		}
 	}
-	for _, df := range append(d.differ, d.reset...) {
+	for _, df := range d.differences() {
 		if !reported[objKey(df.Object)] {
 			r.fail(CheckObjects, r.Target, df.Object.String()+" in "+r.Schema, "the carried copy differs: "+df.String(), ErrCannotCarry)
 		}

@@ -58,9 +58,10 @@ ALTER TABLE shard_0000.notes OWNER TO shardkit_owner;
 ALTER FUNCTION shard_0000.note_count(bigint) OWNER TO shardkit_owner;
 `
 
-// readerRole makes the role extraSQL grants to, on the servers named (all
-// of them by default): roles belong to a cluster, not to a database.
-func readerRole(t *testing.T, e *env, role string, servers ...int) {
+// makeRole makes a role extraSQL uses (a grantee, an owner) on the
+// servers named (all of them by default): roles belong to a cluster, not
+// to a database.
+func makeRole(t *testing.T, e *env, role string, servers ...int) {
 	t.Helper()
 	if len(servers) == 0 {
 		for i := range e.servers {
@@ -82,8 +83,8 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4) // shards 0,1 on s0
 	seedPhotos(t, e, 0, 500)
-	readerRole(t, e, "shardkit_reader")
-	readerRole(t, e, "shardkit_owner")
+	makeRole(t, e, "shardkit_reader")
+	makeRole(t, e, "shardkit_owner")
 	pgtest.Exec(t, e.servers[0].DSN, extraSQL)
 	pgtest.Exec(t, e.servers[0].DSN, `INSERT INTO shard_0000.notes (photo_id, body) SELECT id, 'seed' FROM shard_0000.photos`)
 	mv := e.mover(t, Config{})
@@ -396,8 +397,8 @@ func TestOfflineMoveCarriesObjects(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4)
 	seedPhotos(t, e, 0, 300)
-	readerRole(t, e, "shardkit_reader")
-	readerRole(t, e, "shardkit_owner")
+	makeRole(t, e, "shardkit_reader")
+	makeRole(t, e, "shardkit_owner")
 	pgtest.Exec(t, e.servers[0].DSN, extraSQL)
 	pgtest.Exec(t, e.servers[0].DSN, `
 		CREATE FUNCTION shard_0000.stamp() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -477,7 +478,7 @@ func checkReaderPrivileges(t *testing.T, db *pgxpool.Pool) {
 func TestPreflightRefusesAGrantToARoleTheTargetLacks(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 4) // shards 0,1 on s0
-	readerRole(t, e, "shardkit_source_only", 0)
+	makeRole(t, e, "shardkit_source_only", 0)
 	pgtest.Exec(t, e.servers[0].DSN, `GRANT SELECT ON shard_0001.photos TO shardkit_source_only`)
 	mv := e.mover(t, Config{})
 	_, err := mv.Move(ctx, 1, "s1", MoveOptions{})
@@ -497,7 +498,7 @@ func TestPreflightRefusesAGrantToARoleTheTargetLacks(t *testing.T) {
 		t.Errorf("shard 1 is %+v, want active on s0", p)
 	}
 	// With the role made there too, the move carries the grant.
-	readerRole(t, e, "shardkit_source_only", 1)
+	makeRole(t, e, "shardkit_source_only", 1)
 	if _, err := mv.Move(ctx, 1, "s1", MoveOptions{}); err != nil {
 		t.Fatalf("move after making the role: %v", err)
 	}
