@@ -33,6 +33,7 @@ import (
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
 	"github.com/shardkit/shardkit/examples/photos/store"
 	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
 )
 
 type options struct {
@@ -155,6 +156,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 
 	warm := readResources(start)
 	say("after the warm-up: %s", warm)
+	say("after the warm-up: %s", serverBackends(ctx, a))
 	snapBefore := a.Router.Snapshot()
 	before, err := a.Stats.Rows(ctx, snapBefore)
 	if err != nil {
@@ -172,6 +174,11 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	stopLoad()
 	res := <-loadDone
 	say("load stopped")
+	endBackends, err := readBackends(ctx, directDSNs(a.Router.Snapshot()))
+	if err != nil {
+		return err
+	}
+	say("at the end of the load: %s", endBackends)
 	if err := mv.finish(ctx, say); err != nil {
 		return err
 	}
@@ -195,9 +202,32 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return fmt.Errorf("%d requests failed", res.Errors)
 	}
 	if o.soak {
-		return leaked(idle, warm, end)
+		if err := leaked(idle, warm, end); err != nil {
+			return err
+		}
+		if endBackends.maxMB > backendLimitMB {
+			return fmt.Errorf("a server backend holds %.1f MB of private memory at the end of the load (more than %d MB)", endBackends.maxMB, backendLimitMB)
+		}
 	}
 	return nil
+}
+
+// serverBackends describes the servers' backends, or why they could not be read.
+func serverBackends(ctx context.Context, a *app.App) string {
+	b, err := readBackends(ctx, directDSNs(a.Router.Snapshot()))
+	if err != nil {
+		return "server backends unknown: " + err.Error()
+	}
+	return b.String()
+}
+
+// directDSNs maps each server of the map to a DSN that reaches it directly.
+func directDSNs(snap *router.Snapshot) map[string]string {
+	m := map[string]string{}
+	for _, s := range snap.Servers() {
+		m[s.Name] = s.DSN
+	}
+	return m
 }
 
 // provisionAdded registers a new server in the catalog (with no shards).
