@@ -92,8 +92,16 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 		p.warmUp(db.Statement.Context, snap)
 	}
 	p.root = &rootPool{ConnPool: db.ConnPool, p: p}
-	db.ConnPool = p.root
-	db.Statement.ConnPool = p.root
+	if ps, ok := db.ConnPool.(*gorm.PreparedStmtDB); ok {
+		// gorm.Config{PrepareStmt: true}: the plugin goes beneath GORM's
+		// statement manager, so db.ConnPool stays the *gorm.PreparedStmtDB
+		// that code written for plain GORM finds there.
+		p.root.ConnPool = ps.ConnPool
+		ps.ConnPool = p.root
+	} else {
+		db.ConnPool = p.root
+		db.Statement.ConnPool = p.root
+	}
 	return p.registerCallbacks(db)
 }
 

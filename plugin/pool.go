@@ -150,6 +150,11 @@ type rootPool struct {
 // Shard or ShardOfID scope: then the transaction begins on that shard's
 // server at once, with search_path set to the shard's schema.
 func (r *rootPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
+	// Plain GORM begins on the default connection at once, and so fails on
+	// a context that has ended; the plugin begins lazily, so it asks first.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	tx := &shardTx{p: r.p, ctx: ctx, opts: opts, base: r.ConnPool, shard: -1}
 	if s, ok := ctx.Value(pinKey{}).(scope); ok {
 		snap := r.p.router.Snapshot()

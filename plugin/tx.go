@@ -238,6 +238,17 @@ func (t *shardTx) QueryRowContext(ctx context.Context, query string, args ...any
 // a multi-shard write has parts on several servers; those commits are
 // not atomic together.
 func (t *shardTx) Commit() error {
+	if t.empty() {
+		// A transaction that ran nothing commits as in plain GORM: begun
+		// and committed on the default connection, so that a closed pool
+		// or an ended context still fails it.
+		if _, err := t.defTx(); err != nil {
+			t.mu.Lock()
+			t.done = true
+			t.mu.Unlock()
+			return err
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done {
@@ -263,6 +274,13 @@ func (t *shardTx) Commit() error {
 		}
 	}
 	return nil
+}
+
+// empty reports whether the transaction has begun on no connection yet.
+func (t *shardTx) empty() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.done && len(t.txs) == 0 && t.def == nil
 }
 
 // Rollback is part of gorm.TxCommitter.
