@@ -1,18 +1,30 @@
 #!/usr/bin/env bash
-# Makes sure PostgreSQL server binaries (initdb, pg_ctl) are installed; the
-# tests start their own throwaway clusters from them.
+# Makes sure PostgreSQL server binaries (initdb, pg_ctl) and PgBouncer are
+# installed; the tests start their own throwaway clusters from them, and run
+# the differential test a second time through PgBouncer in transaction mode.
 set -euo pipefail
-if [ -n "${SHARDKIT_PG_BIN:-}" ] && [ -x "$SHARDKIT_PG_BIN/initdb" ]; then exit 0; fi
-if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; then exit 0; fi
+have_pg() {
+  { [ -n "${SHARDKIT_PG_BIN:-}" ] && [ -x "$SHARDKIT_PG_BIN/initdb" ]; } ||
+    ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1
+}
+have_pgbouncer() {
+  { [ -n "${SHARDKIT_PGBOUNCER:-}" ] && [ -x "$SHARDKIT_PGBOUNCER" ]; } ||
+    [ -x /usr/sbin/pgbouncer ] || command -v pgbouncer >/dev/null 2>&1
+}
+missing=()
+have_pg || missing+=(postgresql)
+have_pgbouncer || missing+=(pgbouncer)
+[ ${#missing[@]} = 0 ] && exit 0
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-  echo "shardkit: PostgreSQL server binaries missing; installing the Debian package 'postgresql'" >&2
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+  echo "shardkit: installing the missing Debian package(s): ${missing[*]}" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   exit 0
 fi
 cat >&2 <<MSG
-shardkit: the tests need PostgreSQL 15+ server binaries (initdb, pg_ctl) and found none.
-  Debian/Ubuntu:  sudo apt-get install postgresql
-  macOS:          brew install postgresql@16
-  or set SHARDKIT_PG_BIN to the directory that holds initdb and pg_ctl.
+shardkit: the tests need PostgreSQL 15+ server binaries (initdb, pg_ctl) and PgBouncer; missing: ${missing[*]}.
+  Debian/Ubuntu:  sudo apt-get install ${missing[*]}
+  macOS:          brew install postgresql@16 pgbouncer
+  or set SHARDKIT_PG_BIN to the directory that holds initdb and pg_ctl,
+  and SHARDKIT_PGBOUNCER to the pgbouncer binary.
 MSG
 exit 1

@@ -1,0 +1,349 @@
+// Package pgbouncer starts a throwaway PgBouncer in front of a Postgres
+// server, for tests and the demo:
+//
+//	b, err := pgbouncer.Start(ctx, pgbouncer.Options{Port: cluster.Port})
+//	if err != nil { ... }
+//	defer b.Stop()
+//	dsn := b.DSN("mydb") // through the pooler, transaction pool mode
+//
+// Each PgBouncer gets its own temp directory, a free TCP port on
+// 127.0.0.1, pool_mode=transaction unless told otherwise, and an
+// auth_file listing the users it lets in. With no Users, only postgres is
+// listed and auth_type is trust, as internal/pglocal's clusters trust the
+// postgres user; with Users, auth_type is md5 and clients must give the
+// listed password (PgBouncer passes it on to the server, which trusts it).
+// When the caller is root, PgBouncer runs as the postgres OS user (it
+// refuses root).
+package pgbouncer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// ErrNoPgBouncer reports that no pgbouncer binary was found.
+var ErrNoPgBouncer = errors.New("pgbouncer: the pgbouncer binary was not found; " +
+	"install it (Debian/Ubuntu: apt-get install pgbouncer, or make postgres) or set SHARDKIT_PGBOUNCER to its path")
+
+// Options configure Start. Only Port is required.
+type Options struct {
+	// Host and Port are the Postgres server's address. Empty Host means
+	// 127.0.0.1.
+	Host string
+	Port int
+	// PoolMode is PgBouncer's pool_mode. Empty means transaction.
+	PoolMode string
+	// Users are the users PgBouncer lets in, with their passwords. Nil
+	// means postgres alone with trust authentication; otherwise clients
+	// authenticate with md5 against these passwords.
+	Users map[string]string
+	// Settings are extra [pgbouncer] lines (name → value), applied after
+	// the defaults (for example default_pool_size or
+	// ignore_startup_parameters).
+	Settings map[string]string
+}
+
+// Bouncer is one running PgBouncer.
+type Bouncer struct {
+	Port int
+	Dir  string // config, auth file and log
+	opts Options
+	cred *syscall.Credential
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	mu   sync.Mutex
+	stop bool
+}
+
+// Binary finds pgbouncer: $SHARDKIT_PGBOUNCER, else /usr/sbin/pgbouncer
+// (Debian's package), else pgbouncer on $PATH.
+func Binary() (string, error) {
+	if p := os.Getenv("SHARDKIT_PGBOUNCER"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("%w (SHARDKIT_PGBOUNCER=%s: %v)", ErrNoPgBouncer, p, err)
+		}
+		return p, nil
+	}
+	if _, err := os.Stat("/usr/sbin/pgbouncer"); err == nil {
+		return "/usr/sbin/pgbouncer", nil
+	}
+	if p, err := exec.LookPath("pgbouncer"); err == nil {
+		return p, nil
+	}
+	return "", ErrNoPgBouncer
+}
+
+// Start writes a configuration and starts PgBouncer, waiting until it
+// accepts connections. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*Bouncer, error) {
+	if opts.Port == 0 {
+		return nil, errors.New("pgbouncer: Options.Port (the Postgres server's port) is required")
+	}
+	if opts.Host == "" {
+		opts.Host = "127.0.0.1"
+	}
+	if opts.PoolMode == "" {
+		opts.PoolMode = "transaction"
+	}
+	bin, err := Binary()
+	if err != nil {
+		return nil, err
+	}
+	cred, err := runAs()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "shardkit-pgbouncer-")
+	if err != nil {
+		return nil, fmt.Errorf("pgbouncer: temp dir: %w", err)
+	}
+	b := &Bouncer{Dir: dir, opts: opts, cred: cred}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		if b.Port, err = freePort(); err != nil {
+			break
+		}
+		if lastErr = b.start(ctx, bin); lastErr == nil {
+			return b, nil
+		}
+		log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+		if !strings.Contains(string(log), "in use") {
+			break // only a port taken in between is worth another try
+		}
+	}
+	_ = os.RemoveAll(dir)
+	if lastErr == nil {
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+func (b *Bouncer) start(ctx context.Context, bin string) error {
+	if err := b.writeConfig(); err != nil {
+		return err
+	}
+	ini := filepath.Join(b.Dir, "pgbouncer.ini")
+	cmd := exec.Command(bin, ini)
+	if b.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: b.cred}
+		cmd.Dir = "/"
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("pgbouncer: start %s: %w", bin, err)
+	}
+	b.cmd, b.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(b.done) }()
+	// Ready when it accepts a TCP connection; gone if it exited.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", b.addr(), time.Second)
+		if err == nil {
+			_ = c.Close()
+			return nil
+		}
+		select {
+		case <-b.done:
+			log, _ := os.ReadFile(filepath.Join(b.Dir, "pgbouncer.log"))
+			return fmt.Errorf("pgbouncer: exited at start: %s", strings.TrimSpace(lastLines(string(log), 5)))
+		case <-ctx.Done():
+			b.kill()
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond): // poll: the condition is the port accepting
+		}
+		if time.Now().After(deadline) {
+			b.kill()
+			return fmt.Errorf("pgbouncer: not accepting connections on %s after 30s", b.addr())
+		}
+	}
+}
+
+func (b *Bouncer) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.Port)) }
+
+func (b *Bouncer) writeConfig() error {
+	auth := "trust"
+	users := b.opts.Users
+	if users == nil {
+		users = map[string]string{"postgres": ""}
+	} else {
+		auth = "md5"
+	}
+	conf := map[string]string{
+		"listen_addr":     "127.0.0.1",
+		"listen_port":     strconv.Itoa(b.Port),
+		"unix_socket_dir": "",
+		"auth_type":       auth,
+		"auth_file":       filepath.Join(b.Dir, "userlist.txt"),
+		"pool_mode":       b.opts.PoolMode,
+		"max_client_conn": "1000",
+		// Enough server connections per database and user for the tests'
+		// pools to run concurrently without queueing behind each other.
+		"default_pool_size":  "20",
+		"logfile":            filepath.Join(b.Dir, "pgbouncer.log"),
+		"pidfile":            filepath.Join(b.Dir, "pgbouncer.pid"),
+		"admin_users":        "postgres",
+		"log_connections":    "0",
+		"log_disconnections": "0",
+	}
+	for k, v := range b.opts.Settings {
+		conf[k] = v
+	}
+	keys := make([]string, 0, len(conf))
+	for k := range conf {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var s strings.Builder
+	// "*" is the fallback database: any database name the client asks
+	// for, on the upstream server under the same name.
+	fmt.Fprintf(&s, "[databases]\n* = host=%s port=%d\n\n[pgbouncer]\n", b.opts.Host, b.opts.Port)
+	for _, k := range keys {
+		fmt.Fprintf(&s, "%s = %s\n", k, conf[k])
+	}
+	if err := b.writeFile("pgbouncer.ini", s.String()); err != nil {
+		return err
+	}
+	return b.writeUsers(users)
+}
+
+func (b *Bouncer) writeUsers(users map[string]string) error {
+	names := make([]string, 0, len(users))
+	for u := range users {
+		names = append(names, u)
+	}
+	sort.Strings(names)
+	var s strings.Builder
+	for _, u := range names {
+		fmt.Fprintf(&s, "%q %q\n", u, users[u])
+	}
+	return b.writeFile("userlist.txt", s.String())
+}
+
+func (b *Bouncer) writeFile(name, content string) error {
+	if b.cred != nil {
+		if err := os.Chown(b.Dir, int(b.cred.Uid), int(b.cred.Gid)); err != nil {
+			return fmt.Errorf("pgbouncer: chown %s: %w", b.Dir, err)
+		}
+	}
+	path := filepath.Join(b.Dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("pgbouncer: write %s: %w", path, err)
+	}
+	if b.cred != nil {
+		if err := os.Chown(path, int(b.cred.Uid), int(b.cred.Gid)); err != nil {
+			return fmt.Errorf("pgbouncer: chown %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// DSN returns a connection URL for a database through the pooler, as the
+// postgres user (with its password when Options.Users lists one).
+func (b *Bouncer) DSN(db string) string {
+	return b.UserDSN("postgres", b.opts.Users["postgres"], db)
+}
+
+// UserDSN returns a connection URL for a database through the pooler as
+// the given user and password ("" for none).
+func (b *Bouncer) UserDSN(user, password, db string) string {
+	u := url.URL{Scheme: "postgres", Host: b.addr(), Path: "/" + db, RawQuery: "sslmode=disable"}
+	if password != "" {
+		u.User = url.UserPassword(user, password)
+	} else {
+		u.User = url.User(user)
+	}
+	return u.String()
+}
+
+// SetUsers rewrites the auth file with these users and passwords and
+// makes PgBouncer reload it (SIGHUP). The reload is asynchronous: wait
+// for the condition the change brings about.
+func (b *Bouncer) SetUsers(users map[string]string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stop {
+		return errors.New("pgbouncer: stopped")
+	}
+	b.opts.Users = users
+	if err := b.writeUsers(users); err != nil {
+		return err
+	}
+	return b.cmd.Process.Signal(syscall.SIGHUP)
+}
+
+// Log returns PgBouncer's log so far, for a failing test's report.
+func (b *Bouncer) Log() string {
+	log, _ := os.ReadFile(filepath.Join(b.Dir, "pgbouncer.log"))
+	return string(log)
+}
+
+// Stop ends PgBouncer (immediate shutdown: its clients are throwaway) and
+// removes its directory. It is safe to call twice.
+func (b *Bouncer) Stop() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stop {
+		return
+	}
+	b.stop = true
+	b.kill()
+	_ = os.RemoveAll(b.Dir)
+}
+
+func (b *Bouncer) kill() {
+	if b.cmd == nil || b.cmd.Process == nil {
+		return
+	}
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-b.done
+	}
+}
+
+// runAs returns the OS user to run PgBouncer as: nil (the current user)
+// unless we are root, then the postgres user.
+func runAs() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("pgbouncer: running as root, and PgBouncer refuses to run as root; "+
+			"create a postgres user (the Debian postgresql package does): %w", err)
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("pgbouncer: find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,120 @@
+package pgbouncer
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardkit/shardkit/internal/pglocal"
+)
+
+// start gives a test a cluster and, in front of it, a PgBouncer with opts.
+func start(t *testing.T, ctx context.Context, opts Options) (*pglocal.Cluster, *Bouncer) {
+	t.Helper()
+	if _, err := Binary(); err != nil {
+		t.Skip(err)
+	}
+	set, err := pglocal.Start(ctx, pglocal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Stop)
+	c := set.Clusters[0]
+	opts.Port = c.Port
+	b, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	return c, b
+}
+
+func TestTransactionPooling(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, b := start(t, ctx, Options{})
+	conn, err := pgx.Connect(ctx, b.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var mode string
+	// SHOW pool_mode is PgBouncer's own; through to Postgres it would fail.
+	admin, err := pgx.Connect(ctx, b.DSN("pgbouncer"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	rows, err := admin.Query(ctx, "SHOW CONFIG", pgx.QueryExecModeSimpleProtocol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		vals, err := rows.Values()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vals[0] == "pool_mode" {
+			mode = vals[1].(string)
+		}
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	if mode != "transaction" {
+		t.Fatalf("pool_mode = %q, want transaction", mode)
+	}
+	var one int
+	if err := conn.QueryRow(ctx, "SELECT 1", pgx.QueryExecModeCacheDescribe).Scan(&one); err != nil || one != 1 {
+		t.Fatalf("query through the pooler: %v %d", err, one)
+	}
+	// A startup parameter PgBouncer 1.18 does not know is refused.
+	cfg, err := pgx.ParseConfig(b.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.RuntimeParams["statement_timeout"] = "1000"
+	_, err = pgx.ConnectConfig(ctx, cfg)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Message, "unsupported startup parameter") {
+		t.Fatalf("statement_timeout at start: %v, want PgBouncer's refusal", err)
+	}
+}
+
+func TestPasswords(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, b := start(t, ctx, Options{Users: map[string]string{"postgres": "secret"}})
+	if conn, err := pgx.Connect(ctx, b.DSN("postgres")); err != nil {
+		t.Fatalf("right password: %v", err)
+	} else {
+		_ = conn.Close(ctx)
+	}
+	_, err := pgx.Connect(ctx, b.UserDSN("postgres", "wrong", "postgres"))
+	// PgBouncer 1.18 says so with SQLSTATE 08P01, not Postgres's 28P01.
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Message, "password authentication failed") {
+		t.Fatalf("wrong password: %v, want PgBouncer's refusal", err)
+	}
+	// A new password takes effect on reload.
+	if err := b.SetUsers(map[string]string{"postgres": "wrong"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, b.UserDSN("postgres", "wrong", "postgres"))
+		if err == nil {
+			_ = conn.Close(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("new password after reload: %v\n%s", err, b.Log())
+		}
+		time.Sleep(50 * time.Millisecond) // poll: the condition is the reload having happened
+	}
+}
