@@ -448,16 +448,7 @@ func compareVal(k vkind, a, b any, desc, nullsFirst bool) int {
 			c = x.cmp(y)
 		}
 	case vFloat:
-		x, y := a.(float64), b.(float64)
-		switch {
-		case math.IsNaN(x) && math.IsNaN(y):
-		case math.IsNaN(x): // NaN sorts above every number in Postgres
-			c = 1
-		case math.IsNaN(y):
-			c = -1
-		default:
-			c = cmp3(x < y, x > y)
-		}
+		c = compareFloat(a.(float64), b.(float64))
 	case vText:
 		c = strings.Compare(fmt.Sprint(a), fmt.Sprint(b))
 	case vBytes:

@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -598,7 +599,7 @@ func compare(a, b reflect.Value) int {
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return cmp3(a.Uint() < b.Uint(), a.Uint() > b.Uint())
 	case reflect.Float32, reflect.Float64:
-		return cmp3(a.Float() < b.Float(), a.Float() > b.Float())
+		return compareFloat(a.Float(), b.Float())
 	case reflect.String:
 		return strings.Compare(a.String(), b.String())
 	case reflect.Bool:
@@ -610,6 +611,20 @@ func compare(a, b reflect.Value) int {
 		}
 	}
 	return 0
+}
+
+// compareFloat orders floats as Postgres orders float4 and float8: NaN
+// equals NaN and sorts above every number, +Inf included.
+func compareFloat(x, y float64) int {
+	switch xn, yn := math.IsNaN(x), math.IsNaN(y); {
+	case xn && yn:
+		return 0
+	case xn:
+		return 1
+	case yn:
+		return -1
+	}
+	return cmp3(x < y, x > y)
 }
 
 func cmp3(less, more bool) int {
