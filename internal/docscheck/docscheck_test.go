@@ -293,3 +293,76 @@ func compile(t *testing.T, src string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// sample is benchmark output in Go's format, as a figure's command writes it.
+const sample = `loadavg: 0.42
+goos: linux
+goarch: amd64
+pkg: github.com/shardkit/shardkit/idgen
+cpu: Test CPU
+BenchmarkNextOneShard-2   	   22932	     58000 ns/op	      12 B/op	       0 allocs/op
+BenchmarkNextOneShard-2   	   22900	     62500 ns/op	      11 B/op	       0 allocs/op
+BenchmarkFillOneShard/slots=1-2   	      18	  63967697 ns/op	        16.01 ids/ms	     62468 ns/id
+BenchmarkFillOneShard/slots=20-2  	     369	   3250474 ns/op	       315.0 ids/ms	      3174 ns/id
+BenchmarkFillOneShard/slots=20-2  	     368	   3247661 ns/op	       315.3 ids/ms	      3172 ns/id
+PASS
+`
+
+func TestFigureRender(t *testing.T) {
+	res, err := ParseResults(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fig Figure
+	for _, f := range Figures {
+		if f.Name == "ids-one-shard" {
+			fig = f
+		}
+	}
+	got, err := fig.Render(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "```sh\n" + fig.Command + "\n```\n\n" +
+		"| path | IDs per ms for one shard |\n|---|---|\n" +
+		"| `Next`, one ID per call (own slot) | 16.0–17.2 |\n" +
+		"| `Fill` of 1024 IDs, `BulkSlots: 1` (own slot only) | 16.0 |\n" +
+		"| `Fill` of 1024 IDs, default (20 slots) | 315 |\n" +
+		"\nTaken by `make figures`: 2 runs on Test CPU, linux/amd64, GOMAXPROCS 2, load average 0.42 at the start.\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestFiguresMatchResults fails when a maintained table of the performance
+// page differs from what its kept result file renders: such a table was
+// edited by hand, or make figures was not run to the end.
+func TestFiguresMatchResults(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join(root, "docs", "performance.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fig := range Figures {
+		have, ok := Between(string(page), fig.Name)
+		if !ok {
+			t.Errorf("docs/performance.md has no markers for figure %s", fig.Name)
+			continue
+		}
+		f, err := os.Open(filepath.Join(root, "docs", "figures", fig.Name+".txt"))
+		if err != nil {
+			continue // not measured by make figures yet: the page's text stands
+		}
+		res, err := ParseResults(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fig.Render(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have != want {
+			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/docscheck/figures to render the kept results", fig.Name, fig.Name)
+		}
+	}
+}
