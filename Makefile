@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./...
 RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/...
 
-.PHONY: test test-short vet lint bench fuzz demo reliability generate postgres tools
+.PHONY: test test-short vet lint bench fuzz demo reliability generate postgres tools figures
 
 ## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
 # Both stages always run: a failure in the first must not hide what -race finds.
@@ -27,6 +27,11 @@ lint:
 ## bench: Go benchmarks, ratios against plain GORM on the same database
 bench: postgres
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 20m $(PKGS)
+
+## figures: run the benchmarks behind docs/performance.md's maintained tables, keep their
+## output in docs/figures/, and rewrite those tables (run it on a quiet machine)
+figures:
+	$(GO) run ./internal/docscheck/figures -run
 
 ## fuzz: a short fuzzing run of every fuzz target
 fuzz:

@@ -45,3 +45,52 @@ func ExampleGenerator() {
 	fmt.Println(p.Shard, p.Slot)
 	// Output: 1341 1
 }
+
+// ShardOf reads only the shard bits: what a router needs to send a read by
+// ID to its shard.
+func ExampleLayout_ShardOf() {
+	l := idgen.DefaultLayout()
+	shard, err := l.ShardOf(3236157012032419020)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(shard)
+	// Output: 1341
+}
+
+// NextN issues a run of IDs for one shard, as a batch insert of one
+// user's rows needs.
+func ExampleGenerator_NextN() {
+	ctx := context.Background()
+	g, stop, err := idgen.Start(ctx, idgen.DefaultLayout(), idgen.StaticLeaser{Slot: 1}, idgen.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer stop()
+	ids, err := g.NextN(ctx, 42, 100)
+	if err != nil {
+		panic(err)
+	}
+	first, _ := g.Layout().Decode(ids[0])
+	fmt.Println(len(ids), first.Shard)
+	// Output: 100 42
+}
+
+// Fill fills a slice with IDs of one shard; for bulk work on one shard a
+// generator made by Start leases extra slots as the work runs ahead of the
+// clock.
+func ExampleGenerator_Fill() {
+	ctx := context.Background()
+	g, stop, err := idgen.Start(ctx, idgen.DefaultLayout(), idgen.StaticLeaser{Slot: 1}, idgen.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer stop()
+	ids := make([]int64, 1000)
+	if err := g.Fill(ctx, 7, ids); err != nil {
+		panic(err)
+	}
+	shard, _ := g.Layout().ShardOf(ids[999])
+	fmt.Println(shard)
+	// Output: 7
+}

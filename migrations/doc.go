@@ -1,6 +1,8 @@
 // Package migrations provisions shardkit's shard servers and evolves the
 // tables of every logical shard.
 //
+// # Per-shard SQL
+//
 // An application keeps its per-shard tables as versioned SQL files,
 // NNNN_name.sql (and optionally NNNN_name.indexes.sql for secondary
 // indexes), written with unqualified names:
@@ -17,14 +19,18 @@
 // server in shardkit.shard_migrations (schema, version, part): every run is
 // idempotent and an interrupted one resumes. The files are also recorded in
 // the catalog (shardkit.shard_sql); a file that changed after some schema
-// applied it is refused (ErrMigrationChanged; one that failed everywhere
-// may be fixed in place), and CatalogSQL returns them to tools that create a
+// applied it is refused ([ErrMigrationChanged]; one that failed everywhere
+// may be fixed in place), and [CatalogSQL] returns them to tools that create a
 // shard schema elsewhere (the shard mover). Versions are applied in order; a
 // new version numbered below one already applied is refused
-// (ErrMigrationOrder). Functions in application SQL should use BEGIN ATOMIC
+// ([ErrMigrationOrder]). Functions in application SQL should use BEGIN ATOMIC
 // bodies or their own SET search_path, since callers' search_paths differ.
 //
-// Provisioning from code:
+// # Provisioning and migrating
+//
+// [Provision] installs shardkit's objects on each server, registers the
+// servers in the catalog, and creates every shard schema; [Migrate] applies new
+// per-shard SQL files; [Status] reports what each server holds:
 //
 //	cat, _ := catalog.Open(ctx, catalogDSN)
 //	err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{
@@ -37,9 +43,9 @@
 //
 // # Objects on each shard server
 //
-// Schema shardkit (created once per server by EnsureServer, versioned in
+// Schema shardkit (created once per server by [EnsureServer], versioned in
 // shardkit.server_migrations) holds server_layout (the catalog's ID layout,
-// checked on every run: ErrLayoutMismatch), shard_migrations, and
+// checked on every run: [ErrLayoutMismatch]), shard_migrations, and
 // shardkit.next_id(shard int, seq regclass), the in-database ID generator.
 // Each shard schema holds the sequence id_seq and a wrapper next_id() that
 // calls shardkit.next_id with the shard's number and sequence.
@@ -60,19 +66,17 @@
 // calls nextval and setval), besides their table privileges.
 //
 // Provisioning is batched (25 schemas per transaction) with one worker per
-// server: 2000 shards × 3 tables (+3 secondary indexes) on 4 local pglocal
-// clusters take about 8–12 s on a 2-core machine
-// (go test ./migrations -run TestProvision2000ShardsOn4Servers -v).
-// Status reads estimated rows (pg_class.reltuples / n_live_tup) and
+// server; its figures are on docs/performance.md in the repository.
+// [Status] reads estimated rows (pg_class.reltuples / n_live_tup) and
 // pg_total_relation_size, never count(*).
 //
 // # For the shard mover
 //
-// ApplyShard(ctx, db, layout, shard, sqlFS, ApplyOptions{DeferIndexes: true})
+// [ApplyShard](ctx, db, layout, shard, sqlFS, ApplyOptions{DeferIndexes: true})
 // creates a target schema (sequence, next_id(), tables without the
-// .indexes.sql parts); ApplyIndexes adds the deferred indexes after the
-// copy; DropShard drops a schema and forgets its records. The value to
-// carry from source to target is id_seq's last_value (SequenceName), which
+// .indexes.sql parts); [ApplyIndexes] adds the deferred indexes after the
+// copy; [DropShard] drops a schema and forgets its records. The value to
+// carry from source to target is id_seq's last_value ([SequenceName]), which
 // is h, not an ID: setval(target, source_last_value + margin, true) keeps
-// target IDs above every source ID. CatalogSQL gives the files to apply.
+// target IDs above every source ID. [CatalogSQL] gives the files to apply.
 package migrations

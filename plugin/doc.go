@@ -1,44 +1,123 @@
-// Package plugin is shardkit's GORM plugin: it fills the 64-bit IDs of new
-// rows in Go before the insert and routes every statement on a sharded
+// Package plugin is shardkit's GORM plugin. It fills the 64-bit IDs of new
+// rows in Go before the insert, and routes every statement on a sharded
 // table to its logical shard's schema (shard_NNNN) on the physical server
-// the shard map places it on, or refuses it with a typed error.
+// the shard map places it on — or refuses it with a typed error. It never
+// sends a statement on a sharded table to the default connection.
 //
-//	r, _ := router.New(ctx, catalog)          // the shard map; go r.Watch(ctx)
-//	ids, stop, _ := idgen.Start(ctx, r.Snapshot().Layout, leaser, idgen.Config{})
-//	defer stop()
-//	db, _ := gorm.Open(postgres.Open(defaultDSN), &gorm.Config{})
+// # Getting started
+//
+// Tag each sharded model's shard field, then [Register] the models with a
+// router and an ID source, and install the plugin with db.Use:
+//
 //	type Photo struct {
-//		ID     int64
-//		UserID int64 `shard:"key"` // shard = user_id mod 2000
+//		ID     int64 `gorm:"primaryKey;autoIncrement:false"`
+//		UserID int64 `shard:"key"` // logical shard = user_id mod 2000
 //	}
-//	_ = db.Use(plugin.Register(plugin.Config{Router: r, IDs: ids}, &Photo{}))
-//	db.Create(&Photo{UserID: 42})                  // ID filled, row in shard_0042
-//	db.Where("user_id = ?", 42).Find(&photos)      // shard of the key
-//	db.First(&photo, id)                           // shard from the ID's bits
-//	db.Clauses(plugin.Shard(42)).Transaction(fn)   // pinned to one shard
 //
-// A field tagged shard:"id" holds another sharded ID (a like's PhotoID):
-// the row lives in that ID's shard, next to the photo, so Preload and
-// Joins between them stay on one schema.
+//	rt, err := router.New(ctx, cat) // cat: a *catalog.Catalog
+//	go rt.Watch(ctx)                // shard-map changes apply live
+//	ids, stop, err := catalog.StartGenerator(ctx, cat, catalog.LeaserConfig{Holder: "photos-api"}, idgen.Config{})
+//	defer stop()
+//	p := plugin.Register(plugin.Config{Router: rt, IDs: ids}, &Photo{})
+//	if err := db.Use(p); err != nil { ... }
+//	defer p.Close()
 //
-// Routing reads the shard from, in order: a Shard/ShardOfID/AllShards
-// clause, the model value's primary key, and equality or IN conditions on
-// the primary key or the shard field (struct, map and "col = ?" / "col IN
-// ?" string conditions, AND-ed). Several shards fan out: creates are split
-// per shard, reads run per shard and merge (ORDER BY model columns and
-// LIMIT/OFFSET applied to the merged rows), counts add up. A read's
-// servers are queried at once, each server's shards one after another.
+//	db.Create(&Photo{UserID: 42})             // ID made in Go, row in shard_0042
+//	db.Where("user_id = ?", 42).Find(&photos) // routed by the shard key
+//	db.First(&photo, id)                      // shard decoded from the ID's bits
 //
-// Refused, never sent to the default connection: a statement with no shard
-// key, ID or scope (ErrMissingShardKey); raw SQL naming a sharded table
-// outside a shard-pinned transaction, and results that cannot be merged
-// across shards — Rows/Row/Scan, GROUP BY, DISTINCT, aggregates other
-// than a plain count, ORDER BY a non-column (ErrUnroutableSQL); a
-// statement for another shard inside a pinned transaction (ErrCrossShard);
-// a caller-given ID whose shard bits disagree with the row's key
-// (ErrIDShardMismatch).
-// Writes to a fenced shard wait up to Config.FenceWait (ErrShardFenced)
-// and go on as soon as the Router installs the unfenced map (run its Watch);
-// a write the old home refuses after a move is retried once on the new
-// home, or fails with ErrShardMoved inside a transaction.
+// [Register]'s example is the README's quickstart, run on real clusters by
+// the package's tests. Only [Config.Router] is required; with a nil
+// [Config.IDs], or when no ID slot is free, new rows take their key from
+// the column's DEFAULT next_id(), read back with RETURNING.
+//
+// # Shard tags
+//
+//   - shard:"key" marks the shard key: an integer maps to key mod shards,
+//     a string to [router.HashString](key) mod shards.
+//   - shard:"id" marks a field holding another sharded ID (a like's
+//     PhotoID): the row lives in that ID's shard, next to the photo, so
+//     Preload and Joins between them stay on one schema.
+//   - shard:"lookup" marks a column unique across all shards, by which
+//     statements are routed too (see Lookup columns below).
+//
+// # Routing
+//
+// Each statement gets one routing decision, computed before it runs: its
+// shards, the shard-map snapshot, and each shard's server. The shards come
+// from a [Shard], [ShardOfID] or [AllShards] clause, the model value's
+// primary key, and the WHERE conditions, read conservatively: equality
+// and IN on the primary key or the shard field (struct, map and string
+// conditions, Or, groups) name shards; AND intersects, OR unites; NOT,
+// expressions on the key, BETWEEN and sub-queries name nothing. A
+// statement whose conditions leave its shards open is refused with
+// [ErrMissingShardKey] unless scoped with [AllShards].
+//
+// A transaction is pinned to the shard of its first sharded statement, or
+// to the one [Shard] names; raw SQL inside it runs with the shard's schema
+// on its search_path. A statement for another shard inside it is
+// [ErrCrossShard]. [RoutedShard] and [Routed] say where a statement went.
+//
+// # Reads across shards
+//
+// Several shards fan out: creates are split per shard and server; reads
+// send one UNION ALL statement per server and batch of 100 of its shards,
+// to all servers at once, and merge the answers — ORDER BY, LIMIT and
+// OFFSET apply to the merged rows; counts add up; COUNT, SUM, MIN, MAX,
+// AVG, GROUP BY and DISTINCT are combined exactly, with Postgres's
+// arithmetic and types; RETURNING rows are collected from every shard.
+// A read scoped with [Partial] returns what the reachable servers hold
+// and lists the shards it could not read in a [PartialResult].
+//
+// # Refusals
+//
+// What the plugin cannot route or merge exactly is refused, never guessed
+// (test with errors.Is; most arrive in a [*ShardError] naming the table,
+// shard and server), and a refused statement changes nothing:
+//
+//   - [ErrMissingShardKey]: no shard key, ID or scope.
+//   - [ErrUnroutableSQL]: raw SQL naming a sharded table outside a pinned
+//     transaction; Row, Rows and Scan across shards; a merge that would not
+//     be exact (HAVING, count(DISTINCT …), aggregates of expressions, window
+//     functions, ORDER BY a column not selected); a Table() other than the
+//     model's.
+//   - [ErrShardKeyChange]: an update that would move rows to another shard.
+//   - [ErrIDShardMismatch]: a caller-given ID whose shard bits disagree
+//     with the row's key.
+//   - [ErrCrossShard]: another shard's statement in a pinned transaction.
+//   - [ErrDuplicateLookup], [ErrLookupUnroutable], [ErrLookupInTransaction],
+//     [ErrLookupWrite]: lookup columns (below).
+//
+// # Failures and moves
+//
+// A statement whose server cannot be reached fails with a [*ServerError]
+// ([ErrServerUnavailable]); the server is then taken as down for
+// [Config.ServerRetry] and comes back by itself. Writes to a shard fenced
+// for a move wait up to [Config.FenceWait] ([ErrShardFenced]) and go on as
+// soon as the Router installs the new map (run its Watch); a write the old
+// home refuses after a move is retried once on the new home, or fails with
+// [ErrShardMoved] inside a transaction.
+//
+// # Lookup columns
+//
+// A column tagged shard:"lookup" is unique across all shards, through a
+// lookup table per shard schema ([LookupTable] names it, [LookupShard]
+// says which shard holds a value's row), and an equality or IN on it routes
+// a statement to its rows' shards. A value another row holds is
+// [ErrDuplicateLookup].
+//
+// # Bulk import
+//
+// [CopyFrom] loads a slice of a sharded model with COPY, one part per
+// shard, several at once per server; on failure a [*CopyError] carries a
+// [CopyReport] saying which parts are committed.
+//
+// # Observability
+//
+// [Routed] and [Plugin.State] expose each statement's routing decision and the
+// servers' health; package [github.com/shardkit/shardkit/plugin/telemetry]
+// turns them into Prometheus metrics and OpenTelemetry spans.
+//
+// The manual, with the GORM compatibility table, is docs/plugin.md in the
+// repository.
 package plugin

@@ -1,0 +1,368 @@
+package docscheck
+
+import (
+	"bufio"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// root is the module's directory, relative to this package.
+const root = "../.."
+
+// pending lists pages written on other branches: a link to one may dangle
+// until it lands, and is checked like any other once the file exists.
+var pending = map[string]bool{
+	"docs/pooler.md": true, // deploying behind a connection pooler
+}
+
+// documents returns the Markdown files the test checks, relative to root.
+func documents(t *testing.T) []string {
+	t.Helper()
+	docs := []string{"README.md", "CONTRIBUTING.md", "CHANGELOG.md"}
+	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range more {
+		rel, _ := filepath.Rel(root, m)
+		docs = append(docs, filepath.ToSlash(rel))
+	}
+	return docs
+}
+
+// block is a fenced code block of a document.
+type block struct {
+	lang string
+	line int // line of the opening fence, 1-based
+	text []string
+}
+
+// document is a Markdown file split into its prose lines (code blocks
+// blanked) and its code blocks.
+type document struct {
+	prose  []string
+	blocks []block
+}
+
+var fenceRE = regexp.MustCompile("^\\s*(`{3,}|~{3,})\\s*([A-Za-z0-9_+-]*)")
+
+func parse(src string) document {
+	var d document
+	lines := strings.Split(src, "\n")
+	var open string // the fence that opened the current block
+	var cur *block
+	for i, l := range lines {
+		if open != "" {
+			if strings.HasPrefix(strings.TrimSpace(l), open) && strings.Trim(strings.TrimSpace(l), open[:1]) == "" {
+				d.blocks = append(d.blocks, *cur)
+				open, cur = "", nil
+			} else {
+				cur.text = append(cur.text, l)
+			}
+			d.prose = append(d.prose, "")
+			continue
+		}
+		if m := fenceRE.FindStringSubmatch(l); m != nil {
+			open = m[1]
+			cur = &block{lang: m[2], line: i + 1}
+			d.prose = append(d.prose, "")
+			continue
+		}
+		d.prose = append(d.prose, l)
+	}
+	return d
+}
+
+// anchors returns the fragment of every heading of a document, as GitHub
+// makes them: lower case, punctuation dropped, spaces to hyphens, and -1,
+// -2… after repeats.
+func anchors(d document) map[string]bool {
+	seen := map[string]int{}
+	out := map[string]bool{}
+	for _, l := range d.prose {
+		if !strings.HasPrefix(l, "#") {
+			continue
+		}
+		h := strings.TrimLeft(l, "#")
+		if h == "" || h[0] != ' ' {
+			continue
+		}
+		a := slug(strings.TrimSpace(h))
+		if n := seen[a]; n > 0 {
+			out[a+"-"+strconv.Itoa(n)] = true
+		} else {
+			out[a] = true
+		}
+		seen[a]++
+	}
+	return out
+}
+
+func slug(h string) string {
+	h = linkRE.ReplaceAllString(h, "$1") // [text](url) reads as text
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+var (
+	linkRE = regexp.MustCompile(`\[([^\]]*)\]\(([^)\s]+)\)`)
+	codeRE = regexp.MustCompile("`[^`]*`")
+)
+
+func TestLinksResolve(t *testing.T) {
+	parsed := map[string]document{}
+	load := func(rel string) (document, bool) {
+		if d, ok := parsed[rel]; ok {
+			return d, true
+		}
+		src, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			return document{}, false
+		}
+		d := parse(string(src))
+		parsed[rel] = d
+		return d, true
+	}
+	for _, name := range documents(t) {
+		d, ok := load(name)
+		if !ok {
+			t.Errorf("%s: cannot read it", name)
+			continue
+		}
+		for i, l := range d.prose {
+			l = codeRE.ReplaceAllString(l, "")
+			for _, m := range linkRE.FindAllStringSubmatch(l, -1) {
+				target := m[2]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				path, frag, _ := strings.Cut(target, "#")
+				rel := name
+				if path != "" {
+					rel = filepath.ToSlash(filepath.Join(filepath.Dir(name), path))
+				}
+				where := name + ":" + strconv.Itoa(i+1) + ": link " + target
+				if _, err := os.Stat(filepath.Join(root, rel)); err != nil {
+					if pending[rel] {
+						t.Logf("%s: %s is not here yet (pending)", where, rel)
+						continue
+					}
+					t.Errorf("%s: %s does not exist", where, rel)
+					continue
+				}
+				if frag == "" {
+					continue
+				}
+				if !strings.HasSuffix(rel, ".md") {
+					t.Errorf("%s: a #fragment on a file that is not Markdown", where)
+					continue
+				}
+				td, _ := load(rel)
+				if !anchors(td)[frag] {
+					t.Errorf("%s: %s has no heading #%s", where, rel, frag)
+				}
+			}
+		}
+	}
+}
+
+// testCode returns every _test.go file of the module as lines without
+// their indentation, so that a document's block matches an example's body
+// however deeply the body is indented.
+func testCode(t *testing.T) [][]string {
+	t.Helper()
+	var files [][]string
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() && p != root && (strings.HasPrefix(e.Name(), ".") || e.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if e.IsDir() || !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		var lines []string
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			lines = append(lines, strings.TrimSpace(sc.Text()))
+		}
+		files = append(files, lines)
+		return sc.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// contains reports whether want appears as consecutive lines of have.
+func contains(have, want []string) bool {
+	for i := 0; i+len(want) <= len(have); i++ {
+		ok := true
+		for j, w := range want {
+			if have[i+j] != w {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return true
+		}
+	}
+	return false
+}
+
+func TestGoBlocksCompile(t *testing.T) {
+	tests := testCode(t)
+	for _, name := range documents(t) {
+		src, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range parse(string(src)).blocks {
+			if b.lang != "go" {
+				continue
+			}
+			want := make([]string, len(b.text))
+			for i, l := range b.text {
+				want[i] = strings.TrimSpace(l)
+			}
+			found := false
+			for _, have := range tests {
+				if contains(have, want) {
+					found = true
+					break
+				}
+			}
+			if found {
+				continue
+			}
+			if len(want) > 0 && strings.HasPrefix(want[0], "package ") {
+				if out, err := compile(t, strings.Join(b.text, "\n")); err != nil {
+					t.Errorf("%s:%d: the go block does not compile:\n%s", name, b.line, out)
+				}
+				continue
+			}
+			t.Errorf("%s:%d: the go block is not the text of an example in a _test.go file, and is not a file that compiles on its own (add it to an Example and quote it verbatim)", name, b.line)
+		}
+	}
+}
+
+// compile builds src as a package of the module, through an overlay, so
+// that nothing is written into the module's directory.
+func compile(t *testing.T, src string) (string, error) {
+	t.Helper()
+	tmp := t.TempDir()
+	abs, err := filepath.Abs(filepath.Join(root, "internal", "docscheck", "snippet", "snippet.go"))
+	if err != nil {
+		return "", err
+	}
+	file := filepath.Join(tmp, "snippet.go")
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		return "", err
+	}
+	overlay, _ := json.Marshal(map[string]any{"Replace": map[string]string{abs: file}})
+	ov := filepath.Join(tmp, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "build", "-overlay", ov, "-o", os.DevNull, filepath.Dir(abs))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// sample is benchmark output in Go's format, as a figure's command writes it.
+const sample = `loadavg: 0.42
+goos: linux
+goarch: amd64
+pkg: github.com/shardkit/shardkit/idgen
+cpu: Test CPU
+BenchmarkNextOneShard-2   	   22932	     58000 ns/op	      12 B/op	       0 allocs/op
+BenchmarkNextOneShard-2   	   22900	     62500 ns/op	      11 B/op	       0 allocs/op
+BenchmarkFillOneShard/slots=1-2   	      18	  63967697 ns/op	        16.01 ids/ms	     62468 ns/id
+BenchmarkFillOneShard/slots=20-2  	     369	   3250474 ns/op	       315.0 ids/ms	      3174 ns/id
+BenchmarkFillOneShard/slots=20-2  	     368	   3247661 ns/op	       315.3 ids/ms	      3172 ns/id
+PASS
+`
+
+func TestFigureRender(t *testing.T) {
+	res, err := ParseResults(strings.NewReader(sample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fig Figure
+	for _, f := range Figures {
+		if f.Name == "ids-one-shard" {
+			fig = f
+		}
+	}
+	got, err := fig.Render(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "```sh\n" + fig.Command + "\n```\n\n" +
+		"| path | IDs per ms for one shard |\n|---|---|\n" +
+		"| `Next`, one ID per call (own slot) | 16.0–17.2 |\n" +
+		"| `Fill` of 1024 IDs, `BulkSlots: 1` (own slot only) | 16.0 |\n" +
+		"| `Fill` of 1024 IDs, default (20 slots) | 315 |\n" +
+		"\nTaken by `make figures`: 2 runs on Test CPU, linux/amd64, GOMAXPROCS 2, load average 0.42 at the start.\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestFiguresMatchResults fails when a maintained table of the performance
+// page differs from what its kept result file renders: such a table was
+// edited by hand, or make figures was not run to the end.
+func TestFiguresMatchResults(t *testing.T) {
+	page, err := os.ReadFile(filepath.Join(root, "docs", "performance.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fig := range Figures {
+		have, ok := Between(string(page), fig.Name)
+		if !ok {
+			t.Errorf("docs/performance.md has no markers for figure %s", fig.Name)
+			continue
+		}
+		f, err := os.Open(filepath.Join(root, "docs", "figures", fig.Name+".txt"))
+		if err != nil {
+			continue // not measured by make figures yet: the page's text stands
+		}
+		res, err := ParseResults(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := fig.Render(res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have != want {
+			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/docscheck/figures to render the kept results", fig.Name, fig.Name)
+		}
+	}
+}
