@@ -109,8 +109,8 @@ type Config struct {
 	// ends with Postgres's own error, and the plugin stops waiting one
 	// second later, with a *ServerError, for a server that does not
 	// answer at all (frozen, or cut off without a reset). A pooler that
-	// refuses the startup parameter (PgBouncer before 1.20 refuses those
-	// it does not know) gets connections without it, logged once: then
+	// refuses the startup parameter (PgBouncer refuses those it does not
+	// track) gets connections without it, logged once: then
 	// set statement_timeout on the server for the DSN's role or database
 	// (ALTER ROLE … SET statement_timeout), at most this value, so that
 	// slow statements end on the server before the plugin's deadline

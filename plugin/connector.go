@@ -91,8 +91,8 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 func (c *serverConnector) Driver() driver.Driver { return stdlib.GetDefaultDriver() }
 
 // Connect is part of driver.Connector. A pooler that refuses the
-// statement_timeout the plugin adds (PgBouncer before 1.20 refuses every
-// startup parameter it does not know) gets a connection without it, from
+// statement_timeout the plugin adds (PgBouncer refuses every startup
+// parameter it does not track) gets a connection without it, from
 // then on for this pool: the plugin's own deadline (Config.StatementTimeout
 // plus a second) still bounds each statement, and the role's or database's
 // statement_timeout bounds it on the server.
