@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"log/slog"
 	"time"
 
 	"gorm.io/plugin/dbresolver"
@@ -70,12 +71,24 @@ type Config struct {
 	// Nil means dbresolver.RandomPolicy. Reads go to the primary when the
 	// statement carries dbresolver.Write or a locking clause.
 	ReplicaPolicy dbresolver.Policy
-	// StatementCacheCapacity is the number of prepared statements each
-	// connection of the default OpenDB keeps (each logical shard has its
-	// own SQL text). Zero means DefaultStatementCacheCapacity; negative
-	// means no prepared statements (pgx cache_describe): less server
-	// memory, a parse and plan per query. A DSN that sets
-	// statement_cache_capacity or default_query_exec_mode wins.
+	// StatementCacheCapacity chooses how the default OpenDB runs
+	// statements. Zero (the default) means no named prepared statement
+	// on the servers: each statement is sent unnamed, parsed and planned
+	// by the server every time, in one round trip, with its result
+	// description cached in the client (pgx's cache_describe, up to
+	// DefaultDescriptionCacheCapacity per connection); database/sql's
+	// Prepare (GORM's PrepareStmt) creates nothing on the server either.
+	// That is safe behind a transaction pooler (PgBouncer in transaction
+	// mode), and costs the servers no memory per statement. A positive
+	// value opts in to named prepared statements, up to that many per
+	// connection (pgx's cache_statement): less server CPU per statement,
+	// but each cached statement holds server memory on its connection
+	// (each logical shard has its own SQL text), and it is safe only on
+	// direct connections or behind a pooler that tracks prepared
+	// statements (PgBouncer 1.21+ with max_prepared_statements, PgDog).
+	// DefaultStatementCacheCapacity is a size for that. Negative means
+	// the same as zero. A DSN that sets statement_cache_capacity or
+	// default_query_exec_mode wins.
 	StatementCacheCapacity int
 	// SkipTableCheck skips the start-up check that every registered
 	// model's table exists in each shard schema. False (the default)
@@ -91,11 +104,17 @@ type Config struct {
 	// negative means never take a server as down.
 	ServerRetry time.Duration
 	// StatementTimeout bounds each statement on a server: the default
-	// OpenDB sets the servers' statement_timeout to it (a DSN's
-	// statement_timeout wins), so a slow statement ends with Postgres's
-	// own error, and the plugin stops waiting one second later, with a
-	// *ServerError, for a server that does not answer at all (frozen,
-	// or cut off without a reset). Rows, Row and Exec of raw SQL are not
+	// OpenDB sets the servers' statement_timeout to it as a startup
+	// parameter (a DSN's statement_timeout wins), so a slow statement
+	// ends with Postgres's own error, and the plugin stops waiting one
+	// second later, with a *ServerError, for a server that does not
+	// answer at all (frozen, or cut off without a reset). A pooler that
+	// refuses the startup parameter (PgBouncer refuses those it does not
+	// track) gets connections without it, logged once: then
+	// set statement_timeout on the server for the DSN's role or database
+	// (ALTER ROLE … SET statement_timeout), at most this value, so that
+	// slow statements end on the server before the plugin's deadline
+	// takes the server as down. Rows, Row and Exec of raw SQL are not
 	// bounded by the plugin; give their context a deadline. Zero means
 	// DefaultStatementTimeout; negative means none.
 	StatementTimeout time.Duration
@@ -104,8 +123,16 @@ type Config struct {
 	// server's shards pays for it instead.
 	SkipWarmUp bool
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
-	// over pgx, as StatementCacheCapacity describes.
+	// over pgx, as StatementCacheCapacity, ConnectTimeout and
+	// StatementTimeout describe, with configuration refusals reported as
+	// a *ConfigError naming the server. With another OpenDB those fields
+	// are the function's business, and a connection that times out is
+	// not told apart from a caller who gave up: it does not take the
+	// server as down.
 	OpenDB func(dsn string) (*sql.DB, error)
+	// Logger receives the plugin's notices (a pooler refusing the
+	// statement_timeout startup parameter). Nil means slog.Default().
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -135,12 +162,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
-	}
-	if c.OpenDB == nil {
-		if c.StatementCacheCapacity == 0 {
-			c.StatementCacheCapacity = DefaultStatementCacheCapacity
-		}
-		c.OpenDB = openPgx(c.StatementCacheCapacity, c.ConnectTimeout, c.StatementTimeout)
 	}
 	return c
 }

@@ -17,6 +17,9 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
+	"gorm.io/plugin/dbresolver"
+
+	"github.com/shardkit/shardkit/internal/pgbouncer"
 )
 
 // The differential test: random GORM statements run through the plugin on
@@ -353,8 +356,25 @@ func diffCases() int {
 // failures grouped by class (operation and kind of failure), each with
 // the shrunk reproduction of its first case.
 func TestDifferential(t *testing.T) {
-	d := newDiffEnv(t)
-	n := diffCases()
+	runDifferential(t, newDiffEnv(t), diffCases())
+}
+
+// TestDifferentialPooled is TestDifferential with every shard server
+// behind a real PgBouncer in transaction pool mode, the plugin's default
+// configuration, GORM's PrepareStmt on and dbresolver registered beside
+// the plugin (the model's BeforeCreate hook runs on every Create), with
+// the same cases and pass criteria.
+func TestDifferentialPooled(t *testing.T) {
+	d := newDiffEnvWith(t, func(o *envOpts) {
+		o.appDSN = viaPooler(t, pgbouncer.Options{})
+		o.gorm = func(c *gorm.Config) { c.PrepareStmt = true }
+		o.beside = func(db *gorm.DB) error { return db.Use(dbresolver.Register(dbresolver.Config{})) }
+	})
+	runDifferential(t, d, diffCases())
+}
+
+// runDifferential runs n cases of the fixed-seed stream on d.
+func runDifferential(t *testing.T, d *diffEnv, n int) {
 	rng := rand.New(rand.NewPCG(*diffSeed, 0x5eed))
 	byClass := map[string][]*failure{}
 	perOp := map[dop]int{}

@@ -49,11 +49,19 @@ type diffEnv struct {
 	seedOrphanRows []string
 }
 
-func newDiffEnv(t testing.TB) *diffEnv {
+func newDiffEnv(t testing.TB) *diffEnv { return newDiffEnvWith(t, nil) }
+
+// newDiffEnvWith is newDiffEnv with the sharded side's environment
+// adjusted (its servers behind a pooler, other GORM settings).
+func newDiffEnvWith(t testing.TB, adjust func(*envOpts)) *diffEnv {
 	t.Helper()
 	ctx := context.Background()
 	d := &diffEnv{schemas: map[string][]string{}, home: map[string]string{}, stats: map[string]int{}}
-	d.e = newEnv(t, envOpts{shards: diffShards, models: []any{&Pin{}}, before: func(e *env) { createPins(t, e) }})
+	o := envOpts{shards: diffShards, models: []any{&Pin{}}, before: func(e *env) { createPins(t, e) }}
+	if adjust != nil {
+		adjust(&o)
+	}
+	d.e = newEnv(t, o)
 	snap := d.e.r.Snapshot()
 	d.layout = snap.Layout
 	for _, pl := range snap.Placements() {

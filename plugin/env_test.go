@@ -77,6 +77,16 @@ type envOpts struct {
 	four   bool                       // four servers (databases on the two clusters) instead of two
 	dsnOf  func(server string) string // a server's database, when not on the shared clusters ("" for those)
 	models []any                      // models registered besides the default ones
+	// appDSN gives the DSN the plugin connects to a server with (a
+	// pooler in front of it), from its direct DSN; "" or nil keeps the
+	// direct one. Provisioning and the tests' own checks use the direct
+	// DSN (env.dsn).
+	appDSN func(server, direct string) string
+	// gorm adjusts the gorm.Config of env.db (PrepareStmt, …).
+	gorm func(*gorm.Config)
+	// beside registers other plugins on env.db before the shardkit
+	// plugin (dbresolver, …).
+	beside func(*gorm.DB) error
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -113,6 +123,18 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.appDSN != nil {
+		// The catalog keeps one DSN per server for now, which the
+		// plugin uses: provisioned on the direct DSN, the server's row
+		// then names the pooler. When the catalog keeps an admin DSN
+		// beside it, provision with AdminDSN = direct, DSN = pooler
+		// instead of this UPDATE.
+		for _, name := range e.servers {
+			if app := o.appDSN(name, e.dsn[name]); app != "" {
+				pgtest.Exec(t, e.catDSN, `UPDATE shardkit.servers SET dsn = $2 WHERE name = $1`, name, app)
+			}
+		}
+	}
 	if o.before != nil {
 		o.before(e)
 	}
@@ -142,9 +164,18 @@ func newEnv(t testing.TB, o envOpts) *env {
 	}
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	e.defPool = &countingPool{DB: sqlDB}
-	e.db, err = gorm.Open(postgres.New(postgres.Config{Conn: e.defPool}), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	gcfg := &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}
+	if o.gorm != nil {
+		o.gorm(gcfg)
+	}
+	e.db, err = gorm.Open(postgres.New(postgres.Config{Conn: e.defPool}), gcfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.beside != nil {
+		if err := o.beside(e.db); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.p = Register(cfg, append([]any{&Photo{}, &Like{}, &Album{}, &Account{}}, o.models...)...)
 	if err := e.db.Use(e.p); err != nil {
@@ -284,6 +315,10 @@ type countingPool struct {
 	*sql.DB
 	calls atomic.Int64
 }
+
+// GetDBConn is part of gorm.GetDBConnector, which plugins such as
+// dbresolver need of the default connection; it is not a statement.
+func (c *countingPool) GetDBConn() (*sql.DB, error) { return c.DB, nil }
 
 func (c *countingPool) PrepareContext(ctx context.Context, q string) (*sql.Stmt, error) {
 	c.calls.Add(1)

@@ -45,6 +45,14 @@ var (
 	// multi-shard read may use plugin.Partial to get the other servers'
 	// rows.
 	ErrServerUnavailable = errors.New("physical server unavailable")
+	// ErrServerConfig reports a server, or the pooler in front of it,
+	// that refused a connection for a configuration reason: a startup
+	// parameter it does not support, a failed authentication, an unknown
+	// database or user, no privilege to connect. It arrives as a
+	// *ConfigError naming the server and the cause. The server is not
+	// taken as down: fix the server's DSN or the pooler's configuration,
+	// and the next statement uses it.
+	ErrServerConfig = errors.New("server refused the connection for a configuration reason")
 	// ErrNotInitialized reports a statement on a gorm.DB whose plugin
 	// failed to initialize: db.Use returned an error (wrapped here) that
 	// was not handled. Fix the cause and check db.Use's error.
@@ -74,3 +82,20 @@ func (e *ShardError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *ShardError) Unwrap() error { return e.Err }
+
+// ConfigError reports a connection to a physical server refused for a
+// configuration reason (see ErrServerConfig), which it matches with
+// errors.Is. Unlike a *ServerError it says nothing about the server being
+// reachable, and the server is not taken as down.
+type ConfigError struct {
+	Server string // the physical server
+	Err    error  // the driver's error: the server's or pooler's refusal
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("shardkit: server %s refused the connection: %v; %s (a configuration error: the server is not taken as down)",
+		e.Server, e.Err, configHint(e.Err))
+}
+
+// Unwrap returns ErrServerConfig and the driver's error.
+func (e *ConfigError) Unwrap() []error { return []error{ErrServerConfig, e.Err} }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,10 +61,28 @@ func knownDown(err error) bool {
 }
 
 // unavailable reports whether an error says the server could not be
-// reached or went away, as opposed to an error of the statement itself.
+// reached or went away, as opposed to an error of the statement itself,
+// a refusal for a configuration reason (configRefusal), or the end of the
+// caller's own context. The plugin's own deadline (bounded) and connect
+// timeout arrive as a *ServerError and a connectTimeoutError: a caller
+// who gave up, whether waiting for a pooled connection, a new one or an
+// answer, says nothing about the server.
 func unavailable(err error) bool {
-	if err == nil || errors.Is(err, ErrServerUnavailable) {
-		return err != nil
+	if err == nil {
+		return false
+	}
+	if errors.Is(err, ErrServerUnavailable) {
+		return true
+	}
+	if configRefusal(err) {
+		return false
+	}
+	var ct *connectTimeoutError
+	if errors.As(err, &ct) {
+		return true
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err) {
+		return false
 	}
 	var ce *pgconn.ConnectError
 	var ne net.Error
@@ -77,7 +96,88 @@ func unavailable(err error) bool {
 		errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
 		return true
 	}
-	return pgconn.Timeout(err) && !errors.Is(err, context.Canceled)
+	return false
+}
+
+// configRefusal reports whether an error is a server's or pooler's
+// refusal of a connection for a configuration reason: authentication
+// (class 28), an unknown database (3D000), no privilege to connect
+// (42501), a startup parameter the server does not know or whose value
+// it rejects (42704, 22023), or PgBouncer's refusals of these, which it
+// sends as 08P01 (a protocol violation) and which say what is wrong only
+// in their message. Codes other than 08P01 count only when connecting:
+// on a statement they are the statement's own errors.
+func configRefusal(err error) bool {
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return false
+	}
+	if pe.Code == "08P01" {
+		return poolerRefusal(pe.Message) != ""
+	}
+	var conn *pgconn.ConnectError
+	if !errors.As(err, &conn) {
+		return false
+	}
+	return strings.HasPrefix(pe.Code, "28") || slices.Contains([]string{"3D000", "42501", "42704", "22023"}, pe.Code)
+}
+
+// poolerRefusals are the messages of PgBouncer's configuration refusals,
+// each with what to do.
+var poolerRefusals = []struct{ msg, hint string }{
+	{"unsupported startup parameter", hintStartupParam},
+	{"authentication failed", hintAuth},
+	{"no such user", hintAuth},
+	{"no such database", hintDatabase},
+	{"does not exist", hintDatabase}, // PgBouncer passing on the server's 3D000 or 28000
+	{"permission denied", hintPrivilege},
+}
+
+const (
+	hintStartupParam = "remove that parameter from the server's DSN, or set it for the role or database (ALTER ROLE … SET) instead: a pooler passes on only the startup parameters it knows"
+	hintAuth         = "check the user and password in the server's DSN against the server's roles and pg_hba.conf, or the pooler's auth_file"
+	hintDatabase     = "check the database (and user) named in the server's DSN, and the pooler's [databases] section"
+	hintPrivilege    = "grant the DSN's user CONNECT on the database, or use a user that has it"
+	hintParam        = "fix or remove that parameter in the server's DSN"
+	hintOther        = "fix the server's DSN or the pooler's configuration"
+)
+
+// poolerRefusal returns the hint for a PgBouncer refusal message, "" when
+// the message is not a configuration refusal.
+func poolerRefusal(msg string) string {
+	for _, r := range poolerRefusals {
+		if strings.Contains(msg, r.msg) {
+			return r.hint
+		}
+	}
+	return ""
+}
+
+// configHint says what to do about a configuration refusal.
+func configHint(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) {
+		return hintOther
+	}
+	switch {
+	case pe.Code == "08P01":
+		if h := poolerRefusal(pe.Message); h != "" {
+			return h
+		}
+	case strings.HasPrefix(pe.Code, "28"):
+		return hintAuth
+	case pe.Code == "3D000":
+		return hintDatabase
+	case pe.Code == "42501":
+		return hintPrivilege
+	case pe.Code == "42704", pe.Code == "22023":
+		return hintParam
+	}
+	return hintOther
 }
 
 // downFor reports whether a server is known down and this statement
@@ -131,6 +231,13 @@ func (p *Plugin) outcome(db *gorm.DB) {
 	}
 	if srv != nil {
 		srv.report(db.Error, p.cfg.ServerRetry)
+	}
+	if configRefusal(db.Error) {
+		var ce *ConfigError
+		if !errors.As(db.Error, &ce) {
+			db.Error = &ConfigError{Server: server, Err: db.Error}
+		}
+		return
 	}
 	if !unavailable(db.Error) {
 		return

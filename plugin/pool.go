@@ -5,14 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/router"
@@ -51,13 +46,13 @@ func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
 	if s, ok := ps.by[name]; ok {
 		return s, nil
 	}
-	primary, err := ps.open(srv.DSN)
+	primary, err := ps.open(name, srv.DSN)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
 	}
 	s = &serverDB{DB: primary, name: name}
 	for _, dsn := range srv.Replicas {
-		r, err := ps.open(dsn)
+		r, err := ps.open(name, dsn)
 		if err != nil {
 			_ = primary.Close()
 			return nil, fmt.Errorf("shardkit: open a replica of server %s: %w", name, err)
@@ -72,8 +67,15 @@ func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
 	return s, nil
 }
 
-func (ps *pools) open(dsn string) (*sql.DB, error) {
-	db, err := ps.cfg.OpenDB(dsn)
+// open opens a pool of the named server (its primary or a replica).
+func (ps *pools) open(server, dsn string) (*sql.DB, error) {
+	var db *sql.DB
+	var err error
+	if ps.cfg.OpenDB != nil {
+		db, err = ps.cfg.OpenDB(dsn)
+	} else {
+		db, err = openServer(ps.cfg, server, dsn)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -97,44 +99,18 @@ func (ps *pools) close() error {
 	return errors.Join(errs...)
 }
 
-// DefaultStatementCacheCapacity is the per-connection prepared statement
-// cache of the server pools the default OpenDB opens.
+// DefaultStatementCacheCapacity is a per-connection prepared statement
+// cache for Config.StatementCacheCapacity, for those who opt in to named
+// prepared statements: pgx's default of 512 would be evicted and
+// re-prepared constantly with 2000 shards, each with its own
+// schema-qualified SQL text.
 const DefaultStatementCacheCapacity = 4096
 
-// openPgx is the default Config.OpenDB: database/sql over pgx, with
-// prepared statements like plain GORM, but a larger statement cache
-// unless the DSN sets one (statement_cache_capacity) or another
-// default_query_exec_mode. Every logical shard has its own
-// schema-qualified SQL text, so pgx's default of 512 statements per
-// connection would be evicted and re-prepared constantly with 2000
-// shards; unprepared statements (cache_describe) cost a parse and plan
-// on every query, which measured ~3x slower for a lookup by primary key.
-// Each cached statement holds server memory on its connection: lower
-// the capacity, or use default_query_exec_mode=cache_describe in the
-// servers' DSNs, where that matters more than latency.
-func openPgx(capacity int, connect, statement time.Duration) func(dsn string) (*sql.DB, error) {
-	return func(dsn string) (*sql.DB, error) {
-		cfg, err := pgx.ParseConfig(dsn)
-		if err != nil {
-			return nil, err
-		}
-		if !strings.Contains(dsn, "connect_timeout") && connect > 0 {
-			cfg.ConnectTimeout = connect
-		}
-		if _, set := cfg.RuntimeParams["statement_timeout"]; !set && statement > 0 {
-			cfg.RuntimeParams["statement_timeout"] = strconv.FormatInt(statement.Milliseconds(), 10)
-		}
-		if !strings.Contains(dsn, "default_query_exec_mode") && !strings.Contains(dsn, "statement_cache_capacity") {
-			if capacity < 0 {
-				cfg.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
-				cfg.DescriptionCacheCapacity = DefaultStatementCacheCapacity
-			} else {
-				cfg.StatementCacheCapacity = capacity
-			}
-		}
-		return stdlib.OpenDB(*cfg), nil
-	}
-}
+// DefaultDescriptionCacheCapacity is the per-connection cache of result
+// descriptions of the default execution mode (see
+// Config.StatementCacheCapacity). Descriptions live in the client only;
+// a miss costs one more round trip (a describe) for that statement.
+const DefaultDescriptionCacheCapacity = 4096
 
 // rootPool wraps the gorm.DB's own connection pool (the default
 // connection). Unsharded statements pass through it unchanged; BeginTx

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/shardkit/shardkit/router"
 )
@@ -19,7 +18,7 @@ import (
 // cache), when the pool is pgx's.
 func execUnprepared(ctx context.Context, conn *sql.Conn, q string) error {
 	return conn.Raw(func(dc any) error {
-		if c, ok := dc.(*stdlib.Conn); ok {
+		if c, ok := dc.(interface{ Conn() *pgx.Conn }); ok {
 			_, err := c.Conn().Exec(ctx, q, pgx.QueryExecModeSimpleProtocol)
 			return err
 		}

@@ -50,6 +50,11 @@ type Options struct {
 	// means postgres alone with trust authentication; otherwise clients
 	// authenticate with md5 against these passwords.
 	Users map[string]string
+	// Databases are the databases PgBouncer serves, each on the server
+	// under the same name. Nil means any (the "*" fallback entry); a
+	// client asking for a database not listed is refused with "no such
+	// database".
+	Databases []string
 	// Settings are extra [pgbouncer] lines (name → value), applied after
 	// the defaults (for example default_pool_size or
 	// ignore_startup_parameters).
@@ -208,7 +213,19 @@ func (b *Bouncer) writeConfig() error {
 	var s strings.Builder
 	// "*" is the fallback database: any database name the client asks
 	// for, on the upstream server under the same name.
-	fmt.Fprintf(&s, "[databases]\n* = host=%s port=%d\n\n[pgbouncer]\n", b.opts.Host, b.opts.Port)
+	s.WriteString("[databases]\n")
+	dbs := b.opts.Databases
+	if dbs == nil {
+		dbs = []string{"*"}
+	}
+	for _, db := range dbs {
+		fmt.Fprintf(&s, "%s = host=%s port=%d", db, b.opts.Host, b.opts.Port)
+		if db != "*" {
+			fmt.Fprintf(&s, " dbname=%s", db)
+		}
+		s.WriteString("\n")
+	}
+	s.WriteString("\n[pgbouncer]\n")
 	for _, k := range keys {
 		fmt.Fprintf(&s, "%s = %s\n", k, conf[k])
 	}
@@ -277,8 +294,22 @@ func (b *Bouncer) SetUsers(users map[string]string) error {
 		return errors.New("pgbouncer: stopped")
 	}
 	b.opts.Users = users
+	path := filepath.Join(b.Dir, "userlist.txt")
+	before, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
 	if err := b.writeUsers(users); err != nil {
 		return err
+	}
+	// PgBouncer rereads the auth file on reload only when its mtime (in
+	// whole seconds) or size changed: a password of the same length
+	// written within the same second would go unnoticed.
+	if after, err := os.Stat(path); err == nil && after.ModTime().Unix() <= before.ModTime().Unix() {
+		t := before.ModTime().Add(time.Second)
+		if err := os.Chtimes(path, t, t); err != nil {
+			return err
+		}
 	}
 	return b.cmd.Process.Signal(syscall.SIGHUP)
 }

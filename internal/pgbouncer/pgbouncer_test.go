@@ -89,7 +89,7 @@ func TestTransactionPooling(t *testing.T) {
 func TestPasswords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	_, b := start(t, ctx, Options{Users: map[string]string{"postgres": "secret"}})
+	_, b := start(t, ctx, Options{Users: map[string]string{"postgres": "right"}})
 	if conn, err := pgx.Connect(ctx, b.DSN("postgres")); err != nil {
 		t.Fatalf("right password: %v", err)
 	} else {
@@ -101,7 +101,8 @@ func TestPasswords(t *testing.T) {
 	if !errors.As(err, &pe) || !strings.Contains(pe.Message, "password authentication failed") {
 		t.Fatalf("wrong password: %v, want PgBouncer's refusal", err)
 	}
-	// A new password takes effect on reload.
+	// A new password takes effect on reload, even of the same length
+	// written within the same second (PgBouncer looks at mtime and size).
 	if err := b.SetUsers(map[string]string{"postgres": "wrong"}); err != nil {
 		t.Fatal(err)
 	}

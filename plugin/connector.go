@@ -1,0 +1,221 @@
+package plugin
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+)
+
+// openServer is the default OpenDB: database/sql over pgx, through a
+// serverConnector, as Config.StatementCacheCapacity and StatementTimeout
+// describe.
+func openServer(cfg *Config, server, dsn string) (*sql.DB, error) {
+	c, err := newServerConnector(cfg, server, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return sql.OpenDB(c), nil
+}
+
+// serverConnector opens the connections of one server's pool. It keeps
+// every connection pooler-safe unless the configuration opts in to named
+// prepared statements, reports a connection refused for a configuration
+// reason as a *ConfigError, and drops the statement_timeout it adds when
+// a pooler refuses it as a startup parameter.
+type serverConnector struct {
+	server  string
+	with    driver.Connector // with the plugin's statement_timeout, if it adds one
+	without driver.Connector // without it: nil when the plugin adds none
+	timeout time.Duration    // the statement_timeout the plugin adds
+	connect time.Duration    // the plugin's bound on a new connection, 0: none
+	named   bool             // named prepared statements (StatementCacheCapacity > 0)
+	log     *slog.Logger
+
+	refused atomic.Bool // the server refused the plugin's statement_timeout
+	logOnce sync.Once
+}
+
+func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, error) {
+	pc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, &ConfigError{Server: server, Err: fmt.Errorf("parse its DSN: %w", err)}
+	}
+	c := &serverConnector{server: server, log: cfg.Logger}
+	if c.log == nil {
+		c.log = slog.Default()
+	}
+	if !strings.Contains(dsn, "connect_timeout") && cfg.ConnectTimeout > 0 {
+		// Bounded here rather than by pgx, so that a connection the
+		// server did not accept in time tells apart from one whose
+		// caller gave up first (see Connect).
+		c.connect = cfg.ConnectTimeout
+		pc.ConnectTimeout = 0
+	}
+	if !strings.Contains(dsn, "default_query_exec_mode") && !strings.Contains(dsn, "statement_cache_capacity") {
+		if cfg.StatementCacheCapacity > 0 {
+			pc.StatementCacheCapacity = cfg.StatementCacheCapacity
+		} else {
+			pc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+			pc.DescriptionCacheCapacity = DefaultDescriptionCacheCapacity
+		}
+	}
+	// Named statements are safe only where the DSN or the configuration
+	// asks for them: the DSN's own exec mode is the user's choice.
+	c.named = pc.DefaultQueryExecMode == pgx.QueryExecModeCacheStatement
+	c.with = stdlib.GetConnector(*pc)
+	if _, set := pc.RuntimeParams["statement_timeout"]; !set && cfg.StatementTimeout > 0 {
+		without := *pc
+		without.RuntimeParams = maps.Clone(pc.RuntimeParams)
+		c.without = stdlib.GetConnector(without)
+		c.timeout = cfg.StatementTimeout
+		pc.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+		c.with = stdlib.GetConnector(*pc)
+	}
+	return c, nil
+}
+
+// Driver is part of driver.Connector.
+func (c *serverConnector) Driver() driver.Driver { return stdlib.GetDefaultDriver() }
+
+// Connect is part of driver.Connector. A pooler that refuses the
+// statement_timeout the plugin adds (PgBouncer refuses every startup
+// parameter it does not track) gets a connection without it, from
+// then on for this pool: the plugin's own deadline (Config.StatementTimeout
+// plus a second) still bounds each statement, and the role's or database's
+// statement_timeout bounds it on the server.
+func (c *serverConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.dial(ctx)
+	if err != nil && c.without != nil && !c.refused.Load() && refusesParam(err, "statement_timeout") {
+		c.refused.Store(true)
+		c.logOnce.Do(func() {
+			c.log.Warn("shardkit: the server refuses statement_timeout as a startup parameter (a pooler such as PgBouncer); connecting without it. "+
+				"Each statement is still bounded by the plugin's deadline; bound it on the server too with ALTER ROLE … SET statement_timeout (or ALTER DATABASE)",
+				"server", c.server, "statement_timeout", c.timeout)
+		})
+		conn, err = c.dial(ctx)
+	}
+	if err != nil {
+		return nil, c.classify(err)
+	}
+	if sc, ok := conn.(*stdlib.Conn); ok && !c.named {
+		return unnamedConn{sc}, nil
+	}
+	return conn, nil
+}
+
+func (c *serverConnector) dial(ctx context.Context) (driver.Conn, error) {
+	dc := c.with
+	if c.without != nil && c.refused.Load() {
+		dc = c.without
+	}
+	if c.connect <= 0 {
+		return dc.Connect(ctx)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.connect)
+	defer cancel()
+	conn, err := dc.Connect(cctx)
+	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
+		err = &connectTimeoutError{after: c.connect, err: err}
+	}
+	return conn, err
+}
+
+// classify turns a refusal for a configuration reason into a
+// *ConfigError naming the server.
+func (c *serverConnector) classify(err error) error {
+	if configRefusal(err) {
+		return &ConfigError{Server: c.server, Err: err}
+	}
+	return err
+}
+
+// connectTimeoutError reports a connection the server did not accept
+// within Config.ConnectTimeout while the caller was still waiting: the
+// server is unreachable, unlike a connection whose caller gave up.
+type connectTimeoutError struct {
+	after time.Duration
+	err   error
+}
+
+func (e *connectTimeoutError) Error() string {
+	return fmt.Sprintf("no connection within %v: %v", e.after, e.err)
+}
+
+func (e *connectTimeoutError) Unwrap() error { return e.err }
+
+// unnamedConn is a pgx connection whose Prepare creates no named
+// statement on the server. database/sql's Prepare (which GORM's
+// PrepareStmt mode uses) would otherwise create one that lives as long
+// as the *sql.Stmt: behind a transaction pooler it is left on one server
+// connection while later statements run on others ("prepared statement
+// does not exist"), or meets another client's of the same name ("already
+// exists", SQLSTATE 42P05). Its statements run like any other statement
+// of the connection: unnamed, with the description cached.
+type unnamedConn struct{ *stdlib.Conn }
+
+// Prepare is part of driver.Conn (see unnamedConn).
+func (c unnamedConn) Prepare(query string) (driver.Stmt, error) {
+	return c.PrepareContext(context.Background(), query)
+}
+
+// PrepareContext is part of driver.ConnPrepareContext (see unnamedConn).
+func (c unnamedConn) PrepareContext(_ context.Context, query string) (driver.Stmt, error) {
+	if c.Conn.Conn().IsClosed() {
+		return nil, driver.ErrBadConn
+	}
+	return &unnamedStmt{c: c.Conn, sql: query}, nil
+}
+
+// unnamedStmt is a statement of an unnamedConn: its SQL, nothing on the
+// server.
+type unnamedStmt struct {
+	c   *stdlib.Conn
+	sql string
+}
+
+// Close is part of driver.Stmt: there is nothing to release.
+func (s *unnamedStmt) Close() error { return nil }
+
+// NumInput is part of driver.Stmt: -1, the server checks the arguments.
+func (s *unnamedStmt) NumInput() int { return -1 }
+
+// Exec is part of driver.Stmt; database/sql calls ExecContext.
+func (s *unnamedStmt) Exec([]driver.Value) (driver.Result, error) {
+	return nil, errors.New("shardkit: Stmt.Exec without a context is not supported")
+}
+
+// Query is part of driver.Stmt; database/sql calls QueryContext.
+func (s *unnamedStmt) Query([]driver.Value) (driver.Rows, error) {
+	return nil, errors.New("shardkit: Stmt.Query without a context is not supported")
+}
+
+// ExecContext is part of driver.StmtExecContext.
+func (s *unnamedStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
+	return s.c.ExecContext(ctx, s.sql, args)
+}
+
+// QueryContext is part of driver.StmtQueryContext.
+func (s *unnamedStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
+	return s.c.QueryContext(ctx, s.sql, args)
+}
+
+// refusesParam reports whether err is a pooler's refusal of the startup
+// parameter name (PgBouncer: "unsupported startup parameter: name").
+func refusesParam(err error, name string) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && strings.Contains(pe.Message, "unsupported startup parameter") &&
+		strings.HasSuffix(strings.TrimSpace(pe.Message), name)
+}
