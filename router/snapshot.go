@@ -26,12 +26,28 @@ func (s ShardState) Valid() bool {
 	return s == StateActive || s == StateMoving || s == StateFenced
 }
 
-// Server is a physical Postgres server in the catalog.
+// Server is a physical Postgres server in the catalog. It has two DSNs
+// for its primary: DSN, which application traffic uses and which may name
+// a connection pooler in transaction mode, and AdminDSN, which
+// administration and logical replication use (shard moves, provisioning,
+// migrations, backups) and which must reach the server directly: a
+// replication connection, a session lock or a session setting does not
+// survive a transaction pooler.
 type Server struct {
 	Name     string   `json:"name"`
-	DSN      string   `json:"-"` // primary; never printed (it may hold a password)
+	DSN      string   `json:"-"` // application traffic (may be a pooler); never printed (it may hold a password)
+	AdminDSN string   `json:"-"` // administration and replication (direct); "" means DSN; never printed
 	Replicas []string `json:"-"` // read replica DSNs, possibly none
 	State    string   `json:"state"`
+}
+
+// Admin returns the DSN that administration and replication use:
+// AdminDSN, or DSN when the server has no separate one.
+func (s Server) Admin() string {
+	if s.AdminDSN != "" {
+		return s.AdminDSN
+	}
+	return s.DSN
 }
 
 // Placement says where a logical shard lives.
@@ -98,6 +114,28 @@ func NewSnapshot(version int64, shards int, servers []Server, placements []Place
 		}
 	}
 	return s, nil
+}
+
+// Next returns the snapshot of map version version made from s: servers
+// replace s's servers, and changed replaces the placements of its shards;
+// the shard count and the layout are s's (both are fixed for a catalog's
+// lifetime). The result is checked as NewSnapshot checks a whole map. It
+// lets a router apply the rows that changed since s rather than read the
+// whole map again.
+func (s *Snapshot) Next(version int64, servers []Server, changed []Placement) (*Snapshot, error) {
+	placements := s.Placements()
+	for _, p := range changed {
+		if p.Shard < 0 || p.Shard >= len(placements) {
+			return nil, fmt.Errorf("%w: shard map row for shard %d is outside [0, %d)", ErrBadCatalog, p.Shard, len(placements))
+		}
+		placements[p.Shard] = p
+	}
+	n, err := NewSnapshot(version, s.Shards, servers, placements)
+	if err != nil {
+		return nil, err
+	}
+	n.Layout = s.Layout
+	return n, nil
 }
 
 // Placement returns where a logical shard lives.
