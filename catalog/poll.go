@@ -101,3 +101,4 @@ func readPlacements(ctx context.Context, tx pgx.Tx, since int64) ([]router.Place
 	})
 }
 
+var _ router.VersionSource = (*Catalog)(nil)
