@@ -162,7 +162,9 @@ func (mv *Mover) Close() {
 	mv.pools = map[string]*pgxpool.Pool{}
 }
 
-// server returns a pool for a server and its DSN.
+// server returns a pool for a server and its DSN: the admin DSN, since a
+// move's sessions set session state and its subscriptions replicate, which
+// a transaction pooler in front of the application DSN cannot carry.
 func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string) (*pgxpool.Pool, string, error) {
 	srv, ok := snap.Server(name)
 	if !ok {
@@ -171,9 +173,9 @@ func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string)
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
 	if p, ok := mv.pools[name]; ok {
-		return p, srv.DSN, nil
+		return p, srv.Admin(), nil
 	}
-	cfg, err := pgxpool.ParseConfig(srv.DSN)
+	cfg, err := pgxpool.ParseConfig(srv.Admin())
 	if err != nil {
 		return nil, "", fmt.Errorf("shardkit: server %q DSN: %w", name, err)
 	}
@@ -185,7 +187,7 @@ func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string)
 		return nil, "", fmt.Errorf("shardkit: connect to server %q: %w", name, err)
 	}
 	mv.pools[name] = p
-	return p, srv.DSN, nil
+	return p, srv.Admin(), nil
 }
 
 // moveCtx is what the steps of one move share.
