@@ -17,6 +17,7 @@
 // Provisioning (package migrations) writes through Update and Tx; moves
 // (package rebalance) through the journal and shard-map operations
 // (CreateMove, FinishStep, FenceMove, FlipMove, Window…); backups
-// through ChangeShardState. Nothing else in shardkit names a catalog
+// through ChangeShardState; a server's two DSNs (application, admin)
+// change through Tx.SetServerDSN. Nothing else in shardkit names a catalog
 // table in SQL: a test in this package checks it.
 package catalog

@@ -12,5 +12,9 @@
 //	shard, err := router.ShardOfKey(userID, r.Snapshot().Shards)
 //	p, err := r.Snapshot().Placement(shard) // p.Server, p.Schema ("shard_1341")
 //
+// Behind a connection pooler, or with many processes, WatchWith(ctx,
+// WatchOptions{}) polls the map version through the catalog's pool instead
+// of holding a LISTEN connection, and reads only the rows that changed.
+//
 // Without a database, NewFixed serves a map made by hand.
 package router
