@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"flag"
 	"reflect"
 	"slices"
 	"sync"
@@ -83,6 +84,10 @@ func TestWatchPollLoadsChanges(t *testing.T) {
 	}
 }
 
+// pollEvery is TestPollPropagation's interval: go test -run
+// TestPollPropagation -v ./catalog -args -poll=1s measures the default.
+var pollEvery = flag.Duration("poll", 100*time.Millisecond, "TestPollPropagation: the routers' poll interval")
+
 // TestPollPropagation measures how long a map change takes to reach 100
 // routers of one process that poll through one catalog, and how many
 // catalog connections they hold: at most the catalog pool's, where
@@ -90,7 +95,7 @@ func TestWatchPollLoadsChanges(t *testing.T) {
 // router arrives; run with -v for the figures.
 func TestPollPropagation(t *testing.T) {
 	const routers, flips = 100, 5
-	poll := 100 * time.Millisecond
+	poll := *pollEvery
 	cat, _ := seedCatalog(t, 2000, idgen.DefaultLayout())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
