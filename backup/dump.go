@@ -32,7 +32,7 @@ func Dump(ctx context.Context, cat *catalog.Catalog, shard int, w io.Writer, opt
 	}
 	srv, _ := snap.Server(p.Server)
 	m := &Manifest{Shard: shard, Schema: p.Schema, Server: p.Server, MapVersion: snap.Version, Shards: snap.Shards, Layout: snap.Layout}
-	conn, err := pgx.Connect(ctx, srv.DSN)
+	conn, err := pgx.Connect(ctx, srv.Admin())
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: dump shard %d: connect to server %s: %w", shard, p.Server, err)
 	}
@@ -51,7 +51,7 @@ func Dump(ctx context.Context, cat *catalog.Catalog, shard int, w io.Writer, opt
 	if err := writeHeader(w, m); err != nil {
 		return nil, fmt.Errorf("shardkit: dump shard %d: write: %w", shard, err)
 	}
-	cmd, stderr, err := command(ctx, opts.PGBin, "pg_dump", srv.DSN,
+	cmd, stderr, err := command(ctx, opts.PGBin, "pg_dump", srv.Admin(),
 		"--format=custom", "--schema="+m.Schema, "--snapshot="+snapshot, "--no-publications", "--no-subscriptions")
 	if err != nil {
 		return nil, err

@@ -101,7 +101,7 @@ func Restore(ctx context.Context, cat *catalog.Catalog, r io.Reader, opts Restor
 	if err := fence(ctx, cat, m.Shard, p.Server); err != nil {
 		return nil, err
 	}
-	res.IDSeq, err = replay(ctx, srv.DSN, archive, m, true, opts)
+	res.IDSeq, err = replay(ctx, srv.Admin(), archive, m, true, opts)
 	// Unfence whatever happened: on failure the old schema is untouched.
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()

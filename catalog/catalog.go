@@ -99,6 +99,12 @@ CREATE TABLE IF NOT EXISTS shardkit.catalog_version (
 // is applied in its own transaction under an advisory lock, so concurrent
 // callers and interrupted runs are safe.
 func (c *Catalog) Migrate(ctx context.Context) error {
+	return c.migrateTo(ctx, Version())
+}
+
+// migrateTo applies the catalog versions up to upto: tests make the
+// catalogs of older shardkits with it.
+func (c *Catalog) migrateTo(ctx context.Context, upto int) error {
 	ms, err := catalogMigrations()
 	if err != nil {
 		return err
@@ -109,6 +115,9 @@ func (c *Catalog) Migrate(ctx context.Context) error {
 	}
 	defer conn.Release()
 	for _, m := range ms {
+		if m.version > upto {
+			break
+		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('shardkit.catalog'))`); err != nil {
 				return err
@@ -184,30 +193,11 @@ func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
 		if err := tx.QueryRow(ctx, `SELECT map_version FROM shardkit.config`).Scan(&version); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT name, dsn, replicas, state FROM shardkit.servers ORDER BY name`)
+		servers, err := readServers(ctx, tx)
 		if err != nil {
 			return err
 		}
-		servers, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (router.Server, error) {
-			var s router.Server
-			err := r.Scan(&s.Name, &s.DSN, &s.Replicas, &s.State)
-			return s, err
-		})
-		if err != nil {
-			return err
-		}
-		rows, err = tx.Query(ctx, `SELECT shard, server, state FROM shardkit.shard_map ORDER BY shard`)
-		if err != nil {
-			return err
-		}
-		placements, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (router.Placement, error) {
-			var p router.Placement
-			var state string
-			err := r.Scan(&p.Shard, &p.Server, &state)
-			p.State = router.ShardState(state)
-			p.Schema = router.SchemaName(p.Shard)
-			return p, err
-		})
+		placements, err := readPlacements(ctx, tx, -1)
 		if err != nil {
 			return err
 		}

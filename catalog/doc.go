@@ -36,6 +36,7 @@
 // [Tx]; moves (package rebalance) through the journal and shard-map
 // operations ([Catalog.CreateMove], [Catalog.FinishStep],
 // [Catalog.FenceMove], [Catalog.FlipMove], [Catalog.Window], …); backups
-// through [Catalog.ChangeShardState]. Nothing else in shardkit names a
+// through [Catalog.ChangeShardState]; a server's two DSNs (application,
+// admin) change through [Tx.SetServerDSN]. Nothing else in shardkit names a
 // catalog table in SQL: a test in this package checks it.
 package catalog

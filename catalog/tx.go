@@ -27,8 +27,6 @@ const (
 	sqlConfigRow     = `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits FROM shardkit.config`
 	sqlConfigInsert  = `INSERT INTO shardkit.config (shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits)
 VALUES ($1, $2, $3, $4, $5, $6)`
-	sqlServersAll  = `SELECT name, dsn FROM shardkit.servers ORDER BY name`
-	sqlServerAdd   = `INSERT INTO shardkit.servers (name, dsn, replicas) VALUES ($1, $2, $3)`
 	sqlMapCount    = `SELECT count(*) FROM shardkit.shard_map`
 	sqlMapBump     = `UPDATE shardkit.config SET map_version = map_version + 1`
 	sqlMapVersion  = `SELECT map_version FROM shardkit.config`
@@ -64,29 +62,6 @@ func (t *Tx) InsertConfig(ctx context.Context, cfg Config) error {
 	l := cfg.Layout
 	_, err := t.tx.Exec(ctx, sqlConfigInsert, cfg.Shards, l.EpochMs, int16(l.TimeBits),
 		int16(l.ShardBits), int16(l.SeqBits), int16(l.SlotBits))
-	return err
-}
-
-// Servers lists the registered servers' names and DSNs, by name.
-func (t *Tx) Servers(ctx context.Context) ([]router.Server, error) {
-	rows, err := t.tx.Query(ctx, sqlServersAll)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (router.Server, error) {
-		var s router.Server
-		err := r.Scan(&s.Name, &s.DSN)
-		return s, err
-	})
-}
-
-// AddServer registers a server (name, DSN, replicas), active.
-func (t *Tx) AddServer(ctx context.Context, s router.Server) error {
-	replicas := s.Replicas
-	if replicas == nil {
-		replicas = []string{}
-	}
-	_, err := t.tx.Exec(ctx, sqlServerAdd, s.Name, s.DSN, replicas)
 	return err
 }
 

@@ -27,7 +27,7 @@ func appliedAnywhere(ctx context.Context, cat *catalog.Catalog, k stepKey) (bool
 		return false, err
 	}
 	for _, srv := range snap.Servers() {
-		conn, err := connect(ctx, srv.Name, srv.DSN)
+		conn, err := connect(ctx, srv.Name, srv.Admin())
 		if err != nil {
 			return false, err
 		}

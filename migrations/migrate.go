@@ -122,7 +122,7 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 		conn := conns[srv.Name]
 		g.Go(func() error {
 			if conn == nil {
-				c, err := connect(gctx, srv.Name, srv.DSN)
+				c, err := connect(gctx, srv.Name, srv.Admin())
 				if err != nil {
 					return err
 				}
@@ -215,7 +215,7 @@ func connectServers(ctx context.Context, servers []ServerSpec) (map[string]*pgx.
 	var wg sync.WaitGroup
 	for _, s := range servers {
 		wg.Go(func() {
-			c, err := connect(ctx, s.Name, s.DSN)
+			c, err := connect(ctx, s.Name, s.admin())
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -255,7 +255,7 @@ func ConnectServer(ctx context.Context, cat *catalog.Catalog, name string) (*pgx
 	if !ok {
 		return nil, unknownServer(snap, name)
 	}
-	return connect(ctx, srv.Name, srv.DSN)
+	return connect(ctx, srv.Name, srv.Admin())
 }
 
 func unknownServer(snap *router.Snapshot, name string) error {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"sync"
 
@@ -18,9 +19,23 @@ import (
 
 // ServerSpec is a shard server to register in the catalog.
 type ServerSpec struct {
-	Name     string   // catalog name: lower case letter, then up to 62 of [a-z0-9_-]
-	DSN      string   // primary
+	Name string // catalog name: lower case letter, then up to 62 of [a-z0-9_-]
+	// DSN is the primary's DSN for application traffic; it may name a
+	// connection pooler in transaction mode.
+	DSN string
+	// AdminDSN is the primary's DSN for administration and replication
+	// (Provision creates the shard schemas through it, moves replicate
+	// through it): a direct connection. "" means DSN.
+	AdminDSN string
 	Replicas []string // read replica DSNs; nil means none
+}
+
+// admin returns the DSN administration uses.
+func (s ServerSpec) admin() string {
+	if s.AdminDSN != "" {
+		return s.AdminDSN
+	}
+	return s.DSN
 }
 
 // Progress reports how far Provision or Migrate has got. Done and Total
@@ -80,6 +95,7 @@ func Provision(ctx context.Context, cat *catalog.Catalog, opts ProvisionOptions)
 	if err != nil {
 		return err
 	}
+	opts.Servers = registeredAdmins(ctx, cat, opts.Servers)
 	// Every server must answer, and take shardkit's objects, before the
 	// catalog records anything: a server refused here (unreachable, missing
 	// privileges, another layout) is not registered.
@@ -122,6 +138,25 @@ func Provision(ctx context.Context, cat *catalog.Catalog, opts ProvisionOptions)
 		return fmt.Errorf("shardkit: provision catalog: %w", err)
 	}
 	return migrateAll(ctx, cat, conns, migrateConfig{apply: opts.Apply, progress: opts.Progress})
+}
+
+// registeredAdmins fills in the admin DSN of each server given without
+// one that the catalog already holds with the same app DSN, so that a
+// provisioning run repeated with the first command line reaches the
+// servers as administration must. A catalog that cannot be read yet (a new
+// one) changes nothing.
+func registeredAdmins(ctx context.Context, cat *catalog.Catalog, servers []ServerSpec) []ServerSpec {
+	snap, err := cat.Load(ctx)
+	if err != nil {
+		return servers
+	}
+	out := slices.Clone(servers)
+	for i, s := range out {
+		if have, ok := snap.Server(s.Name); ok && s.AdminDSN == "" && have.DSN == s.DSN {
+			out[i].AdminDSN = have.AdminDSN
+		}
+	}
+	return out
 }
 
 func validateProvision(opts ProvisionOptions) error {
@@ -177,26 +212,35 @@ func registerServers(ctx context.Context, tx *catalog.Tx, servers []ServerSpec) 
 	if err != nil {
 		return err
 	}
-	byName, byDSN := map[string]string{}, map[string]string{}
+	// One database cannot be two servers: every DSN of a server, app or
+	// admin, names that server alone.
+	byName, byDSN := map[string]router.Server{}, map[string]string{}
 	for _, s := range registered {
-		byName[s.Name], byDSN[s.DSN] = s.DSN, s.Name
+		byName[s.Name], byDSN[s.DSN], byDSN[s.Admin()] = s, s.Name, s.Name
 	}
 	added := false
 	for _, s := range servers {
 		if have, ok := byName[s.Name]; ok {
-			if have != s.DSN {
+			// An empty AdminDSN is "not given": running provisioning again
+			// with the first command line after an admin DSN was set is
+			// no conflict.
+			if have.DSN != s.DSN || (s.AdminDSN != "" && have.Admin() != s.AdminDSN) {
 				return &ServerError{Server: s.Name, Err: fmt.Errorf("%w: the catalog already has a server named %q "+
-					"with a different DSN; pick another name, or pass the registered DSN", ErrDuplicateServer, s.Name)}
+					"with different DSNs; pick another name, pass the registered DSNs, or change them with "+
+					"`shardctl server set-dsn`", ErrDuplicateServer, s.Name)}
 			}
 			continue
 		}
-		if other, ok := byDSN[s.DSN]; ok {
-			return &ServerError{Server: s.Name, Err: fmt.Errorf("%w: its DSN is already registered as server %q; "+
-				"use that name", ErrDuplicateServer, other)}
+		for _, dsn := range []string{s.DSN, s.admin()} {
+			if other, ok := byDSN[dsn]; ok {
+				return &ServerError{Server: s.Name, Err: fmt.Errorf("%w: its DSN is already registered as server %q; "+
+					"use that name", ErrDuplicateServer, other)}
+			}
 		}
-		if err := tx.AddServer(ctx, router.Server{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas}); err != nil {
+		if err := tx.AddServer(ctx, router.Server{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas}); err != nil {
 			return err
 		}
+		byDSN[s.DSN], byDSN[s.admin()] = s.Name, s.Name
 		added = true
 	}
 	if !added {

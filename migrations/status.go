@@ -10,6 +10,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -26,13 +27,17 @@ type Report struct {
 // tables of the shard schemas the map places on the server; Rows is the
 // planner's estimate (see Size).
 type ServerStatus struct {
-	Name   string `json:"name"`
-	State  string `json:"state"`
-	Shards int    `json:"shards"`
-	Ranges string `json:"ranges"` // the shards as ranges, e.g. "0-499,1000"
-	Rows   int64  `json:"rows"`
-	Bytes  int64  `json:"bytes"`
-	Error  string `json:"error,omitempty"` // set when the server could not be read
+	Name  string `json:"name"`
+	State string `json:"state"`
+	// DSN and AdminDSN are the server's DSNs with their passwords
+	// replaced by xxxxx; AdminDSN is "" when the server has one DSN.
+	DSN      string `json:"dsn"`
+	AdminDSN string `json:"admin_dsn,omitempty"`
+	Shards   int    `json:"shards"`
+	Ranges   string `json:"ranges"` // the shards as ranges, e.g. "0-499,1000"
+	Rows     int64  `json:"rows"`
+	Bytes    int64  `json:"bytes"`
+	Error    string `json:"error,omitempty"` // set when the server could not be read
 }
 
 // Size is the estimated size of a shard schema's tables.
@@ -101,9 +106,12 @@ func Status(ctx context.Context, cat *catalog.Catalog) (*Report, error) {
 	for i, srv := range servers {
 		shards := snap.ShardsOn(srv.Name)
 		st := &r.Servers[i]
-		*st = ServerStatus{Name: srv.Name, State: srv.State, Shards: len(shards), Ranges: Ranges(shards)}
+		*st = ServerStatus{Name: srv.Name, State: srv.State, DSN: pgdsn.Redact(srv.DSN), Shards: len(shards), Ranges: Ranges(shards)}
+		if srv.AdminDSN != "" {
+			st.AdminDSN = pgdsn.Redact(srv.AdminDSN)
+		}
 		wg.Go(func() {
-			conn, err := connect(ctx, srv.Name, srv.DSN)
+			conn, err := connect(ctx, srv.Name, srv.Admin())
 			if err != nil {
 				st.Error = err.Error()
 				return

@@ -105,7 +105,7 @@ type Mover struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	pools  map[string]*pgxpool.Pool
+	pools  map[serverDSN]*pgxpool.Pool
 	phases *phaseGate // cutovers apart from each other and from copies and index builds
 }
 
@@ -148,7 +148,7 @@ func New(cfg Config) (*Mover, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Mover{cfg: cfg, j: journal{cfg.Catalog}, log: log, pools: map[string]*pgxpool.Pool{},
+	return &Mover{cfg: cfg, j: journal{cfg.Catalog}, log: log, pools: map[serverDSN]*pgxpool.Pool{},
 		phases: newPhaseGate()}, nil
 }
 
@@ -159,10 +159,17 @@ func (mv *Mover) Close() {
 	for _, p := range mv.pools {
 		p.Close()
 	}
-	mv.pools = map[string]*pgxpool.Pool{}
+	mv.pools = map[serverDSN]*pgxpool.Pool{}
 }
 
-// server returns a pool for a server and its DSN.
+// serverDSN keys the Mover's pools: a server whose admin DSN changed (a
+// rotated password) gets a new pool at its next use, while moves under
+// way finish on the one they hold; Close closes both.
+type serverDSN struct{ name, dsn string }
+
+// server returns a pool for a server and its DSN: the admin DSN, since a
+// move's sessions set session state and its subscriptions replicate, which
+// a transaction pooler in front of the application DSN cannot carry.
 func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string) (*pgxpool.Pool, string, error) {
 	srv, ok := snap.Server(name)
 	if !ok {
@@ -170,10 +177,11 @@ func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string)
 	}
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
-	if p, ok := mv.pools[name]; ok {
-		return p, srv.DSN, nil
+	key := serverDSN{name, srv.Admin()}
+	if p, ok := mv.pools[key]; ok {
+		return p, srv.Admin(), nil
 	}
-	cfg, err := pgxpool.ParseConfig(srv.DSN)
+	cfg, err := pgxpool.ParseConfig(srv.Admin())
 	if err != nil {
 		return nil, "", fmt.Errorf("shardkit: server %q DSN: %w", name, err)
 	}
@@ -184,8 +192,8 @@ func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string)
 	if err != nil {
 		return nil, "", fmt.Errorf("shardkit: connect to server %q: %w", name, err)
 	}
-	mv.pools[name] = p
-	return p, srv.DSN, nil
+	mv.pools[key] = p
+	return p, srv.Admin(), nil
 }
 
 // moveCtx is what the steps of one move share.

@@ -31,6 +31,11 @@
 // Without a database, [NewFixed] serves a map made by hand with
 // [NewSnapshot]: tests, and examples of where statements go.
 //
+// Behind a connection pooler, or with many processes,
+// [Router.WatchWith] with [WatchOptions]{} polls the map version through
+// the catalog's pool instead of holding a LISTEN connection, and reads only
+// the rows that changed.
+//
 // # Fences
 //
 // During a move's cutover the shard's old home refuses writes with

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,20 @@ type Source interface {
 	// ListenMap opens a connection that receives a notification on
 	// MapChannel for each new map version. The caller closes it.
 	ListenMap(ctx context.Context) (Listener, error)
+}
+
+// VersionSource is a Source that can also answer the current map version
+// alone, and read only the part of the map that changed since a snapshot:
+// what a polling router (WatchOptions.Poll) asks on each check and on each
+// change. *catalog.Catalog is one. A Source without these methods is
+// polled with Load.
+type VersionSource interface {
+	Source
+	// MapVersion returns the newest committed map version.
+	MapVersion(ctx context.Context) (int64, error)
+	// LoadChanges returns the map as it is now, made from since and what
+	// changed after since.Version (see Snapshot.Next).
+	LoadChanges(ctx context.Context, since *Snapshot) (*Snapshot, error)
 }
 
 // Listener delivers the notifications of one ListenMap connection.
@@ -144,15 +159,78 @@ func (r *Router) publish(s *Snapshot) {
 	}
 }
 
-// Watch listens for shard-map changes and reloads on each, until ctx ends.
-// A lost connection is re-established with backoff, and the map is
-// reloaded after each reconnect, since notifications may have been missed.
-// It returns ctx.Err().
+// DefaultPoll is the interval of the map-version check of a router that
+// polls (WatchOptions with Listen false and Poll 0).
+const DefaultPoll = time.Second
+
+// WatchOptions says how a router learns of new map versions.
+//
+// Polling asks the catalog for the map version (one small query) every
+// Poll through the catalog's shared pool, and on a new version reads only
+// the rows that changed: it works through a connection pooler in
+// transaction mode and costs no connection per router, so a process's
+// routers together use at most the catalog pool's connections. A router
+// serves a new map at most Poll plus one version check and one reload
+// after the change commits. Listening holds one connection per router
+// outside the pool (LISTEN needs a session: a direct connection, never a
+// transaction pooler) and reloads within one round trip of the commit.
+//
+// The zero value polls every DefaultPoll and does not listen.
+type WatchOptions struct {
+	// Poll is the interval of the version check. 0 means DefaultPoll when
+	// Listen is false and no polling when it is true; a negative value
+	// means no polling with Listen, DefaultPoll without.
+	Poll time.Duration
+	// Listen holds a LISTEN connection on MapChannel and reloads on each
+	// notification, and after each reconnect.
+	Listen bool
+}
+
+// poll returns the interval of the version check, 0 for none.
+func (o WatchOptions) poll() time.Duration {
+	switch {
+	case o.Poll > 0:
+		return o.Poll
+	case o.Listen:
+		return 0
+	default:
+		return DefaultPoll
+	}
+}
+
+// Watch listens for shard-map changes and reloads on each, until ctx ends:
+// WatchWith(ctx, WatchOptions{Listen: true}). It holds a connection of its
+// own on the catalog; behind a pooler, or with many routers, use
+// WatchWith with polling.
 func (r *Router) Watch(ctx context.Context) error {
-	if r.cat == nil { // a map made by hand: nothing to listen to
+	return r.WatchWith(ctx, WatchOptions{Listen: true})
+}
+
+// WatchWith keeps the router's map current as o says (polling, listening
+// or both) until ctx ends, and returns ctx.Err(). Errors are logged and
+// retried: a lost LISTEN connection is re-established with backoff and
+// the map reloaded after each reconnect, since notifications may have
+// been missed; a failed version check is tried again at the next interval.
+func (r *Router) WatchWith(ctx context.Context, o WatchOptions) error {
+	if r.cat == nil { // a map made by hand: nothing to watch
 		<-ctx.Done()
 		return ctx.Err()
 	}
+	every := o.poll()
+	switch {
+	case !o.Listen:
+		return r.pollLoop(ctx, every)
+	case every == 0:
+		return r.listenLoop(ctx)
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = r.pollLoop(ctx, every) }()
+	err := r.listenLoop(ctx)
+	<-done
+	return err
+}
+
+func (r *Router) listenLoop(ctx context.Context) error {
 	backoff := 100 * time.Millisecond
 	for {
 		err := r.listen(ctx)
@@ -169,6 +247,59 @@ func (r *Router) Watch(ctx context.Context) error {
 			backoff *= 2
 		}
 	}
+}
+
+// pollLoop checks the map version every interval. The first check comes
+// after a random part of the interval, so that routers started together
+// (a fleet deployed at once) do not all ask at the same moment; each
+// next one an interval after the previous check ended.
+func (r *Router) pollLoop(ctx context.Context, every time.Duration) error {
+	t := time.NewTimer(rand.N(every) + 1)
+	defer t.Stop()
+	failing := false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+		err := r.check(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil && !failing:
+			slog.Warn("shardkit: shard-map version check failed; trying again every interval", "err", err, "interval", every)
+		case err == nil && failing:
+			slog.Info("shardkit: shard-map version check works again")
+		}
+		failing = err != nil
+		t.Reset(every)
+	}
+}
+
+// check installs the newest map if the catalog has a newer version than
+// the one in force: the rows that changed when the source can say which,
+// the whole map otherwise.
+func (r *Router) check(ctx context.Context) error {
+	vs, ok := r.cat.(VersionSource)
+	if !ok {
+		_, err := r.Reload(ctx)
+		return err
+	}
+	v, err := vs.MapVersion(ctx)
+	if err != nil {
+		return err
+	}
+	cur := r.snap.Load()
+	if v <= cur.Version {
+		return nil
+	}
+	s, err := vs.LoadChanges(ctx, cur)
+	if err != nil {
+		return err
+	}
+	r.install(s)
+	return nil
 }
 
 func (r *Router) listen(ctx context.Context) error {

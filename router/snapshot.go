@@ -2,6 +2,7 @@ package router
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/shardkit/shardkit/idgen"
@@ -26,12 +27,28 @@ func (s ShardState) Valid() bool {
 	return s == StateActive || s == StateMoving || s == StateFenced
 }
 
-// Server is a physical Postgres server in the catalog.
+// Server is a physical Postgres server in the catalog. It has two DSNs
+// for its primary: DSN, which application traffic uses and which may name
+// a connection pooler in transaction mode, and AdminDSN, which
+// administration and logical replication use (shard moves, provisioning,
+// migrations, backups) and which must reach the server directly: a
+// replication connection, a session lock or a session setting does not
+// survive a transaction pooler.
 type Server struct {
 	Name     string   `json:"name"`
-	DSN      string   `json:"-"` // primary; never printed (it may hold a password)
+	DSN      string   `json:"-"` // application traffic (may be a pooler); never printed (it may hold a password)
+	AdminDSN string   `json:"-"` // administration and replication (direct); "" means DSN; never printed
 	Replicas []string `json:"-"` // read replica DSNs, possibly none
 	State    string   `json:"state"`
+}
+
+// Admin returns the DSN that administration and replication use:
+// AdminDSN, or DSN when the server has no separate one.
+func (s Server) Admin() string {
+	if s.AdminDSN != "" {
+		return s.AdminDSN
+	}
+	return s.DSN
 }
 
 // Placement says where a logical shard lives.
@@ -59,35 +76,19 @@ func NewSnapshot(version int64, shards int, servers []Server, placements []Place
 	if shards <= 0 {
 		return nil, fmt.Errorf("%w: %d", ErrInvalidShardCount, shards)
 	}
-	s := &Snapshot{Version: version, Shards: shards, placements: make([]Placement, shards), servers: make(map[string]Server, len(servers))}
-	for _, srv := range servers {
-		if srv.Name == "" {
-			return nil, fmt.Errorf("%w: a server has an empty name", ErrBadCatalog)
-		}
-		if _, dup := s.servers[srv.Name]; dup {
-			return nil, fmt.Errorf("%w: server %q appears twice", ErrBadCatalog, srv.Name)
-		}
-		s.servers[srv.Name] = srv
+	byName, err := serverMap(servers)
+	if err != nil {
+		return nil, err
 	}
+	s := &Snapshot{Version: version, Shards: shards, placements: make([]Placement, shards), servers: byName}
 	seen := make([]bool, shards)
 	for _, p := range placements {
-		if p.Shard < 0 || p.Shard >= shards {
-			return nil, fmt.Errorf("%w: shard map row for shard %d is outside [0, %d)", ErrBadCatalog, p.Shard, shards)
+		p, err := checkPlacement(p, shards, byName)
+		if err != nil {
+			return nil, err
 		}
 		if seen[p.Shard] {
 			return nil, fmt.Errorf("%w: shard %d is placed twice", ErrBadCatalog, p.Shard)
-		}
-		if _, ok := s.servers[p.Server]; !ok {
-			return nil, fmt.Errorf("%w: shard %d is placed on unknown server %q", ErrBadCatalog, p.Shard, p.Server)
-		}
-		if !p.State.Valid() {
-			return nil, fmt.Errorf("%w: shard %d has unknown state %q", ErrBadCatalog, p.Shard, p.State)
-		}
-		if p.Schema == "" {
-			p.Schema = SchemaName(p.Shard)
-		}
-		if n, err := ParseSchemaName(p.Schema); err != nil || n != p.Shard {
-			return nil, fmt.Errorf("%w: shard %d has schema %q, want %q", ErrBadCatalog, p.Shard, p.Schema, SchemaName(p.Shard))
 		}
 		seen[p.Shard] = true
 		s.placements[p.Shard] = p
@@ -98,6 +99,76 @@ func NewSnapshot(version int64, shards int, servers []Server, placements []Place
 		}
 	}
 	return s, nil
+}
+
+// Next returns the snapshot of map version version made from s: servers
+// replace s's servers, and changed replaces the placements of its shards;
+// the shard count and the layout are s's (both are fixed for a catalog's
+// lifetime). The changed placements are checked as NewSnapshot checks
+// them, and every shard must stay on a server of servers. It lets a
+// router apply the rows that changed since s rather than read and check
+// the whole map again.
+func (s *Snapshot) Next(version int64, servers []Server, changed []Placement) (*Snapshot, error) {
+	byName, err := serverMap(servers)
+	if err != nil {
+		return nil, err
+	}
+	n := &Snapshot{Version: version, Shards: s.Shards, Layout: s.Layout, placements: slices.Clone(s.placements), servers: byName}
+	for _, p := range changed {
+		p, err := checkPlacement(p, s.Shards, byName)
+		if err != nil {
+			return nil, err
+		}
+		n.placements[p.Shard] = p
+	}
+	for name := range s.servers {
+		if _, ok := byName[name]; ok {
+			continue
+		}
+		// A server left the catalog: no shard may stay on it.
+		for _, p := range n.placements {
+			if p.Server == name {
+				return nil, fmt.Errorf("%w: shard %d is placed on unknown server %q", ErrBadCatalog, p.Shard, p.Server)
+			}
+		}
+	}
+	return n, nil
+}
+
+// serverMap indexes servers by name, refusing an empty or repeated name.
+func serverMap(servers []Server) (map[string]Server, error) {
+	m := make(map[string]Server, len(servers))
+	for _, srv := range servers {
+		if srv.Name == "" {
+			return nil, fmt.Errorf("%w: a server has an empty name", ErrBadCatalog)
+		}
+		if _, dup := m[srv.Name]; dup {
+			return nil, fmt.Errorf("%w: server %q appears twice", ErrBadCatalog, srv.Name)
+		}
+		m[srv.Name] = srv
+	}
+	return m, nil
+}
+
+// checkPlacement checks one shard-map row against the shard count and the
+// servers, and fills in its schema name when empty.
+func checkPlacement(p Placement, shards int, servers map[string]Server) (Placement, error) {
+	if p.Shard < 0 || p.Shard >= shards {
+		return p, fmt.Errorf("%w: shard map row for shard %d is outside [0, %d)", ErrBadCatalog, p.Shard, shards)
+	}
+	if _, ok := servers[p.Server]; !ok {
+		return p, fmt.Errorf("%w: shard %d is placed on unknown server %q", ErrBadCatalog, p.Shard, p.Server)
+	}
+	if !p.State.Valid() {
+		return p, fmt.Errorf("%w: shard %d has unknown state %q", ErrBadCatalog, p.Shard, p.State)
+	}
+	if p.Schema == "" {
+		p.Schema = SchemaName(p.Shard)
+	}
+	if n, err := ParseSchemaName(p.Schema); err != nil || n != p.Shard {
+		return p, fmt.Errorf("%w: shard %d has schema %q, want %q", ErrBadCatalog, p.Shard, p.Schema, SchemaName(p.Shard))
+	}
+	return p, nil
 }
 
 // Placement returns where a logical shard lives.

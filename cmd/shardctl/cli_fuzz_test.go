@@ -92,7 +92,7 @@ var flagCases = []flagCase{
 			return []string{"init", "--catalog", unreachableCatalog, "--quiet", "--server=" + v, "--server=b=postgres://b"}
 		},
 		want: func(v string) int {
-			_, err := parseServers([]string{v, "b=postgres://b"}, nil)
+			_, err := parseServers([]string{v, "b=postgres://b"}, nil, nil)
 			return status(err == nil, 1)
 		},
 	},

@@ -19,23 +19,30 @@ func init() { commands = append(commands, newInitCmd) }
 
 func newInitCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "init --catalog DSN --server NAME=DSN ... [--shards 2000] [--sql DIR]",
+		Use:   "init --catalog DSN --server NAME=DSN ... [--admin NAME=DSN ...] [--shards 2000] [--sql DIR]",
 		Short: "Create the catalog, register servers, spread the logical shards over them and create every shard schema",
 		Long: `init creates (or completes) a shardkit deployment: it migrates the catalog,
 records the shard count and ID layout, registers the servers, gives each a
 contiguous range of logical shards, and creates every shard schema with its
 sequence, next_id() and the application's tables (the NNNN_name.sql files in
 --sql DIR). Running it again does nothing; after an interruption it completes.
-A server not yet in an existing catalog is registered with no shards.`,
+A server not yet in an existing catalog is registered with no shards.
+
+--server gives the DSN of application traffic, which may name a connection
+pooler in transaction mode; --admin NAME=DSN gives server NAME a direct DSN
+for administration and replication (schemas are created through it, moves
+replicate through it). Without --admin one DSN serves both; change either
+later with ` + "`shardctl server set-dsn`" + `.`,
 		Args: exactArgs(0, "no arguments; servers go in --server NAME=DSN"),
 	}
 	catalogDSN := catalogFlag(cmd)
 	layout := layoutFlags(cmd)
-	var servers, replicas []string
+	var servers, admins, replicas []string
 	var shards int
 	var sqlDir string
 	var quiet bool
 	cmd.Flags().StringArrayVar(&servers, "server", nil, "shard server NAME=DSN (repeat for each server)")
+	cmd.Flags().StringArrayVar(&admins, "admin", nil, "admin DSN NAME=DSN of server NAME: direct, for administration and replication (repeatable)")
 	cmd.Flags().StringArrayVar(&replicas, "replica", nil, "read replica NAME=DSN of server NAME (repeatable)")
 	cmd.Flags().IntVar(&shards, "shards", idgen.DefaultShards, "logical shard count, fixed for the catalog's lifetime (default: an existing catalog's, else 2000)")
 	cmd.Flags().StringVar(&sqlDir, "sql", "", "directory of the application's per-shard SQL files (NNNN_name.sql)")
@@ -54,7 +61,7 @@ A server not yet in an existing catalog is registered with no shards.`,
 				return err
 			}
 		}
-		specs, err := parseServers(servers, replicas)
+		specs, err := parseServers(servers, admins, replicas)
 		if err != nil {
 			return err
 		}
@@ -90,10 +97,11 @@ A server not yet in an existing catalog is registered with no shards.`,
 	return cmd
 }
 
-// parseServers turns --server NAME=DSN and --replica NAME=DSN into specs,
-// in the order given. A name or a DSN given twice is refused: two servers
-// cannot share a name, and one database cannot be two servers.
-func parseServers(servers, replicas []string) ([]migrations.ServerSpec, error) {
+// parseServers turns --server NAME=DSN, --admin NAME=DSN and --replica
+// NAME=DSN into specs, in the order given. A name or a DSN given twice is
+// refused: two servers cannot share a name, and one database cannot be
+// two servers (a server's own app and admin DSN may be the same).
+func parseServers(servers, admins, replicas []string) ([]migrations.ServerSpec, error) {
 	var specs []migrations.ServerSpec
 	index := map[string]int{}
 	dsns := map[string]string{}
@@ -114,6 +122,21 @@ func parseServers(servers, replicas []string) ([]migrations.ServerSpec, error) {
 	}
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("%w: no servers: pass --server NAME=DSN for each shard server", errUsage)
+	}
+	for _, a := range admins {
+		name, dsn, ok := strings.Cut(a, "=")
+		i, known := index[name]
+		if !ok || dsn == "" || !known {
+			return nil, fmt.Errorf("%w: --admin %q: want NAME=DSN with NAME one of the --server names", errUsage, a)
+		}
+		if specs[i].AdminDSN != "" {
+			return nil, fmt.Errorf("%w: --admin %q: server %q has an admin DSN already", errUsage, a, name)
+		}
+		if other, dup := dsns[dsn]; dup && other != name {
+			return nil, fmt.Errorf("%w: --admin %q: the same DSN as server %q", errUsage, a, other)
+		}
+		dsns[dsn] = name
+		specs[i].AdminDSN = dsn
 	}
 	for _, r := range replicas {
 		name, dsn, ok := strings.Cut(r, "=")

@@ -95,6 +95,8 @@ func TestInitErrors(t *testing.T) {
 		{"no servers", []string{"init", "--catalog", catalog}, 2, "--server NAME=DSN"},
 		{"no catalog", []string{"init", "--server", "a=" + a}, 2, "SHARDKIT_CATALOG"},
 		{"bad server flag", []string{"init", "--catalog", catalog, "--server", "a"}, 2, "want NAME=DSN"},
+		{"admin DSN of no server", []string{"init", "--catalog", catalog, "--server", "a=" + a, "--admin", "z=" + a}, 2, "--admin \"z="},
+		{"admin DSN of another server", []string{"init", "--catalog", catalog, "--server", "a=" + a, "--server", "c=postgres://c", "--admin", "c=" + a}, 2, `the same DSN as server "a"`},
 		{"shard count", []string{"init", "--catalog", catalog, "--server", "a=" + a, "--shards", "16"}, 1, "rekey"},
 		{"unreachable", []string{"init", "--catalog", catalog, "--server", "a=" + a, "--server", "z=postgres://postgres@127.0.0.1:1/x"}, 1, `server "z": server unreachable`},
 		{"duplicate", []string{"init", "--catalog", catalog, "--server", "a=" + pgtest.NewDatabase(t, 0), "--shards", "8"}, 1, "duplicate server name"},

@@ -123,7 +123,7 @@ func (lk *lookupCheck) conn(ctx context.Context, shard int) (*pgx.Conn, router.P
 	if !ok {
 		return nil, pl, fmt.Errorf("%w: %q", router.ErrUnknownServer, pl.Server)
 	}
-	c, err := pgx.Connect(ctx, srv.DSN)
+	c, err := pgx.Connect(ctx, srv.Admin())
 	if err != nil {
 		return nil, pl, fmt.Errorf("server %s: %w", pl.Server, err)
 	}

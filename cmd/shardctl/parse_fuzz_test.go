@@ -45,7 +45,7 @@ func FuzzParseServers(f *testing.F) {
 		if replica != "" {
 			replicas = []string{replica}
 		}
-		specs, err := parseServers([]string{server}, replicas)
+		specs, err := parseServers([]string{server}, nil, replicas)
 		if err != nil {
 			if !errors.Is(err, errUsage) {
 				t.Fatalf("parseServers(%q, %q): error %v is not a usage error", server, replica, err)

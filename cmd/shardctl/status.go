@@ -118,6 +118,18 @@ func writeStatusText(w io.Writer, r *migrations.Report) {
 	}
 	fmt.Fprintf(tw, "total\t\t%d\t%d\t%s\t\n", shards, rows, humanBytes(bytes))
 	_ = tw.Flush()
+	// Passwords are masked (migrations.Status): status output gets pasted.
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVER\tAPP DSN\tADMIN DSN")
+	for _, s := range r.Servers {
+		admin := "(the app DSN)"
+		if s.AdminDSN != "" {
+			admin = s.AdminDSN
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.DSN, admin)
+	}
+	_ = tw.Flush()
 	if len(r.NotActive) == 0 {
 		fmt.Fprintln(w, "\nevery shard is active")
 		return

@@ -111,7 +111,7 @@ func (s *Stats) serverRows(ctx context.Context, snap *router.Snapshot, srv route
 	for i, sh := range shards {
 		schemas[i] = router.SchemaName(sh)
 	}
-	p, err := s.pool(ctx, srv.DSN)
+	p, err := s.pool(ctx, srv.Admin())
 	if err != nil {
 		return r, fmt.Errorf("photos: count rows on %s: %w", srv.Name, err)
 	}

@@ -1,0 +1,167 @@
+package catalog
+
+import (
+	"context"
+	"flag"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/router"
+)
+
+// waitVersion waits until r serves map version v or later.
+func waitVersion(t *testing.T, ctx context.Context, r *router.Router, updates <-chan *router.Snapshot, v int64) {
+	t.Helper()
+	for r.Snapshot().Version < v {
+		select {
+		case <-updates:
+		case <-ctx.Done():
+			t.Fatalf("the router still serves version %d, want %d", r.Snapshot().Version, v)
+		}
+	}
+}
+
+// TestWatchPollLoadsChanges: a polling router follows every kind of map
+// change, reading only the changed rows, and ends with the map a full
+// Load reads.
+func TestWatchPollLoadsChanges(t *testing.T) {
+	cat, _ := seedCatalog(t, 16, idgen.DefaultLayout())
+	ctx := testCtx(t)
+	r, err := router.New(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	updates, unsubscribe := r.Subscribe()
+	defer unsubscribe()
+	wctx, stop := context.WithCancel(ctx)
+	watchErr := make(chan error, 1)
+	go func() { watchErr <- r.WatchWith(wctx, router.WatchOptions{Poll: 10 * time.Millisecond}) }()
+
+	changes := []struct {
+		name string
+		do   func() error
+	}{
+		{"place", func() error { _, err := cat.PlaceShard(ctx, 3, "alpha", router.StateActive); return err }},
+		{"state", func() error { return cat.SetShardState(ctx, 4, "alpha", router.StateMoving) }},
+		{"flip", func() error {
+			if _, err := cat.ChangeShardState(ctx, 4, "alpha", router.StateMoving, router.StateFenced); err != nil {
+				return err
+			}
+			return cat.FlipShard(ctx, 4, "alpha", "beta")
+		}},
+		{"server DSN", func() error {
+			return cat.Update(ctx, func(ctx context.Context, tx *Tx) error {
+				return tx.SetServerDSN(ctx, "beta", "postgres://pooler/db", "postgres://beta/db")
+			})
+		}},
+	}
+	for _, c := range changes {
+		if err := c.do(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		want, err := cat.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitVersion(t, ctx, r, updates, want.Version)
+		got := r.Snapshot()
+		if got.Version != want.Version || !reflect.DeepEqual(got.Placements(), want.Placements()) ||
+			!reflect.DeepEqual(got.Servers(), want.Servers()) || got.Layout != want.Layout || got.Shards != want.Shards {
+			t.Fatalf("%s: the polled map differs from a full Load:\n got %d %+v %+v\nwant %d %+v %+v", c.name,
+				got.Version, got.Placements(), got.Servers(), want.Version, want.Placements(), want.Servers())
+		}
+	}
+	if b, _ := r.Snapshot().Server("beta"); b.DSN != "postgres://pooler/db" || b.Admin() != "postgres://beta/db" {
+		t.Fatalf("beta in the polled map: %+v", b)
+	}
+	stop()
+	if err := <-watchErr; err != context.Canceled {
+		t.Fatalf("WatchWith returned %v", err)
+	}
+}
+
+// pollEvery is TestPollPropagation's interval: go test -run
+// TestPollPropagation -v ./catalog -args -poll=1s measures the default.
+var pollEvery = flag.Duration("poll", 100*time.Millisecond, "TestPollPropagation: the routers' poll interval")
+
+// TestPollPropagation measures how long a map change takes to reach 100
+// routers of one process that poll through one catalog, and how many
+// catalog connections they hold: at most the catalog pool's, where
+// listening routers hold one each. It asserts no timing, only that every
+// router arrives; run with -v for the figures.
+func TestPollPropagation(t *testing.T) {
+	const routers, flips = 100, 5
+	poll := *pollEvery
+	cat, _ := seedCatalog(t, 2000, idgen.DefaultLayout())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs := make([]*router.Router, routers)
+	subs := make([]<-chan *router.Snapshot, routers)
+	for i := range rs {
+		r, err := router.New(ctx, cat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ch, unsubscribe := r.Subscribe()
+		defer unsubscribe()
+		rs[i], subs[i] = r, ch
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, r := range rs {
+		wg.Go(func() { _ = r.WatchWith(wctx, router.WatchOptions{Poll: poll}) })
+	}
+	defer func() { stop(); wg.Wait() }()
+
+	var lat []time.Duration
+	maxConns := cat.pool.Stat().TotalConns()
+	for f := range flips {
+		start := time.Now()
+		v, err := cat.PlaceShard(ctx, 7, testServers[f%2], router.StateActive)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]time.Duration, routers)
+		var rwg sync.WaitGroup
+		for i := range rs {
+			rwg.Go(func() {
+				for rs[i].Snapshot().Version < v {
+					select {
+					case <-subs[i]:
+					case <-ctx.Done():
+						return
+					}
+				}
+				got[i] = time.Since(start)
+			})
+		}
+		rwg.Wait()
+		if ctx.Err() != nil {
+			t.Fatalf("flip %d: not every router reached version %d", f, v)
+		}
+		for i, r := range rs {
+			if p, _ := r.Snapshot().Placement(7); p.Server != testServers[f%2] {
+				t.Fatalf("router %d: shard 7 on %s, want %s", i, p.Server, testServers[f%2])
+			}
+		}
+		lat = append(lat, got...)
+		maxConns = max(maxConns, cat.pool.Stat().TotalConns())
+	}
+	var backends int
+	if err := cat.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()`).Scan(&backends); err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(lat)
+	t.Logf("%d routers polling every %v, %d flips: map change served by every router after p50 %v, p99 %v, max %v",
+		routers, poll, flips, lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)*99/100].Round(time.Millisecond),
+		lat[len(lat)-1].Round(time.Millisecond))
+	t.Logf("catalog connections: pool max %d, at most %d open in the pool, %d backends on the catalog database at the end",
+		cat.pool.Config().MaxConns, maxConns, backends)
+	if int32(backends) > cat.pool.Config().MaxConns {
+		t.Fatalf("%d backends on the catalog for %d polling routers; the pool allows %d", backends, routers, cat.pool.Config().MaxConns)
+	}
+}

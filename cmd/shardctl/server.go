@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/pgdsn"
+)
+
+func init() { commands = append(commands, newServerCmd) }
+
+func newServerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Change a registered shard server (its DSNs)",
+		Args:  exactArgs(0, "a subcommand: set-dsn"),
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newSetDSNCmd())
+	return cmd
+}
+
+func newSetDSNCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "set-dsn NAME [--app DSN] [--admin DSN]",
+		Short: "Change a server's application DSN, its admin DSN or both (password rotation, a pooler in front)",
+		Long: `set-dsn changes the DSNs the catalog holds for server NAME, in a new shard-map
+version. --app is the DSN of application traffic, which may name a connection
+pooler in transaction mode (PgBouncer, PgDog); --admin is the DSN of
+administration and replication (moves, provisioning, migrations, backups),
+which must reach the server directly. A DSN not given is kept. An admin DSN
+equal to the app DSN makes the server's one DSN serve both.
+
+Each new DSN must connect before anything changes (--no-check skips that,
+for a server that is down). Passwords are never printed. Routers learn of
+the change at their next map check.`,
+		Args: exactArgs(1, "NAME"),
+	}
+	catalogDSN := catalogFlag(cmd)
+	var app, admin string
+	var noCheck bool
+	cmd.Flags().StringVar(&app, "app", "", "DSN for application traffic (may be a pooler)")
+	cmd.Flags().StringVar(&admin, "admin", "", "DSN for administration and replication (direct)")
+	cmd.Flags().BoolVar(&noCheck, "no-check", false, "do not connect with the new DSNs first")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		name := args[0]
+		if app == "" && admin == "" {
+			return fmt.Errorf("%w: give --app DSN, --admin DSN or both", errUsage)
+		}
+		ctx := cmd.Context()
+		if !noCheck {
+			for _, d := range []struct{ what, dsn string }{{"app", app}, {"admin", admin}} {
+				if d.dsn == "" {
+					continue
+				}
+				if err := tryDSN(ctx, d.dsn); err != nil {
+					return fmt.Errorf("server %s: the new %s DSN %s does not connect: %w; nothing was changed (--no-check skips this check)",
+						name, d.what, pgdsn.Redact(d.dsn), err)
+				}
+			}
+		}
+		cat, err := openCatalog(ctx, catalogDSN)
+		if err != nil {
+			return err
+		}
+		defer cat.Close()
+		// The admin DSN has its column from catalog version 7 on.
+		if err := cat.Migrate(ctx); err != nil {
+			return err
+		}
+		err = cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
+			return tx.SetServerDSN(ctx, name, app, admin)
+		})
+		if err != nil {
+			return err
+		}
+		snap, err := cat.Load(ctx)
+		if err != nil {
+			return err
+		}
+		srv, _ := snap.Server(name)
+		adminShown := "the app DSN"
+		if srv.AdminDSN != "" {
+			adminShown = pgdsn.Redact(srv.AdminDSN)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "server %s: app DSN %s, admin DSN %s (shard map version %d)\n",
+			name, pgdsn.Redact(srv.DSN), adminShown, snap.Version)
+		return nil
+	}
+	return cmd
+}
+
+// tryDSN connects with dsn and disconnects.
+func tryDSN(ctx context.Context, dsn string) error {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("%w: it does not parse", errUsage)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return c.Close(context.Background())
+}
