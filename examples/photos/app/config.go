@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,13 +18,17 @@ import (
 // Environment variables read by ParseConfig; a flag given on the command
 // line wins over its variable.
 const (
-	EnvCatalog   = "SHARDKIT_CATALOG"  // catalog DSN
-	EnvServers   = "SHARDKIT_SERVERS"  // shard servers to provision: name=DSN,name=DSN,…
-	EnvAddr      = "PHOTOS_ADDR"       // listen address, default :8080
-	EnvProvision = "PHOTOS_PROVISION"  // "true": provision catalog and servers at start
-	EnvShards    = "PHOTOS_SHARDS"     // logical shards when provisioning, default 2000
-	EnvFenceWait = "PHOTOS_FENCE_WAIT" // bound on a write's wait on a fenced shard, default 2s
-	EnvLogLevel  = "PHOTOS_LOG_LEVEL"  // debug, info, warn, error
+	EnvCatalog = "SHARDKIT_CATALOG" // catalog DSN
+	EnvServers = "SHARDKIT_SERVERS" // shard servers to provision: name=DSN,name=DSN,…
+	// EnvAdminServers gives servers of EnvServers a separate DSN for
+	// administration and replication (name=DSN,…), where EnvServers names a
+	// connection pooler.
+	EnvAdminServers = "SHARDKIT_ADMIN_SERVERS"
+	EnvAddr         = "PHOTOS_ADDR"       // listen address, default :8080
+	EnvProvision    = "PHOTOS_PROVISION"  // "true": provision catalog and servers at start
+	EnvShards       = "PHOTOS_SHARDS"     // logical shards when provisioning, default 2000
+	EnvFenceWait    = "PHOTOS_FENCE_WAIT" // bound on a write's wait on a fenced shard, default 2s
+	EnvLogLevel     = "PHOTOS_LOG_LEVEL"  // debug, info, warn, error
 )
 
 // ErrConfig reports an unusable configuration.
@@ -58,6 +63,7 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 	addr := fs.String("addr", env(EnvAddr, ":8080"), "listen address ($"+EnvAddr+")")
 	catalog := fs.String("catalog", env(EnvCatalog, ""), "catalog DSN ($"+EnvCatalog+")")
 	servers := fs.String("servers", env(EnvServers, ""), "shard servers to provision, name=DSN,… ($"+EnvServers+")")
+	adminServers := fs.String("admin-servers", env(EnvAdminServers, ""), "the servers' direct DSNs for administration and replication, name=DSN,…, where -servers names poolers ($"+EnvAdminServers+")")
 	provision := fs.Bool("provision", env(EnvProvision, "") == "true", "provision the catalog and servers at start ($"+EnvProvision+")")
 	provisionOnly := fs.Bool("provision-only", false, "provision (as -provision) and exit without serving")
 	shards := fs.Int("shards", 0, "logical shards when provisioning ($"+EnvShards+", default 2000)")
@@ -90,6 +96,9 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 	if cfg.Servers, err = ParseServers(*servers); err != nil {
 		return Config{}, err
 	}
+	if cfg.Servers, err = WithAdminDSNs(cfg.Servers, *adminServers); err != nil {
+		return Config{}, err
+	}
 	if cfg.Catalog == "" {
 		return Config{}, fmt.Errorf("%w: no catalog: pass -catalog DSN or set %s", ErrConfig, EnvCatalog)
 	}
@@ -97,6 +106,26 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 		return Config{}, fmt.Errorf("%w: provisioning needs servers: pass -servers name=DSN,… or set %s", ErrConfig, EnvServers)
 	}
 	return cfg, nil
+}
+
+// WithAdminDSNs sets the AdminDSN of each server named in admin (name=DSN,
+// as ParseServers reads): the direct connection that provisioning,
+// migrations and moves use where DSN names a connection pooler. A name
+// that is not among servers is refused.
+func WithAdminDSNs(servers []migrations.ServerSpec, admin string) ([]migrations.ServerSpec, error) {
+	direct, err := ParseServers(admin)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]migrations.ServerSpec(nil), servers...)
+	for _, d := range direct {
+		i := slices.IndexFunc(out, func(s migrations.ServerSpec) bool { return s.Name == d.Name })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: admin DSN for server %q, which the servers (%s) do not name", ErrConfig, d.Name, EnvServers)
+		}
+		out[i].AdminDSN = d.DSN
+	}
+	return out, nil
 }
 
 // ParseServers reads "name=DSN,name=DSN" (spaces around items ignored).

@@ -32,6 +32,14 @@ func TestParseConfig(t *testing.T) {
 				return c.Provision && len(c.Servers) == 2 &&
 					c.Servers[0].Name == "a" && c.Servers[0].DSN == "postgres://a" && c.Servers[1].Name == "b"
 			}, false},
+		{"admin DSNs beside pooled ones", nil,
+			map[string]string{EnvCatalog: "c", EnvServers: "a=postgres://pool-a,b=postgres://pool-b", EnvAdminServers: "b=postgres://b"},
+			func(c Config) bool {
+				return len(c.Servers) == 2 && c.Servers[0].AdminDSN == "" &&
+					c.Servers[1].DSN == "postgres://pool-b" && c.Servers[1].AdminDSN == "postgres://b"
+			}, false},
+		{"admin DSN of a server not listed", nil,
+			map[string]string{EnvCatalog: "c", EnvServers: "a=postgres://pool-a", EnvAdminServers: "z=postgres://z"}, nil, true},
 		{"provision only", []string{"-provision-only", "-servers", "a=x"}, map[string]string{EnvCatalog: "c"},
 			func(c Config) bool { return c.Provision && c.ProvisionOnly && len(c.Servers) == 1 }, false},
 		{"no catalog", nil, nil, nil, true},

@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -39,7 +38,7 @@ import (
 type options struct {
 	users, workers, moves, parallel, shards int
 	warmup, cooldown                        time.Duration
-	verbose, soak                           bool
+	verbose, soak, pooled                   bool
 	heapProfile                             string
 }
 
@@ -54,6 +53,7 @@ func main() {
 	flag.DurationVar(&o.cooldown, "cooldown", 5*time.Second, "load after the moves end")
 	flag.BoolVar(&o.verbose, "v", false, "show the service's and the mover's logs")
 	flag.StringVar(&o.heapProfile, "heapprofile", "", "write the live heap's profile to this file after the load (go tool pprof)")
+	flag.BoolVar(&o.pooled, "pooled", false, "put a PgBouncer in transaction mode in front of each local server: the service's statements go through it, moves connect directly")
 	flag.BoolVar(&o.soak, "soak", false, "fail if the process's goroutines or live heap after the load grew past what it held idle (make reliability)")
 	flag.Parse()
 
@@ -87,20 +87,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		say("using the servers in $%s: %s", envServers, serverNames(c.servers))
 	} else {
 		say("starting PostgreSQL with internal/pglocal: a catalog and 3 servers (wal_level=logical)")
-		if c, err = startLocal(ctx, 3); err != nil {
+		if o.pooled {
+			say("each server behind a PgBouncer in transaction mode (internal/pgbouncer): the service's statements go through it, provisioning and moves connect directly")
+		}
+		if c, err = startLocal(ctx, 3, o.pooled); err != nil {
 			return err
 		}
 	}
 	defer c.stop()
-	if o.soak {
-		// Each connection's prepared statement cache fills as it meets
-		// new shards' SQL (4096 statements by default): a soak with a
-		// small cache reaches its steady state during the warm-up, so
-		// that what grows after it is a leak.
-		c = c.withDSNParam("statement_cache_capacity", strconv.Itoa(soakStatementCache))
-		say("soak: each server connection caches %d prepared statements", soakStatementCache)
-	}
-
 	cfg := app.Config{Addr: "127.0.0.1:0", Catalog: store.CatalogDSN(c.catalog), FenceWait: store.FenceWait(2 * time.Second),
 		Provision: true, Servers: c.servers, Shards: o.shards}
 	say("provisioning %d logical shards on %s", o.shards, serverNames(c.servers))
@@ -225,7 +219,7 @@ func serverBackends(ctx context.Context, a *app.App) string {
 func directDSNs(snap *router.Snapshot) map[string]string {
 	m := map[string]string{}
 	for _, s := range snap.Servers() {
-		m[s.Name] = s.DSN
+		m[s.Name] = s.Admin()
 	}
 	return m
 }

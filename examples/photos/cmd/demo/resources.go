@@ -60,8 +60,9 @@ func settle(ctx context.Context, start time.Time, limit int, d time.Duration) re
 // leaked reports a growth the soak refuses: goroutines that did not
 // return to the idle count they started from (give or take the pools of a
 // server added on the way), or a live heap after the load more than half
-// again what it was at the end of the warm-up, when the connections'
-// statement caches were full and the load had reached its steady state.
+// again what it was at the end of the warm-up, when the pools and the
+// statement description caches were full and the load had reached its
+// steady state.
 func leaked(idle, warm, end resources) error {
 	if end.goroutines > idle.goroutines+goroutineSlack {
 		return fmt.Errorf("goroutines grew from %d at idle to %d after the load (more than %d): a leak", idle.goroutines, end.goroutines, goroutineSlack)
@@ -71,10 +72,6 @@ func leaked(idle, warm, end resources) error {
 	}
 	return nil
 }
-
-// soakStatementCache is the prepared statement cache of each server
-// connection in a soak.
-const soakStatementCache = 256
 
 // writeHeapProfile writes the live heap's profile (after a collection).
 func writeHeapProfile(path string) error {

@@ -3,13 +3,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/examples/photos/app"
+	"github.com/shardkit/shardkit/internal/pgbouncer"
 	"github.com/shardkit/shardkit/internal/pglocal"
 	"github.com/shardkit/shardkit/migrations"
 )
@@ -34,34 +34,6 @@ type cluster struct {
 	local     bool
 }
 
-// withDSNParam sets a connection parameter in the DSN of every server,
-// the one added during the run included.
-func (c cluster) withDSNParam(key, value string) cluster {
-	set := func(s migrations.ServerSpec) migrations.ServerSpec {
-		if u, err := url.Parse(s.DSN); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
-			q := u.Query()
-			q.Set(key, value)
-			u.RawQuery = q.Encode()
-			s.DSN = u.String()
-		} else {
-			s.DSN += " " + key + "=" + value
-		}
-		return s
-	}
-	servers := make([]migrations.ServerSpec, len(c.servers))
-	for i, s := range c.servers {
-		servers[i] = set(s)
-	}
-	c.servers = servers
-	if add := c.addServer; add != nil {
-		c.addServer = func(ctx context.Context) (migrations.ServerSpec, error) {
-			s, err := add(ctx)
-			return set(s), err
-		}
-	}
-	return c
-}
-
 // fromEnv returns the servers named in the environment, or ok false when
 // none are.
 func fromEnv() (cluster, bool, error) {
@@ -73,6 +45,9 @@ func fromEnv() (cluster, bool, error) {
 		return cluster{}, false, fmt.Errorf("demo: set both %s and %s (or neither, for local clusters)", envCatalog, envServers)
 	}
 	servers, err := app.ParseServers(srv)
+	if err == nil {
+		servers, err = app.WithAdminDSNs(servers, os.Getenv(app.EnvAdminServers))
+	}
 	if err != nil {
 		return cluster{}, false, err
 	}
@@ -88,34 +63,56 @@ func fromEnv() (cluster, bool, error) {
 }
 
 // startLocal starts a catalog cluster and n server clusters with pglocal;
-// addServer starts one more (pglocal Set.Add).
-func startLocal(ctx context.Context, n int) (cluster, error) {
+// addServer starts one more (pglocal Set.Add). With pooled, a PgBouncer in
+// transaction mode stands in front of each server: the service's
+// statements go through it (the server's DSN), while provisioning and
+// moves connect to the server itself (its admin DSN).
+func startLocal(ctx context.Context, n int, pooled bool) (cluster, error) {
 	set, err := pglocal.Start(ctx, pglocal.Options{N: n + 1})
 	if err != nil {
 		return cluster{}, err
 	}
-	c := cluster{local: true, stop: set.Stop}
-	if err := createDB(ctx, set.Clusters[0], "catalog"); err != nil {
+	var bouncers []*pgbouncer.Bouncer
+	c := cluster{local: true, stop: func() {
+		for _, b := range bouncers {
+			b.Stop()
+		}
 		set.Stop()
+	}}
+	spec := func(ctx context.Context, name string, cl *pglocal.Cluster) (migrations.ServerSpec, error) {
+		if err := createDB(ctx, cl, "photos"); err != nil {
+			return migrations.ServerSpec{}, err
+		}
+		s := migrations.ServerSpec{Name: name, DSN: cl.DSN("photos")}
+		if pooled {
+			b, err := pgbouncer.Start(ctx, pgbouncer.Options{Port: cl.Port, Settings: map[string]string{"max_client_conn": "1000"}})
+			if err != nil {
+				return migrations.ServerSpec{}, err
+			}
+			bouncers = append(bouncers, b)
+			s.AdminDSN, s.DSN = s.DSN, b.DSN("photos")
+		}
+		return s, nil
+	}
+	if err := createDB(ctx, set.Clusters[0], "catalog"); err != nil {
+		c.stop()
 		return cluster{}, err
 	}
 	c.catalog = set.Clusters[0].DSN("catalog")
 	for i := 1; i <= n; i++ {
-		if err := createDB(ctx, set.Clusters[i], "photos"); err != nil {
-			set.Stop()
+		s, err := spec(ctx, fmt.Sprintf("pg%d", i), set.Clusters[i])
+		if err != nil {
+			c.stop()
 			return cluster{}, err
 		}
-		c.servers = append(c.servers, migrations.ServerSpec{Name: fmt.Sprintf("pg%d", i), DSN: set.Clusters[i].DSN("photos")})
+		c.servers = append(c.servers, s)
 	}
 	c.addServer = func(ctx context.Context) (migrations.ServerSpec, error) {
 		cl, err := set.Add(ctx, pglocal.Options{})
 		if err != nil {
 			return migrations.ServerSpec{}, err
 		}
-		if err := createDB(ctx, cl, "photos"); err != nil {
-			return migrations.ServerSpec{}, err
-		}
-		return migrations.ServerSpec{Name: fmt.Sprintf("pg%d", len(set.Clusters)-1), DSN: cl.DSN("photos")}, nil
+		return spec(ctx, fmt.Sprintf("pg%d", len(set.Clusters)-1), cl)
 	}
 	return c, nil
 }
