@@ -348,7 +348,7 @@ func TestFiguresMatchResults(t *testing.T) {
 			t.Errorf("docs/performance.md has no markers for figure %s", fig.Name)
 			continue
 		}
-		f, err := os.Open(filepath.Join(root, "docs", "figures", fig.Name+".txt"))
+		f, err := os.Open(filepath.Join(root, "docs", "figures", fig.Results()+".txt"))
 		if err != nil {
 			continue // not measured by make figures yet: the page's text stands
 		}
@@ -362,7 +362,50 @@ func TestFiguresMatchResults(t *testing.T) {
 			t.Fatal(err)
 		}
 		if have != want {
-			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/docscheck/figures to render the kept results", fig.Name, fig.Name)
+			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/docscheck/figures to render the kept results", fig.Name, fig.Results())
 		}
+	}
+}
+
+// TestFigureTemplates checks Row.Cells and Notes: {NAME UNIT} placeholders,
+// names relative to the row's Bench, division and signs.
+func TestFigureTemplates(t *testing.T) {
+	res, err := ParseResults(strings.NewReader(`goos: linux
+goarch: amd64
+cpu: Test CPU
+BenchmarkRouting/select_by_key-2  	 200000	 9000 ns/op	 430 overhead-median-ns/op	 0 overhead-allocs/op
+BenchmarkRouting/select_by_key-2  	 200000	 9100 ns/op	 470 overhead-median-ns/op	 0 overhead-allocs/op
+BenchmarkRouting/unregistered-2   	 200000	 9100 ns/op	 -120 overhead-median-ns/op
+BenchmarkRouting/unregistered-2   	 200000	 9100 ns/op	 300 overhead-median-ns/op
+BenchmarkMoveFigures-2	1	7.5 fenced-ms
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fig := Figure{
+		Name:    "t",
+		From:    "other",
+		Columns: []string{"statement", "overhead", "allocations"},
+		Rows: []Row{
+			{Label: "select by key", Bench: "BenchmarkRouting/select_by_key", Cells: []string{"{. overhead-median-ns/op /1e3 +} µs", "{. overhead-allocs/op +}"}},
+			{Label: "unregistered", Bench: "BenchmarkRouting", Cells: []string{"{/unregistered overhead-median-ns/op /1e3 +} µs", "–"}},
+		},
+		Notes: []string{"The window took {BenchmarkMoveFigures fenced-ms} ms."},
+	}
+	got, err := fig.Render(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "| statement | overhead | allocations |\n|---|---|---|\n" +
+		"| select by key | +0.43–0.47 µs | +0 |\n" +
+		"| unregistered | -0.12–+0.30 µs | – |\n" +
+		"\nTaken by `make figures`: 2 runs on Test CPU, linux/amd64, GOMAXPROCS 2.\n" +
+		"\nThe window took 7.50 ms.\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	fig.Rows[0].Cells[0] = "{. no-such-unit}"
+	if _, err := fig.Render(res); err == nil {
+		t.Error("a unit the results lack: no error")
 	}
 }
