@@ -140,7 +140,11 @@ func (fig Figure) Render(res *Results) (string, error) {
 	if machine == "" {
 		machine = "an unnamed CPU"
 	}
-	fmt.Fprintf(&b, "\nTaken by `make figures`: %d runs on %s, %s/%s, GOMAXPROCS %d", runs, machine, res.Config["goos"], res.Config["goarch"], res.Procs)
+	plural := "s"
+	if runs == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(&b, "\nTaken by `make figures`: %d run%s on %s, %s/%s, GOMAXPROCS %d", runs, plural, machine, res.Config["goos"], res.Config["goarch"], res.Procs)
 	if l := res.Config["loadavg"]; l != "" {
 		fmt.Fprintf(&b, ", load average %s at the start", l)
 	}

@@ -29,3 +29,97 @@ var Figures = []Figure{
 		},
 	},
 }
+
+// The tables of the plugin against plain GORM, in the page's order.
+func init() {
+	Figures = append(Figures,
+		Figure{
+			Name:    "routing",
+			Command: "go test ./plugin -run '^$' -bench BenchmarkRoutingOverhead -benchtime 200000x -count 4",
+			Columns: []string{"statement", "routing overhead per statement", "allocations", "plain GORM per statement"},
+			Rows: []Row{
+				routingRow("select by key", "select_by_key"),
+				routingRow("select by ID", "select_by_id"),
+				routingRow("update by ID", "update_by_id"),
+				routingRow("insert", "insert_one"),
+			},
+		},
+		Figure{
+			Name:    "sharded-vs-plain",
+			Command: "go test ./plugin -run '^$' -bench 'BenchmarkShardedVsPlain/(e2e|sql)/' -count 3",
+			Columns: []string{"sharded / plain", "2 servers", "1 server"},
+			Rows: []Row{
+				e2eRow("select by key", "select_by_key"),
+				e2eRow("select by ID", "select_by_id"),
+				e2eRow("insert one", "insert_one"),
+				e2eRow("insert batch of 100", "insert_batch_100"),
+				e2eRow("update by ID", "update_by_id"),
+				sqlRow("*lookup by ID in raw SQL, no GORM, no plugin*", "select_by_id"),
+				sqlRow("*update by ID in raw SQL, in a transaction*", "update_by_id"),
+			},
+		},
+		Figure{
+			Name:    "lookups",
+			Command: "go test ./plugin -run '^$' -bench BenchmarkLookup -benchtime 2000x -count 3",
+			Columns: []string{"operation", "sharded / plain", "sharded", "plain"},
+			Rows: []Row{
+				lookupRow("sign-up (insert with a lookup column)", "sign_up"),
+				lookupRow("read by username", "read_by_username"),
+			},
+		},
+		Figure{
+			Name:    "bulk-import",
+			Command: "SHARDKIT_BENCH_COPY_ROWS=1000000 go test ./plugin -run '^$' -bench BenchmarkCopyFrom -benchtime 3x -count 2",
+			Columns: []string{"1 M rows into 2000 shards", "time / plain `COPY`, median of the rounds", "per row"},
+			Rows: []Row{
+				{Label: "`plugin.CopyFrom` (4 parts at once)", Bench: "BenchmarkCopyFrom", Cells: []string{"{. copy/plain}×", "{. copy_from-ns/row /1e3} µs"}},
+				{Label: "`CreateInBatches(&rows, 1000)` through the plugin", Bench: "BenchmarkCopyFrom", Cells: []string{"{. batches/plain}×", "{. create_in_batches-ns/row /1e3} µs"}},
+				{Label: "plain `COPY` into one table", Bench: "BenchmarkCopyFrom", Cells: []string{"1", "{. plain_copy-ns/row /1e3} µs"}},
+			},
+		},
+		Figure{
+			Name:    "telemetry",
+			Command: "go test ./plugin/telemetry -run '^$' -bench BenchmarkTelemetryOverhead -benchtime 100000x -count 4",
+			Columns: []string{"statement", "no-op tracer (no SDK)", "SDK tracer, every span sampled, none exported", "the plugin alone, CPU"},
+			Rows: []Row{
+				telemetryRow("select by key", "select_by_key"),
+				telemetryRow("select by ID", "select_by_id"),
+				telemetryRow("update by ID", "update_by_id"),
+				telemetryRow("insert one", "insert_one"),
+				telemetryRow("read of all 16 shards", "select_all_shards"),
+			},
+		},
+	)
+}
+
+func routingRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkRoutingOverhead/" + op, Cells: []string{
+		"{. overhead-median-ns/op /1e3 +} µs", "{. overhead-allocs/op +}", "{. plain-ns/op /1e3} µs",
+	}}
+}
+
+func e2eRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkShardedVsPlain/e2e/" + op, Cells: []string{
+		"{/sharded ratio}", "{/sharded_one_server ratio}",
+	}}
+}
+
+func sqlRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkShardedVsPlain/sql/" + op, Cells: []string{
+		"*{/sharded ratio}*", "*{/sharded_one_server ratio} (one shard: {/sharded_one_shard ratio})*",
+	}}
+}
+
+func lookupRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkLookup/lookup/" + op, Cells: []string{
+		"{. ratio}×", "{. sharded-ns/op /1e6} ms", "{. plain-ns/op /1e6} ms",
+	}}
+}
+
+func telemetryRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkTelemetryOverhead", Cells: []string{
+		"{/noop_tracer/" + op + " overhead-cpu-ns/op /1e3 +} µs, {/noop_tracer/" + op + " overhead-allocs/op +} allocs",
+		"{/sdk_tracer/" + op + " overhead-cpu-ns/op /1e3 +} µs, {/sdk_tracer/" + op + " overhead-allocs/op +} allocs",
+		"{/noop_tracer/" + op + " base-cpu-ns/op /1e3} µs",
+	}}
+}
