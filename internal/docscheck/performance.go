@@ -123,3 +123,55 @@ func telemetryRow(label, op string) Row {
 		"{/noop_tracer/" + op + " base-cpu-ns/op /1e3} µs",
 	}}
 }
+
+// Reads across shards: one command, two tables.
+func init() {
+	Figures = append(Figures,
+		Figure{
+			Name:    "scatter",
+			Command: "go test ./plugin -run '^$' -bench BenchmarkScatter -benchtime 20x -count 3",
+			Columns: []string{"read", "one `UNION ALL` per 100 shards of a server (the default)", "per 250", "per 500", "one statement per shard", "one table", "default / one table"},
+			Rows: []Row{
+				scatterClockRow("`ORDER BY id DESC LIMIT 50`, clock", "order_by_id_desc_limit_50"),
+				scatterCPURow("the same, CPU per read (client + servers)", "order_by_id_desc_limit_50"),
+				scatterClockRow("`COUNT(*)`, clock", "count"),
+				scatterCPURow("the same, CPU per read", "count"),
+			},
+		},
+		Figure{
+			Name:    "scatter-first-read",
+			From:    "scatter",
+			Columns: []string{"first read of a freshly opened plugin", "first", "warm", "first / warm", "the plugin's start-up (`db.Use`, warm-up included)"},
+			Rows: []Row{
+				firstReadRow("ordered (`LIMIT 50`)", "order_by_id_desc_limit_50"),
+				firstReadRow("`COUNT(*)`", "count"),
+			},
+		},
+	)
+}
+
+var scatterModes = []string{"union_100", "union_250", "union_500", "per_shard"}
+
+func scatterClockRow(label, read string) Row {
+	row := Row{Label: label, Bench: "BenchmarkScatter/" + read}
+	for _, m := range scatterModes {
+		row.Cells = append(row.Cells, "{/"+m+" sharded-µs/op /1e3} ms")
+	}
+	row.Cells = append(row.Cells, "{/union_100 plain-µs/op /1e3} ms", "{/union_100 ratio}×")
+	return row
+}
+
+func scatterCPURow(label, read string) Row {
+	row := Row{Label: label, Bench: "BenchmarkScatter/" + read}
+	for _, m := range scatterModes {
+		row.Cells = append(row.Cells, "{/"+m+" sharded-client-cpu-µs/op /1e3} + {/"+m+" sharded-server-cpu-µs/op /1e3} ms")
+	}
+	row.Cells = append(row.Cells, "{/union_100 plain-cpu-µs/op /1e3} ms", "{/union_100 cpu-ratio}×")
+	return row
+}
+
+func firstReadRow(label, read string) Row {
+	return Row{Label: label, Bench: "BenchmarkScatter/first_read/" + read, Cells: []string{
+		"{. first-ms/op} ms", "{. warm-ms/op} ms", "{. first/warm}×", "{. startup-ms/op /1e3} s",
+	}}
+}
