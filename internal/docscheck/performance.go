@@ -175,3 +175,50 @@ func firstReadRow(label, read string) Row {
 		"{. first-ms/op} ms", "{. warm-ms/op} ms", "{. first/warm}×", "{. startup-ms/op /1e3} s",
 	}}
 }
+
+// Figures of tests and the demo, written through internal/benchout.
+func init() {
+	Figures = append(Figures,
+		Figure{
+			Name: "move",
+			Command: "SHARDKIT_MOVE_FIGURES=1000000 go test ./rebalance -run TestMoveFigures -count 3 -timeout 90m &&\n" +
+				"go test ./rebalance -run '^$' -bench BenchmarkMoveCopy -benchtime 3x",
+			Columns: []string{"figure", "measured"},
+			Rows: []Row{
+				{Label: "fenced window (writes held)", Bench: "BenchmarkMoveFigures", Cells: []string{"{. fenced-ms} ms"}},
+				{Label: "failed writes", Bench: "BenchmarkMoveFigures", Cells: []string{"{. failed-writes} of {. writes}"}},
+				{Label: "copy and indexes beside the writer / `pg_dump \\| psql` on a quiet shard", Bench: "BenchmarkMoveFigures", Cells: []string{"{. x-pg_dump}×"}},
+				{Label: "copy and indexes / `pg_dump \\| psql`, both on a quiet shard (`BenchmarkMoveCopy`)", Bench: "BenchmarkMoveCopy", Cells: []string{"{. x-pg_dump}×"}},
+				{Label: "the whole move, beside the writer", Bench: "BenchmarkMoveFigures", Cells: []string{"{. move-s} s"}},
+			},
+		},
+		Figure{
+			Name:    "fence-lease",
+			Command: "go test -count=3 -run 'TestFenceLease$|TestKillMoverThenWatchFences$' ./rebalance/",
+			Columns: []string{"figure", "measured"},
+			Rows: []Row{
+				{Label: "the seal", Bench: "BenchmarkFenceLease/seal", Cells: []string{"{. seal-ms} ms"}},
+				{Label: "first write through the plugin after a kill inside the window", Bench: "BenchmarkKillMoverThenWatchFences/in_window", Cells: []string{"{. writable-ms /1e3} s"}},
+				{Label: "the same, killed after the flip", Bench: "BenchmarkKillMoverThenWatchFences/after_flip", Cells: []string{"{. writable-ms} ms"}},
+				{Label: "failed writes", Bench: "BenchmarkKillMoverThenWatchFences/writer", Cells: []string{"{. failed-writes} of {. writes}"}},
+				{Label: "writes lost or doubled", Cells: []string{"none (the tests fail otherwise)"}},
+			},
+		},
+		Figure{
+			Name:    "demo",
+			Command: "for run in 1 2 3; do make demo >&2 || exit 1; done",
+			Columns: []string{"figure", "measured"},
+			Rows: []Row{
+				{Label: "requests (req/s)", Bench: "BenchmarkDemo", Cells: []string{"{. requests} ({. req/s})"}},
+				{Label: "p99 (feed p99)", Bench: "BenchmarkDemo", Cells: []string{"{. p99-ms} ms ({. feed-p99-ms})"}},
+				{Label: "shards moved", Bench: "BenchmarkDemo", Cells: []string{"{. moves}"}},
+				{Label: "longest fenced window of a run", Bench: "BenchmarkDemo", Cells: []string{"{. longest-window-ms} ms"}},
+				{Label: "shortest fenced window of a run", Bench: "BenchmarkDemo", Cells: []string{"{. shortest-window-ms} ms"}},
+				{Label: "longest write wait at cutover", Bench: "BenchmarkDemo", Cells: []string{"{. write-wait-ms} ms"}},
+				{Label: "longest write request during the moves", Bench: "BenchmarkDemo", Cells: []string{"{. longest-write-ms} ms"}},
+				{Label: "request errors", Bench: "BenchmarkDemo", Cells: []string{"{. errors}"}},
+				{Label: "took", Bench: "BenchmarkDemo", Cells: []string{"{. took-s} s"}},
+			},
+		},
+	)
+}
