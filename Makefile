@@ -30,7 +30,8 @@ bench: postgres
 
 ## figures: run the benchmarks, figure tests and demo runs behind docs/performance.md's
 ## maintained tables, keep their output in docs/figures/, and rewrite those tables (an hour
-## or more: run it on a quiet machine; -only NAME takes one figure)
+## or more: run it on a quiet machine; `go run ./internal/docscheck/figures -run -only NAME`
+## takes one figure)
 figures:
 	$(GO) run ./internal/docscheck/figures -run
 
