@@ -158,6 +158,7 @@ FROM generate_series(1, %d) AS g`
 				plainCPU := measureCPU(b, 20*cpuReads, func() error { return r.fn(plain) })
 				b.ReportMetric(float64(shardedCPU.client.Microseconds()), "sharded-client-cpu-µs/op")
 				b.ReportMetric(float64(shardedCPU.server.Microseconds()), "sharded-server-cpu-µs/op")
+				b.ReportMetric(float64(shardedCPU.server.Nanoseconds())/1e3/shards, "server-cpu-µs/shard")
 				b.ReportMetric(float64(plainCPU.client+plainCPU.server)/1e3, "plain-cpu-µs/op")
 				b.ReportMetric(float64(shardedCPU.client+shardedCPU.server)/float64(plainCPU.client+plainCPU.server), "cpu-ratio")
 			})

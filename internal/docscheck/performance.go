@@ -42,6 +42,7 @@ func init() {
 				routingRow("select by ID", "select_by_id"),
 				routingRow("update by ID", "update_by_id"),
 				routingRow("insert", "insert_one"),
+				routingRow("a table the plugin does not shard", "unsharded_table"),
 			},
 		},
 		Figure{
@@ -137,6 +138,8 @@ func init() {
 				scatterClockRow("`COUNT(*)`, clock", "count"),
 				scatterCPURow("the same, CPU per read", "count"),
 			},
+			Notes: []string{"A warm read by the default batching costs {BenchmarkScatter/order_by_id_desc_limit_50/union_100 server-cpu-µs/shard} µs " +
+				"(ordered) and {BenchmarkScatter/count/union_100 server-cpu-µs/shard} µs (`COUNT(*)`) of server CPU per shard, Postgres's own per-table work."},
 		},
 		Figure{
 			Name:    "scatter-first-read",
