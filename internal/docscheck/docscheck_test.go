@@ -409,3 +409,44 @@ BenchmarkMoveFigures-2	1	7.5 fenced-ms
 		t.Error("a unit the results lack: no error")
 	}
 }
+
+// TestFiguresRender renders every maintained figure from results that hold
+// each value its rows and notes name: a template that does not parse (a
+// brace, an option) fails here, not on the first make figures.
+func TestFiguresRender(t *testing.T) {
+	placeholder := regexp.MustCompile(`\{([^}]*)\}`)
+	for _, fig := range Figures {
+		res := &Results{Config: map[string]string{}, Values: map[string]map[string][]float64{}}
+		add := func(bench, unit string) {
+			unit = strings.TrimPrefix(unit, "ms/")
+			if res.Values[bench] == nil {
+				res.Values[bench] = map[string][]float64{}
+			}
+			res.Values[bench][unit] = []float64{1}
+		}
+		for _, row := range fig.Rows {
+			for _, u := range row.Units {
+				add(row.Bench, u)
+			}
+			for _, tmpl := range append(append([]string(nil), row.Cells...), fig.Notes...) {
+				for _, m := range placeholder.FindAllStringSubmatch(tmpl, -1) {
+					f := strings.Fields(m[1])
+					if len(f) < 2 {
+						continue // Render reports it
+					}
+					name := f[0]
+					switch {
+					case name == ".":
+						name = row.Bench
+					case strings.HasPrefix(name, "/"):
+						name = row.Bench + name
+					}
+					add(name, f[1])
+				}
+			}
+		}
+		if _, err := fig.Render(res); err != nil {
+			t.Errorf("figure %s: %v", fig.Name, err)
+		}
+	}
+}
