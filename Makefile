@@ -28,8 +28,10 @@ lint:
 bench: postgres
 	$(GO) test -run '^$$' -bench . -benchmem -count 1 -timeout 20m $(PKGS)
 
-## figures: run the benchmarks behind docs/performance.md's maintained tables, keep their
-## output in docs/figures/, and rewrite those tables (run it on a quiet machine)
+## figures: run the benchmarks, figure tests and demo runs behind docs/performance.md's
+## maintained tables, keep their output in docs/figures/, and rewrite those tables (an hour
+## or more: run it on a quiet machine; `go run ./internal/docscheck/figures -run -only NAME`
+## takes one figure)
 figures:
 	$(GO) run ./internal/docscheck/figures -run
 

@@ -24,9 +24,10 @@ import (
 // databases on the two test clusters), each paired in every iteration
 // with the same query on one unsharded table holding the same rows, so
 // that the ratio is read from one run on one machine. perShard is the
-// same read sent as one statement per shard.
+// same read sent as one statement per shard. first_read is the first read
+// of a freshly opened plugin against its warm reads.
 //
-//	go test ./plugin -run '^$' -bench BenchmarkScatter -benchtime 40x
+//	go test ./plugin -run '^$' -bench BenchmarkScatter -benchtime 20x -count 3
 func BenchmarkScatter(b *testing.B) {
 	const shards, perShard = 2000, 20
 	e := newEnv(b, envOpts{shards: shards, four: true, noIDs: true})
@@ -83,33 +84,45 @@ FROM generate_series(1, %d) AS g`
 	}
 	all := e.db.Clauses(AllShards()).Session(&gorm.Session{}) // reusable: each read starts from this statement
 	// The first read of a fresh plugin (new pools: connections and
-	// prepared statements made on the way) against a warm one.
+	// prepared statements made on the way) against a warm one, and the
+	// plugin's start-up (Use, warm-up included).
 	for _, r := range reads {
-		fresh, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		pl := Register(Config{Router: e.r}, &Photo{}, &Like{}, &Album{})
-		t0 := time.Now()
-		if err := fresh.Use(pl); err != nil {
-			b.Fatal(err)
-		}
-		startup := time.Since(t0)
-		t0 = time.Now()
-		if err := r.fn(fresh.Clauses(AllShards())); err != nil {
-			b.Fatal(err)
-		}
-		first := time.Since(t0)
-		t0 = time.Now()
-		for range 5 {
-			if err := r.fn(fresh.Clauses(AllShards())); err != nil {
-				b.Fatal(err)
+		b.Run("first_read/"+r.name, func(b *testing.B) {
+			var startup, first, warm time.Duration
+			for range b.N {
+				fresh, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				pl := Register(Config{Router: e.r}, &Photo{}, &Like{}, &Album{})
+				t0 := time.Now()
+				if err := fresh.Use(pl); err != nil {
+					b.Fatal(err)
+				}
+				startup += time.Since(t0)
+				t0 = time.Now()
+				if err := r.fn(fresh.Clauses(AllShards())); err != nil {
+					b.Fatal(err)
+				}
+				first += time.Since(t0)
+				t0 = time.Now()
+				for range 5 {
+					if err := r.fn(fresh.Clauses(AllShards())); err != nil {
+						b.Fatal(err)
+					}
+				}
+				warm += time.Since(t0) / 5
+				_ = pl.Close()
+				if db, err := fresh.DB(); err == nil {
+					_ = db.Close()
+				}
 			}
-		}
-		warm := time.Since(t0) / 5
-		_ = pl.Close()
-		b.Logf("%s: first read of a fresh plugin %v, warm %v (%.1fx); its start-up (Use, warm-up included) took %v",
-			r.name, first, warm, float64(first)/float64(warm), startup)
+			n := float64(b.N)
+			b.ReportMetric(float64(first.Microseconds())/1e3/n, "first-ms/op")
+			b.ReportMetric(float64(warm.Microseconds())/1e3/n, "warm-ms/op")
+			b.ReportMetric(float64(first)/float64(warm), "first/warm")
+			b.ReportMetric(float64(startup.Microseconds())/1e3/n, "startup-ms/op")
+		})
 	}
 	for _, r := range reads {
 		for _, mode := range []struct {
@@ -145,6 +158,7 @@ FROM generate_series(1, %d) AS g`
 				plainCPU := measureCPU(b, 20*cpuReads, func() error { return r.fn(plain) })
 				b.ReportMetric(float64(shardedCPU.client.Microseconds()), "sharded-client-cpu-µs/op")
 				b.ReportMetric(float64(shardedCPU.server.Microseconds()), "sharded-server-cpu-µs/op")
+				b.ReportMetric(float64(shardedCPU.server.Nanoseconds())/1e3/shards, "server-cpu-µs/shard")
 				b.ReportMetric(float64(plainCPU.client+plainCPU.server)/1e3, "plain-cpu-µs/op")
 				b.ReportMetric(float64(shardedCPU.client+shardedCPU.server)/float64(plainCPU.client+plainCPU.server), "cpu-ratio")
 			})

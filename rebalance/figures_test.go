@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/benchout"
 	"github.com/shardkit/shardkit/internal/pglocal"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
@@ -22,7 +23,8 @@ import (
 
 // TestMoveFigures measures a move of a large shard with a writer running,
 // and compares the copy with pg_dump -n schema | psql. Not part of the
-// normal run:
+// normal run; make figures runs it, and reads the figures it writes through
+// internal/benchout:
 //
 //	SHARDKIT_MOVE_FIGURES=1000000 go test ./rebalance -run TestMoveFigures -v -timeout 30m
 func TestMoveFigures(t *testing.T) {
@@ -78,10 +80,29 @@ func TestMoveFigures(t *testing.T) {
 	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
 		t.Logf("load average at the end: %s", strings.TrimSpace(string(load)))
 	}
+	figure(t, "MoveFigures",
+		benchout.Metric{Value: ms(m.FencedFor), Unit: "fenced-ms"},
+		benchout.Metric{Value: float64(len(w.failures)), Unit: "failed-writes"},
+		benchout.Metric{Value: float64(w.ops), Unit: "writes"},
+		benchout.Metric{Value: (copyTime + indexTime).Seconds() / dumpTime.Seconds(), Unit: "x-pg_dump"},
+		benchout.Metric{Value: (copyTime + indexTime).Seconds() / dumpBusy.Seconds(), Unit: "x-pg_dump-busy"},
+		benchout.Metric{Value: total.Seconds(), Unit: "move-s"})
 	if _, err := mv.Complete(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
 }
+
+// figure writes a figure of a test for make figures (a no-op unless
+// SHARDKIT_FIGURES_OUT is set).
+func figure(t testing.TB, name string, metrics ...benchout.Metric) {
+	t.Helper()
+	if err := benchout.Write(name, metrics...); err != nil {
+		t.Error(err)
+	}
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // seedBulkPhotos loads rows photos into shard 0 on s0: IDs in shard 0's
 // layout, times in the past minutes, captions of about 60 bytes, like a

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardkit/shardkit/internal/benchout"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -186,6 +187,9 @@ func TestFenceLease(t *testing.T) {
 			t.Fatalf("%s: complete: %v", c.name, err)
 		}
 		t.Logf("%s: move %d, watcher %q", c.name, m.ID, c.want)
+		if m.Cutover.Seal > 0 {
+			figure(t, "FenceLease/seal", benchout.Metric{Value: ms(m.Cutover.Seal), Unit: "seal-ms"})
+		}
 	}
 
 	// Then no hook: the watcher polls without pause while a mover whose
@@ -226,6 +230,9 @@ func TestFenceLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("racing the watcher: move %d cut over after %d lapsed attempts (lease 40ms)", m.ID, lapses)
+	if m.Cutover.Seal > 0 {
+		figure(t, "FenceLease/seal", benchout.Metric{Value: ms(m.Cutover.Seal), Unit: "seal-ms"})
+	}
 
 	stop()
 	w.check(t)
@@ -323,6 +330,11 @@ func TestKillMoverThenWatchFences(t *testing.T) {
 			}
 		}
 		t.Logf("%s: writable again after %v, shard 0 %s on %s", name, took.Round(time.Millisecond), p.State, p.Server)
+		when := "in_window"
+		if k.step == StepFlipped {
+			when = "after_flip"
+		}
+		figure(t, "KillMoverThenWatchFences/"+when, benchout.Metric{Value: ms(took), Unit: "writable-ms"})
 
 		// Then the move goes on, or back.
 		var m Move
@@ -361,6 +373,9 @@ func TestKillMoverThenWatchFences(t *testing.T) {
 		t.Errorf("left behind: %v", left)
 	}
 	t.Logf("writer: %d ops, %d failed, longest write %v", w.ops, len(w.failures), w.maxWait)
+	figure(t, "KillMoverThenWatchFences/writer",
+		benchout.Metric{Value: float64(len(w.failures)), Unit: "failed-writes"},
+		benchout.Metric{Value: float64(w.ops), Unit: "writes"})
 }
 
 // TestFenceBodies walks a barrier through its bodies on one server: the

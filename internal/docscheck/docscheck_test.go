@@ -348,7 +348,7 @@ func TestFiguresMatchResults(t *testing.T) {
 			t.Errorf("docs/performance.md has no markers for figure %s", fig.Name)
 			continue
 		}
-		f, err := os.Open(filepath.Join(root, "docs", "figures", fig.Name+".txt"))
+		f, err := os.Open(filepath.Join(root, "docs", "figures", fig.Results()+".txt"))
 		if err != nil {
 			continue // not measured by make figures yet: the page's text stands
 		}
@@ -362,7 +362,91 @@ func TestFiguresMatchResults(t *testing.T) {
 			t.Fatal(err)
 		}
 		if have != want {
-			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/docscheck/figures to render the kept results", fig.Name, fig.Name)
+			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/docscheck/figures to render the kept results", fig.Name, fig.Results())
+		}
+	}
+}
+
+// TestFigureTemplates checks Row.Cells and Notes: {NAME UNIT} placeholders,
+// names relative to the row's Bench, division and signs.
+func TestFigureTemplates(t *testing.T) {
+	res, err := ParseResults(strings.NewReader(`goos: linux
+goarch: amd64
+cpu: Test CPU
+BenchmarkRouting/select_by_key-2  	 200000	 9000 ns/op	 430 overhead-median-ns/op	 0 overhead-allocs/op
+BenchmarkRouting/select_by_key-2  	 200000	 9100 ns/op	 470 overhead-median-ns/op	 0 overhead-allocs/op
+BenchmarkRouting/unregistered-2   	 200000	 9100 ns/op	 -120 overhead-median-ns/op
+BenchmarkRouting/unregistered-2   	 200000	 9100 ns/op	 300 overhead-median-ns/op
+BenchmarkMoveFigures-2	1	7.5 fenced-ms
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fig := Figure{
+		Name:    "t",
+		From:    "other",
+		Columns: []string{"statement", "overhead", "allocations"},
+		Rows: []Row{
+			{Label: "select by key", Bench: "BenchmarkRouting/select_by_key", Cells: []string{"{. overhead-median-ns/op /1e3 +} µs", "{. overhead-allocs/op +}"}},
+			{Label: "unregistered", Bench: "BenchmarkRouting", Cells: []string{"{/unregistered overhead-median-ns/op /1e3 +} µs", "–"}},
+		},
+		Notes: []string{"The window took {BenchmarkMoveFigures fenced-ms} ms."},
+	}
+	got, err := fig.Render(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "| statement | overhead | allocations |\n|---|---|---|\n" +
+		"| select by key | +0.43–0.47 µs | +0 |\n" +
+		"| unregistered | -0.12–+0.30 µs | – |\n" +
+		"\nTaken by `make figures`: 2 runs on Test CPU, linux/amd64, GOMAXPROCS 2.\n" +
+		"\nThe window took 7.50 ms.\n"
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	fig.Rows[0].Cells[0] = "{. no-such-unit}"
+	if _, err := fig.Render(res); err == nil {
+		t.Error("a unit the results lack: no error")
+	}
+}
+
+// TestFiguresRender renders every maintained figure from results that hold
+// each value its rows and notes name: a template that does not parse (a
+// brace, an option) fails here, not on the first make figures.
+func TestFiguresRender(t *testing.T) {
+	placeholder := regexp.MustCompile(`\{([^}]*)\}`)
+	for _, fig := range Figures {
+		res := &Results{Config: map[string]string{}, Values: map[string]map[string][]float64{}}
+		add := func(bench, unit string) {
+			unit = strings.TrimPrefix(unit, "ms/")
+			if res.Values[bench] == nil {
+				res.Values[bench] = map[string][]float64{}
+			}
+			res.Values[bench][unit] = []float64{1}
+		}
+		for _, row := range fig.Rows {
+			for _, u := range row.Units {
+				add(row.Bench, u)
+			}
+			for _, tmpl := range append(append([]string(nil), row.Cells...), fig.Notes...) {
+				for _, m := range placeholder.FindAllStringSubmatch(tmpl, -1) {
+					f := strings.Fields(m[1])
+					if len(f) < 2 {
+						continue // Render reports it
+					}
+					name := f[0]
+					switch {
+					case name == ".":
+						name = row.Bench
+					case strings.HasPrefix(name, "/"):
+						name = row.Bench + name
+					}
+					add(name, f[1])
+				}
+			}
+		}
+		if _, err := fig.Render(res); err != nil {
+			t.Errorf("figure %s: %v", fig.Name, err)
 		}
 	}
 }

@@ -14,12 +14,21 @@ import (
 // A Figure is one table of docs/performance.md that make figures maintains:
 // the command that measures it, and how its rows are read from the
 // command's output, which is Go's benchmark format (`go test -bench`),
-// stable across Go releases.
+// stable across Go releases. Tests that take figures without being
+// benchmarks write the same format through internal/benchout.
 type Figure struct {
-	Name    string   // the page's marker: <!-- figures:Name -->
-	Command string   // run from the module's root; its output is the result file
+	Name string // the page's marker: <!-- figures:Name -->
+	// Command is run from the module's root; its output, and the lines
+	// tests wrote to the file $SHARDKIT_FIGURES_OUT names, make the result
+	// file.
+	Command string
+	// From names another figure whose result file this one reads, for a
+	// second table of one command's output; Command is then empty.
+	From    string
 	Columns []string // column titles; the first is the rows' labels
 	Rows    []Row
+	// Notes are paragraphs after the table, templates as Row.Cells are.
+	Notes []string
 }
 
 // A Row is one line of a figure's table.
@@ -32,36 +41,22 @@ type Row struct {
 	// ReportMetric); "ms/ns/op" is the number per millisecond that ns/op
 	// makes (1e6 / ns/op).
 	Units []string
+	// Cells, when set instead of Units, are the cells after the label as
+	// templates: text in which {NAME UNIT} stands for the range of that
+	// unit's values. NAME is a benchmark's name; "." is the row's Bench,
+	// and a NAME starting with "/" is appended to it. Optional words
+	// after the unit: "/1e3" (or any "/N") divides the values, "+" writes
+	// their sign. "{NAME UNIT /1e3 +} µs" reads "+0.43–0.47 µs".
+	Cells []string
 }
 
-// Figures are the tables make figures maintains. A figure whose result
-// file does not exist yet keeps the page's text as it is.
-var Figures = []Figure{
-	{
-		Name:    "ids",
-		Command: "go test ./idgen ./router -run '^$' -bench . -benchmem -count 3",
-		Columns: []string{"operation", "ns/op", "allocs/op"},
-		Rows: []Row{
-			{"`Generator.Next`, random shards, 1 goroutine", "BenchmarkNext", []string{"ns/op", "allocs/op"}},
-			{"`Generator.Next`, random shards, all cores", "BenchmarkNextParallel", []string{"ns/op", "allocs/op"}},
-			{"`Generator.Fill` of 100 IDs, per ID", "BenchmarkFill/100", []string{"ns/id", "allocs/op"}},
-			{"reading the clock alone (the floor under Next)", "BenchmarkClockRead", []string{"ns/op", "allocs/op"}},
-			{"`Layout.Decode`", "BenchmarkDecode", []string{"ns/op", "allocs/op"}},
-			{"`Layout.Compose`", "BenchmarkCompose", []string{"ns/op", "allocs/op"}},
-			{"`router.ShardOfKey`", "BenchmarkShardOfKey", []string{"ns/op", "allocs/op"}},
-			{"`router.ShardOfString`", "BenchmarkShardOfString", []string{"ns/op", "allocs/op"}},
-		},
-	},
-	{
-		Name:    "ids-one-shard",
-		Command: "go test ./idgen -run '^$' -bench 'OneShard' -count 3",
-		Columns: []string{"path", "IDs per ms for one shard"},
-		Rows: []Row{
-			{"`Next`, one ID per call (own slot)", "BenchmarkNextOneShard", []string{"ms/ns/op"}},
-			{"`Fill` of 1024 IDs, `BulkSlots: 1` (own slot only)", "BenchmarkFillOneShard/slots=1", []string{"ids/ms"}},
-			{"`Fill` of 1024 IDs, default (20 slots)", "BenchmarkFillOneShard/slots=20", []string{"ids/ms"}},
-		},
-	},
+// Results names the figure whose result file (docs/figures/NAME.txt) this
+// one reads: its own, or From's.
+func (fig Figure) Results() string {
+	if fig.From != "" {
+		return fig.From
+	}
+	return fig.Name
 }
 
 // Results are a result file read back: each benchmark's values per unit,
@@ -116,7 +111,9 @@ func ParseResults(r io.Reader) (*Results, error) {
 // table, and the machine it ran on.
 func (fig Figure) Render(res *Results) (string, error) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "```sh\n%s\n```\n\n", fig.Command)
+	if fig.Command != "" {
+		fmt.Fprintf(&b, "```sh\n%s\n```\n\n", fig.Command)
+	}
 	fmt.Fprintf(&b, "| %s |\n|%s\n", strings.Join(fig.Columns, " | "), strings.Repeat("---|", len(fig.Columns)))
 	runs := 0
 	for _, row := range fig.Rows {
@@ -127,7 +124,15 @@ func (fig Figure) Render(res *Results) (string, error) {
 				return "", fmt.Errorf("figure %s: %v", fig.Name, err)
 			}
 			runs = max(runs, len(vals))
-			cells = append(cells, span(vals))
+			cells = append(cells, span(vals, false))
+		}
+		for _, tmpl := range row.Cells {
+			cell, n, err := res.fill(tmpl, row.Bench)
+			if err != nil {
+				return "", fmt.Errorf("figure %s: %v", fig.Name, err)
+			}
+			runs = max(runs, n)
+			cells = append(cells, cell)
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
@@ -135,12 +140,79 @@ func (fig Figure) Render(res *Results) (string, error) {
 	if machine == "" {
 		machine = "an unnamed CPU"
 	}
-	fmt.Fprintf(&b, "\nTaken by `make figures`: %d runs on %s, %s/%s, GOMAXPROCS %d", runs, machine, res.Config["goos"], res.Config["goarch"], res.Procs)
+	plural := "s"
+	if runs == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(&b, "\nTaken by `make figures`: %d run%s on %s, %s/%s, GOMAXPROCS %d", runs, plural, machine, res.Config["goos"], res.Config["goarch"], res.Procs)
 	if l := res.Config["loadavg"]; l != "" {
 		fmt.Fprintf(&b, ", load average %s at the start", l)
 	}
 	b.WriteString(".\n")
+	for _, note := range fig.Notes {
+		text, _, err := res.fill(note, "")
+		if err != nil {
+			return "", fmt.Errorf("figure %s: %v", fig.Name, err)
+		}
+		fmt.Fprintf(&b, "\n%s\n", text)
+	}
 	return b.String(), nil
+}
+
+// fill replaces each {NAME UNIT [/N] [+]} of a template by the range of
+// those values, and returns how many values a placeholder had at most.
+func (res *Results) fill(tmpl, bench string) (string, int, error) {
+	var b strings.Builder
+	runs := 0
+	for {
+		i := strings.IndexByte(tmpl, '{')
+		if i < 0 {
+			b.WriteString(tmpl)
+			return b.String(), runs, nil
+		}
+		j := strings.IndexByte(tmpl[i:], '}')
+		if j < 0 {
+			return "", 0, fmt.Errorf("%q: a { without its }", tmpl)
+		}
+		f := strings.Fields(tmpl[i+1 : i+j])
+		if len(f) < 2 {
+			return "", 0, fmt.Errorf("%q: want {NAME UNIT [/N] [+]}", tmpl)
+		}
+		name := f[0]
+		switch {
+		case name == ".":
+			name = bench
+		case strings.HasPrefix(name, "/"):
+			name = bench + name
+		}
+		vals, err := res.values(name, f[1])
+		if err != nil {
+			return "", 0, err
+		}
+		runs = max(runs, len(vals))
+		signed := false
+		for _, opt := range f[2:] {
+			switch {
+			case opt == "+":
+				signed = true
+			case strings.HasPrefix(opt, "/"):
+				d, err := strconv.ParseFloat(opt[1:], 64)
+				if err != nil || d == 0 {
+					return "", 0, fmt.Errorf("%q: %q divides by no number", tmpl, opt)
+				}
+				scaled := make([]float64, len(vals))
+				for k, v := range vals {
+					scaled[k] = v / d
+				}
+				vals = scaled
+			default:
+				return "", 0, fmt.Errorf("%q: unknown option %q", tmpl, opt)
+			}
+		}
+		b.WriteString(tmpl[:i])
+		b.WriteString(span(vals, signed))
+		tmpl = tmpl[i+j+1:]
+	}
 }
 
 func (res *Results) values(bench, unit string) ([]float64, error) {
@@ -159,13 +231,21 @@ func (res *Results) values(bench, unit string) ([]float64, error) {
 	return vals, nil
 }
 
-// span is the range of a cell's values, at three significant digits.
-func span(vals []float64) string {
+// span is the range of a cell's values, at three significant digits;
+// signed, a range that does not cross zero carries its sign once
+// ("+0.43–0.47"), one that does carries both ("-0.12–+0.30").
+func span(vals []float64, signed bool) string {
 	s := append([]float64(nil), vals...)
 	sort.Float64s(s)
 	lo, hi := num(s[0]), num(s[len(s)-1])
-	if lo == hi {
+	if signed && s[0] >= 0 {
+		lo = "+" + lo
+	}
+	if lo == hi || lo == "+"+hi {
 		return lo
+	}
+	if signed && s[0] < 0 && s[len(s)-1] > 0 {
+		hi = "+" + hi
 	}
 	return lo + "–" + hi
 }

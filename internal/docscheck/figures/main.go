@@ -1,9 +1,11 @@
 // Command figures regenerates the tables of docs/performance.md that
-// benchmarks measure. With -run it first runs each figure's command and
-// keeps its output, Go's benchmark format, as docs/figures/NAME.txt (with
-// the load average at the start as a configuration line); then it rewrites
-// the text between each figure's markers on the page from those files.
-// Figures without a result file are left as they are.
+// benchmarks and figure tests measure. With -run it first runs each
+// figure's command and keeps its output, Go's benchmark format, as
+// docs/figures/NAME.txt (with the load average at the start as a
+// configuration line), followed by the lines tests and programs wrote to
+// the file SHARDKIT_FIGURES_OUT names (see internal/benchout); then it
+// rewrites the text between each figure's markers on the page from those
+// files. Figures without a result file are left as they are.
 //
 //	go run ./internal/docscheck/figures -run   # make figures
 //	go run ./internal/docscheck/figures        # render from the kept files only
@@ -46,8 +48,8 @@ func figures(run bool, page, dir, only string) error {
 		if only != "" && fig.Name != only {
 			continue
 		}
-		file := filepath.Join(dir, fig.Name+".txt")
-		if run {
+		file := filepath.Join(dir, fig.Results()+".txt")
+		if run && fig.Command != "" {
 			if err := measure(fig, file); err != nil {
 				return err
 			}
@@ -77,8 +79,15 @@ func figures(run bool, page, dir, only string) error {
 	return os.WriteFile(page, []byte(text), 0o644)
 }
 
-// measure runs a figure's command and keeps its output in file.
+// measure runs a figure's command and keeps its output in file, followed
+// by what the command's tests wrote to $SHARDKIT_FIGURES_OUT.
 func measure(fig docscheck.Figure, file string) error {
+	side, err := os.CreateTemp("", "figures-"+fig.Name+"-*.txt")
+	if err != nil {
+		return err
+	}
+	side.Close()
+	defer os.Remove(side.Name())
 	var out bytes.Buffer
 	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(l)); len(f) > 0 {
@@ -89,10 +98,16 @@ func measure(fig docscheck.Figure, file string) error {
 	cmd := exec.Command("sh", "-c", fig.Command)
 	cmd.Stdout = &out
 	cmd.Stderr = os.Stderr
+	cmd.Env = append(os.Environ(), "SHARDKIT_FIGURES_OUT="+side.Name())
 	if err := cmd.Run(); err != nil {
 		os.Stdout.Write(out.Bytes())
 		return fmt.Errorf("%s: %v", fig.Name, err)
 	}
+	written, err := os.ReadFile(side.Name())
+	if err != nil {
+		return err
+	}
+	out.Write(written)
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return err
 	}

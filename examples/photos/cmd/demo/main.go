@@ -31,6 +31,7 @@ import (
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
 	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/internal/benchout"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -192,6 +193,10 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		load: res, moves: mv.done, windowMaxWrite: runner.WindowMaxWrite(), fenceWaitMax: a.Metrics.MaxFenceWait(),
 		elapsed: time.Since(start)}
 	s.print(out)
+	// For make figures; nothing unless SHARDKIT_FIGURES_OUT names a file.
+	if err := benchout.Write("Demo", s.metrics()...); err != nil {
+		return err
+	}
 	if res.Errors > 0 {
 		return fmt.Errorf("%d requests failed", res.Errors)
 	}

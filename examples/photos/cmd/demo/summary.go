@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
 	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/internal/benchout"
 	"github.com/shardkit/shardkit/rebalance"
 )
 
@@ -78,6 +79,42 @@ func (s summary) print(w io.Writer) {
 	s.load.Print(w)
 	fmt.Fprintf(w, "\nrequest errors: %d\n", s.load.Errors)
 	fmt.Fprintf(w, "demo took %s\n", s.elapsed.Round(100*time.Millisecond))
+}
+
+// metrics are the summary's figures as docs/performance.md's demo table
+// shows them, for make figures (written through internal/benchout).
+func (s summary) metrics() []benchout.Metric {
+	var longest, shortest time.Duration
+	for i, m := range s.moves {
+		pause := max(m.FencedFor, m.Cutover.Aborted)
+		longest = max(longest, pause)
+		if i == 0 || pause < shortest {
+			shortest = pause
+		}
+	}
+	var p99, feedP99 time.Duration
+	for _, o := range s.load.Ops {
+		switch o.Op {
+		case "all":
+			p99 = o.P99
+		case loadgen.OpFeed:
+			feedP99 = o.P99
+		}
+	}
+	millis := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	return []benchout.Metric{
+		{Value: float64(s.load.Requests), Unit: "requests"},
+		{Value: s.load.Throughput(), Unit: "req/s"},
+		{Value: millis(p99), Unit: "p99-ms"},
+		{Value: millis(feedP99), Unit: "feed-p99-ms"},
+		{Value: float64(len(s.moves)), Unit: "moves"},
+		{Value: millis(longest), Unit: "longest-window-ms"},
+		{Value: millis(shortest), Unit: "shortest-window-ms"},
+		{Value: millis(s.fenceWaitMax), Unit: "write-wait-ms"},
+		{Value: millis(s.windowMaxWrite), Unit: "longest-write-ms"},
+		{Value: float64(s.load.Errors), Unit: "errors"},
+		{Value: s.elapsed.Seconds(), Unit: "took-s"},
+	}
 }
 
 func cell(r store.ServerRows) string {

@@ -44,3 +44,24 @@ func TestSummaryPrint(t *testing.T) {
 		}
 	}
 }
+
+func TestSummaryMetrics(t *testing.T) {
+	s := summary{
+		load: loadgen.Result{Elapsed: 2 * time.Second, Requests: 50, Ops: []loadgen.OpStats{
+			{Op: loadgen.OpFeed, P99: 18 * time.Millisecond}, {Op: "all", P99: 12 * time.Millisecond},
+		}},
+		moves: []rebalance.Move{
+			{FencedFor: 12 * time.Millisecond, Cutover: rebalance.CutoverTimes{Aborted: 35 * time.Millisecond}},
+			{FencedFor: 30 * time.Millisecond},
+		},
+	}
+	got := map[string]float64{}
+	for _, m := range s.metrics() {
+		got[m.Unit] = m.Value
+	}
+	for unit, want := range map[string]float64{"req/s": 25, "p99-ms": 12, "feed-p99-ms": 18, "longest-window-ms": 35, "shortest-window-ms": 30, "moves": 2} {
+		if got[unit] != want {
+			t.Errorf("%s = %v, want %v", unit, got[unit], want)
+		}
+	}
+}

@@ -1,0 +1,227 @@
+package docscheck
+
+// Figures are the tables make figures maintains. A figure whose result
+// file does not exist yet keeps the page's text as it is.
+var Figures = []Figure{
+	{
+		Name:    "ids",
+		Command: "go test ./idgen ./router -run '^$' -bench . -benchmem -count 3",
+		Columns: []string{"operation", "ns/op", "allocs/op"},
+		Rows: []Row{
+			{Label: "`Generator.Next`, random shards, 1 goroutine", Bench: "BenchmarkNext", Units: []string{"ns/op", "allocs/op"}},
+			{Label: "`Generator.Next`, random shards, all cores", Bench: "BenchmarkNextParallel", Units: []string{"ns/op", "allocs/op"}},
+			{Label: "`Generator.Fill` of 100 IDs, per ID", Bench: "BenchmarkFill/100", Units: []string{"ns/id", "allocs/op"}},
+			{Label: "reading the clock alone (the floor under Next)", Bench: "BenchmarkClockRead", Units: []string{"ns/op", "allocs/op"}},
+			{Label: "`Layout.Decode`", Bench: "BenchmarkDecode", Units: []string{"ns/op", "allocs/op"}},
+			{Label: "`Layout.Compose`", Bench: "BenchmarkCompose", Units: []string{"ns/op", "allocs/op"}},
+			{Label: "`router.ShardOfKey`", Bench: "BenchmarkShardOfKey", Units: []string{"ns/op", "allocs/op"}},
+			{Label: "`router.ShardOfString`", Bench: "BenchmarkShardOfString", Units: []string{"ns/op", "allocs/op"}},
+		},
+	},
+	{
+		Name:    "ids-one-shard",
+		Command: "go test ./idgen -run '^$' -bench 'OneShard' -count 3",
+		Columns: []string{"path", "IDs per ms for one shard"},
+		Rows: []Row{
+			{Label: "`Next`, one ID per call (own slot)", Bench: "BenchmarkNextOneShard", Units: []string{"ms/ns/op"}},
+			{Label: "`Fill` of 1024 IDs, `BulkSlots: 1` (own slot only)", Bench: "BenchmarkFillOneShard/slots=1", Units: []string{"ids/ms"}},
+			{Label: "`Fill` of 1024 IDs, default (20 slots)", Bench: "BenchmarkFillOneShard/slots=20", Units: []string{"ids/ms"}},
+		},
+	},
+}
+
+// The tables of the plugin against plain GORM, in the page's order.
+func init() {
+	Figures = append(Figures,
+		Figure{
+			Name:    "routing",
+			Command: "go test ./plugin -run '^$' -bench BenchmarkRoutingOverhead -benchtime 200000x -count 4",
+			Columns: []string{"statement", "routing overhead per statement", "allocations", "plain GORM per statement"},
+			Rows: []Row{
+				routingRow("select by key", "select_by_key"),
+				routingRow("select by ID", "select_by_id"),
+				routingRow("update by ID", "update_by_id"),
+				routingRow("insert", "insert_one"),
+				routingRow("a table the plugin does not shard", "unsharded_table"),
+			},
+		},
+		Figure{
+			Name:    "sharded-vs-plain",
+			Command: "go test ./plugin -run '^$' -bench 'BenchmarkShardedVsPlain/(e2e|sql)/' -count 3",
+			Columns: []string{"sharded / plain", "2 servers", "1 server"},
+			Rows: []Row{
+				e2eRow("select by key", "select_by_key"),
+				e2eRow("select by ID", "select_by_id"),
+				e2eRow("insert one", "insert_one"),
+				e2eRow("insert batch of 100", "insert_batch_100"),
+				e2eRow("update by ID", "update_by_id"),
+				sqlRow("*lookup by ID in raw SQL, no GORM, no plugin*", "select_by_id"),
+				sqlRow("*update by ID in raw SQL, in a transaction*", "update_by_id"),
+			},
+		},
+		Figure{
+			Name:    "lookups",
+			Command: "go test ./plugin -run '^$' -bench BenchmarkLookup -benchtime 2000x -count 3",
+			Columns: []string{"operation", "sharded / plain", "sharded", "plain"},
+			Rows: []Row{
+				lookupRow("sign-up (insert with a lookup column)", "sign_up"),
+				lookupRow("read by username", "read_by_username"),
+			},
+		},
+		Figure{
+			Name:    "bulk-import",
+			Command: "SHARDKIT_BENCH_COPY_ROWS=1000000 go test ./plugin -run '^$' -bench BenchmarkCopyFrom -benchtime 3x -count 2",
+			Columns: []string{"1 M rows into 2000 shards", "time / plain `COPY`, median of the rounds", "per row"},
+			Rows: []Row{
+				{Label: "`plugin.CopyFrom` (4 parts at once)", Bench: "BenchmarkCopyFrom", Cells: []string{"{. copy/plain}×", "{. copy_from-ns/row /1e3} µs"}},
+				{Label: "`CreateInBatches(&rows, 1000)` through the plugin", Bench: "BenchmarkCopyFrom", Cells: []string{"{. batches/plain}×", "{. create_in_batches-ns/row /1e3} µs"}},
+				{Label: "plain `COPY` into one table", Bench: "BenchmarkCopyFrom", Cells: []string{"1", "{. plain_copy-ns/row /1e3} µs"}},
+			},
+		},
+		Figure{
+			Name:    "telemetry",
+			Command: "go test ./plugin/telemetry -run '^$' -bench BenchmarkTelemetryOverhead -benchtime 100000x -count 4",
+			Columns: []string{"statement", "no-op tracer (no SDK)", "SDK tracer, every span sampled, none exported", "the plugin alone, CPU"},
+			Rows: []Row{
+				telemetryRow("select by key", "select_by_key"),
+				telemetryRow("select by ID", "select_by_id"),
+				telemetryRow("update by ID", "update_by_id"),
+				telemetryRow("insert one", "insert_one"),
+				telemetryRow("read of all 16 shards", "select_all_shards"),
+			},
+		},
+	)
+}
+
+func routingRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkRoutingOverhead/" + op, Cells: []string{
+		"{. overhead-median-ns/op /1e3 +} µs", "{. overhead-allocs/op +}", "{. plain-ns/op /1e3} µs",
+	}}
+}
+
+func e2eRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkShardedVsPlain/e2e/" + op, Cells: []string{
+		"{/sharded ratio}", "{/sharded_one_server ratio}",
+	}}
+}
+
+func sqlRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkShardedVsPlain/sql/" + op, Cells: []string{
+		"*{/sharded ratio}*", "*{/sharded_one_server ratio} (one shard: {/sharded_one_shard ratio})*",
+	}}
+}
+
+func lookupRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkLookup/lookup/" + op, Cells: []string{
+		"{. ratio}×", "{. sharded-ns/op /1e6} ms", "{. plain-ns/op /1e6} ms",
+	}}
+}
+
+func telemetryRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkTelemetryOverhead", Cells: []string{
+		"{/noop_tracer/" + op + " overhead-cpu-ns/op /1e3 +} µs, {/noop_tracer/" + op + " overhead-allocs/op +} allocs",
+		"{/sdk_tracer/" + op + " overhead-cpu-ns/op /1e3 +} µs, {/sdk_tracer/" + op + " overhead-allocs/op +} allocs",
+		"{/noop_tracer/" + op + " base-cpu-ns/op /1e3} µs",
+	}}
+}
+
+// Reads across shards: one command, two tables.
+func init() {
+	Figures = append(Figures,
+		Figure{
+			Name:    "scatter",
+			Command: "go test ./plugin -run '^$' -bench BenchmarkScatter -benchtime 20x -count 3",
+			Columns: []string{"read", "one `UNION ALL` per 100 shards of a server (the default)", "per 250", "per 500", "one statement per shard", "one table", "default / one table"},
+			Rows: []Row{
+				scatterClockRow("`ORDER BY id DESC LIMIT 50`, clock", "order_by_id_desc_limit_50"),
+				scatterCPURow("the same, CPU per read (client + servers)", "order_by_id_desc_limit_50"),
+				scatterClockRow("`COUNT(*)`, clock", "count"),
+				scatterCPURow("the same, CPU per read", "count"),
+			},
+			Notes: []string{"A warm read by the default batching costs {BenchmarkScatter/order_by_id_desc_limit_50/union_100 server-cpu-µs/shard} µs " +
+				"(ordered) and {BenchmarkScatter/count/union_100 server-cpu-µs/shard} µs (`COUNT(*)`) of server CPU per shard, Postgres's own per-table work."},
+		},
+		Figure{
+			Name:    "scatter-first-read",
+			From:    "scatter",
+			Columns: []string{"first read of a freshly opened plugin", "first", "warm", "first / warm", "the plugin's start-up (`db.Use`, warm-up included)"},
+			Rows: []Row{
+				firstReadRow("ordered (`LIMIT 50`)", "order_by_id_desc_limit_50"),
+				firstReadRow("`COUNT(*)`", "count"),
+			},
+		},
+	)
+}
+
+var scatterModes = []string{"union_100", "union_250", "union_500", "per_shard"}
+
+func scatterClockRow(label, read string) Row {
+	row := Row{Label: label, Bench: "BenchmarkScatter/" + read}
+	for _, m := range scatterModes {
+		row.Cells = append(row.Cells, "{/"+m+" sharded-µs/op /1e3} ms")
+	}
+	row.Cells = append(row.Cells, "{/union_100 plain-µs/op /1e3} ms", "{/union_100 ratio}×")
+	return row
+}
+
+func scatterCPURow(label, read string) Row {
+	row := Row{Label: label, Bench: "BenchmarkScatter/" + read}
+	for _, m := range scatterModes {
+		row.Cells = append(row.Cells, "{/"+m+" sharded-client-cpu-µs/op /1e3} + {/"+m+" sharded-server-cpu-µs/op /1e3} ms")
+	}
+	row.Cells = append(row.Cells, "{/union_100 plain-cpu-µs/op /1e3} ms", "{/union_100 cpu-ratio}×")
+	return row
+}
+
+func firstReadRow(label, read string) Row {
+	return Row{Label: label, Bench: "BenchmarkScatter/first_read/" + read, Cells: []string{
+		"{. first-ms/op} ms", "{. warm-ms/op} ms", "{. first/warm}×", "{. startup-ms/op /1e3} s",
+	}}
+}
+
+// Figures of tests and the demo, written through internal/benchout.
+func init() {
+	Figures = append(Figures,
+		Figure{
+			Name: "move",
+			Command: "SHARDKIT_MOVE_FIGURES=1000000 go test ./rebalance -run TestMoveFigures -count 3 -timeout 90m &&\n" +
+				"go test ./rebalance -run '^$' -bench BenchmarkMoveCopy -benchtime 3x",
+			Columns: []string{"figure", "measured"},
+			Rows: []Row{
+				{Label: "fenced window (writes held)", Bench: "BenchmarkMoveFigures", Cells: []string{"{. fenced-ms} ms"}},
+				{Label: "failed writes", Bench: "BenchmarkMoveFigures", Cells: []string{"{. failed-writes} of {. writes}"}},
+				{Label: "copy and indexes beside the writer / `pg_dump \\| psql` on a quiet shard", Bench: "BenchmarkMoveFigures", Cells: []string{"{. x-pg_dump}×"}},
+				{Label: "copy and indexes / `pg_dump \\| psql`, both on a quiet shard (`BenchmarkMoveCopy`)", Bench: "BenchmarkMoveCopy", Cells: []string{"{. x-pg_dump}×"}},
+				{Label: "the whole move, beside the writer", Bench: "BenchmarkMoveFigures", Cells: []string{"{. move-s} s"}},
+			},
+		},
+		Figure{
+			Name:    "fence-lease",
+			Command: "go test -count=3 -run 'TestFenceLease$|TestKillMoverThenWatchFences$' ./rebalance/",
+			Columns: []string{"figure", "measured"},
+			Rows: []Row{
+				{Label: "the seal", Bench: "BenchmarkFenceLease/seal", Cells: []string{"{. seal-ms} ms"}},
+				{Label: "first write through the plugin after a kill inside the window", Bench: "BenchmarkKillMoverThenWatchFences/in_window", Cells: []string{"{. writable-ms /1e3} s"}},
+				{Label: "the same, killed after the flip", Bench: "BenchmarkKillMoverThenWatchFences/after_flip", Cells: []string{"{. writable-ms} ms"}},
+				{Label: "failed writes", Bench: "BenchmarkKillMoverThenWatchFences/writer", Cells: []string{"{. failed-writes} of {. writes}"}},
+				{Label: "writes lost or doubled", Cells: []string{"none (the tests fail otherwise)"}},
+			},
+		},
+		Figure{
+			Name:    "demo",
+			Command: "for run in 1 2 3; do make demo >&2 || exit 1; done",
+			Columns: []string{"figure", "measured"},
+			Rows: []Row{
+				{Label: "requests (req/s)", Bench: "BenchmarkDemo", Cells: []string{"{. requests} ({. req/s})"}},
+				{Label: "p99 (feed p99)", Bench: "BenchmarkDemo", Cells: []string{"{. p99-ms} ms ({. feed-p99-ms})"}},
+				{Label: "shards moved", Bench: "BenchmarkDemo", Cells: []string{"{. moves}"}},
+				{Label: "longest fenced window of a run", Bench: "BenchmarkDemo", Cells: []string{"{. longest-window-ms} ms"}},
+				{Label: "shortest fenced window of a run", Bench: "BenchmarkDemo", Cells: []string{"{. shortest-window-ms} ms"}},
+				{Label: "longest write wait at cutover", Bench: "BenchmarkDemo", Cells: []string{"{. write-wait-ms} ms"}},
+				{Label: "longest write request during the moves", Bench: "BenchmarkDemo", Cells: []string{"{. longest-write-ms} ms"}},
+				{Label: "request errors", Bench: "BenchmarkDemo", Cells: []string{"{. errors}"}},
+				{Label: "took", Bench: "BenchmarkDemo", Cells: []string{"{. took-s} s"}},
+			},
+		},
+	)
+}
