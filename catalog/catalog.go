@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -34,8 +35,23 @@ type Catalog struct {
 
 // Open connects to the catalog database. It does not create or check
 // anything; call Migrate to create the catalog, Load to read it.
+//
+// Unless the DSN sets default_query_exec_mode, the catalog's connections
+// run every statement unnamed, with its description cached
+// (cache_describe), so that the catalog can sit behind a connection
+// pooler in transaction mode: a named prepared statement outlives its
+// transaction and meets another client's on a pooled server connection.
+// The catalog's statements are small; planning them each time costs
+// microseconds, not round trips.
 func Open(ctx context.Context, dsn string) (*Catalog, error) {
-	pool, err := pgxpool.New(ctx, dsn)
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: catalog DSN: %w", err)
+	}
+	if !strings.Contains(dsn, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: catalog DSN: %w", err)
 	}

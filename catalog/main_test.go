@@ -25,7 +25,7 @@ var testServers = []string{"alpha", "beta"}
 // seedCatalog creates a catalog in a fresh database: the configuration
 // (shards, layout), two servers, and every shard placed alternately on
 // them at map version 1. It returns the catalog and its DSN.
-func seedCatalog(t *testing.T, shards int, layout idgen.Layout) (*Catalog, string) {
+func seedCatalog(t testing.TB, shards int, layout idgen.Layout) (*Catalog, string) {
 	t.Helper()
 	dsn := pgtest.NewDatabase(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

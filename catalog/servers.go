@@ -101,7 +101,7 @@ func (t *Tx) SetServerDSN(ctx context.Context, name, app, admin string) error {
 	var curApp, curAdmin string
 	err := t.tx.QueryRow(ctx, sqlServerOne, name).Scan(&curApp, &curAdmin)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return fmt.Errorf("shardkit: %w: %q; `shardctl status` lists the servers", router.ErrUnknownServer, name)
+		return fmt.Errorf("shardkit: %w: %q; register it first (migrations.Provision)", router.ErrUnknownServer, name)
 	}
 	if err != nil {
 		return err

@@ -114,3 +114,49 @@ func TestSetServerDSN(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenPreparesNothing: the catalog's connections keep no named
+// prepared statement, which on a pooled server connection would meet
+// another client's (PgBouncer in transaction mode answers 42P05), unless
+// the DSN asks for a query mode itself.
+func TestOpenPreparesNothing(t *testing.T) {
+	_, dsn := seedCatalog(t, 8, idgen.DefaultLayout())
+	for _, tt := range []struct {
+		name     string
+		dsn      string
+		prepared bool
+	}{
+		{"default", dsn + "&pool_max_conns=1", false},
+		{"the DSN's mode", dsn + "&pool_max_conns=1&default_query_exec_mode=cache_statement", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := testCtx(t)
+			cat, err := Open(ctx, tt.dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cat.Close()
+			snap, err := cat.Load(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cat.PlaceShard(ctx, 1, "alpha", router.StateActive); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cat.MapVersion(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cat.LoadChanges(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			// One connection: the statements above ran on it.
+			if err := cat.pool.QueryRow(ctx, `SELECT count(*) FROM pg_prepared_statements`).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			if (n > 0) != tt.prepared {
+				t.Fatalf("%d prepared statements on the catalog connection, want prepared %v", n, tt.prepared)
+			}
+		})
+	}
+}

@@ -226,8 +226,8 @@ func registerServers(ctx context.Context, tx *catalog.Tx, servers []ServerSpec) 
 			// no conflict.
 			if have.DSN != s.DSN || (s.AdminDSN != "" && have.Admin() != s.AdminDSN) {
 				return &ServerError{Server: s.Name, Err: fmt.Errorf("%w: the catalog already has a server named %q "+
-					"with different DSNs; pick another name, pass the registered DSNs, or change them with "+
-					"`shardctl server set-dsn`", ErrDuplicateServer, s.Name)}
+					"with different DSNs; pick another name, pass the registered DSNs, or change them first "+
+					"(catalog.Tx.SetServerDSN)", ErrDuplicateServer, s.Name)}
 			}
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shardkit/shardkit/backup"
+	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/rebalance"
 	"github.com/shardkit/shardkit/router"
 )
@@ -28,6 +29,8 @@ func hint(err error) string {
 		return fmt.Sprintf("nothing was changed; `shardctl move --shard %d --to %s --dry-run` lists every check", pe.Shard, pe.Target)
 	case errors.Is(err, router.ErrNoCatalog):
 		return "run `shardctl init --server NAME=DSN` first"
+	case errors.Is(err, migrations.ErrDuplicateServer):
+		return "`shardctl status` shows the registered servers; `shardctl server set-dsn` changes a server's DSNs"
 	case errors.Is(err, router.ErrUnknownServer):
 		return "register it with `shardctl init --server NAME=DSN`"
 	case errors.Is(err, backup.ErrNotConfirmed):
