@@ -199,8 +199,14 @@ func (lc *lookupCol) normalize(v any) any {
 type lookupPools struct {
 	ps    *pools
 	mu    sync.Mutex
-	holds map[string]*sql.DB
-	other map[string]*sql.DB
+	holds map[string]lookupPool
+	other map[string]lookupPool
+}
+
+// lookupPool is a lookup pool and the DSN it was opened with.
+type lookupPool struct {
+	*sql.DB
+	dsn string
 }
 
 func (lp *lookupPools) get(snap *router.Snapshot, name string, hold bool) (*sql.DB, error) {
@@ -210,11 +216,13 @@ func (lp *lookupPools) get(snap *router.Snapshot, name string, hold bool) (*sql.
 	if hold {
 		by = &lp.holds
 	}
-	if db, ok := (*by)[name]; ok {
-		return db, nil
+	srv, inMap := snap.Server(name)
+	if p, ok := (*by)[name]; ok && (!inMap || p.dsn == srv.DSN) {
+		return p.DB, nil
+	} else if ok {
+		go p.DB.Close() // a new DSN in the map: statements on the old pool finish there
 	}
-	srv, ok := snap.Server(name)
-	if !ok {
+	if !inMap {
 		return nil, fmt.Errorf("%w: %q", router.ErrUnknownServer, name)
 	}
 	db, err := lp.ps.open(name, srv.DSN)
@@ -222,9 +230,9 @@ func (lp *lookupPools) get(snap *router.Snapshot, name string, hold bool) (*sql.
 		return nil, fmt.Errorf("shardkit: open server %s for lookups: %w", name, err)
 	}
 	if *by == nil {
-		*by = map[string]*sql.DB{}
+		*by = map[string]lookupPool{}
 	}
-	(*by)[name] = db
+	(*by)[name] = lookupPool{DB: db, dsn: srv.DSN}
 	return db, nil
 }
 
@@ -232,7 +240,7 @@ func (lp *lookupPools) close() error {
 	lp.mu.Lock()
 	defer lp.mu.Unlock()
 	var errs []error
-	for _, by := range []map[string]*sql.DB{lp.holds, lp.other} {
+	for _, by := range []map[string]lookupPool{lp.holds, lp.other} {
 		for _, db := range by {
 			errs = append(errs, db.Close())
 		}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -18,53 +19,86 @@ import (
 type serverDB struct {
 	*sql.DB
 	name      string
+	dsns      string          // the DSNs it was opened with (see dsnKey)
 	downUntil atomic.Int64    // unix ns until which the server is taken as down; 0: up
 	replicas  []gorm.ConnPool // replica pools, possibly none
 	repDBs    []*sql.DB
 }
 
-// pools opens one pool per physical server on first use and keeps it.
+// pools opens one pool per physical server on first use and keeps it
+// while the shard map gives the server the same DSNs.
 type pools struct {
 	cfg *Config
 	mu  sync.RWMutex
 	by  map[string]*serverDB
 }
 
+// dsnKey is what a server's pools were opened with: a map version that
+// changes a server's DSN (a password rotated, a pooler put in front)
+// gets new pools.
+func dsnKey(srv router.Server) string {
+	return srv.DSN + "\x00" + strings.Join(srv.Replicas, "\x00")
+}
+
 func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
+	srv, inMap := snap.Server(name)
 	ps.mu.RLock()
 	s, ok := ps.by[name]
 	ps.mu.RUnlock()
-	if ok {
+	if ok && (!inMap || s.dsns == dsnKey(srv)) {
 		return s, nil
 	}
-	srv, ok := snap.Server(name)
-	if !ok {
+	if !inMap {
 		return nil, fmt.Errorf("%w: %q", router.ErrUnknownServer, name)
 	}
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if s, ok := ps.by[name]; ok {
-		return s, nil
+	old, ok := ps.by[name]
+	if ok && old.dsns == dsnKey(srv) {
+		return old, nil
 	}
-	primary, err := ps.open(name, srv.DSN)
+	s, err := ps.openServer(name, srv)
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
-	}
-	s = &serverDB{DB: primary, name: name}
-	for _, dsn := range srv.Replicas {
-		r, err := ps.open(name, dsn)
-		if err != nil {
-			_ = primary.Close()
-			return nil, fmt.Errorf("shardkit: open a replica of server %s: %w", name, err)
-		}
-		s.replicas = append(s.replicas, r)
-		s.repDBs = append(s.repDBs, r)
+		return nil, err
 	}
 	if ps.by == nil {
 		ps.by = map[string]*serverDB{}
 	}
 	ps.by[name] = s
+	if old != nil {
+		// Statements and transactions still on the old pools finish
+		// there: Close waits for them, away from this statement.
+		go old.close()
+	}
 	return s, nil
+}
+
+// openServer opens the pools of a server: its primary and each replica.
+func (ps *pools) openServer(name string, srv router.Server) (*serverDB, error) {
+	primary, err := ps.open(name, srv.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
+	}
+	s := &serverDB{DB: primary, name: name, dsns: dsnKey(srv)}
+	for _, dsn := range srv.Replicas {
+		r, err := ps.open(name, dsn)
+		if err != nil {
+			_ = s.close()
+			return nil, fmt.Errorf("shardkit: open a replica of server %s: %w", name, err)
+		}
+		s.replicas = append(s.replicas, r)
+		s.repDBs = append(s.repDBs, r)
+	}
+	return s, nil
+}
+
+// close closes the server's pools.
+func (s *serverDB) close() error {
+	errs := []error{s.DB.Close()}
+	for _, r := range s.repDBs {
+		errs = append(errs, r.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // open opens a pool of the named server (its primary or a replica).
@@ -90,10 +124,7 @@ func (ps *pools) close() error {
 	defer ps.mu.Unlock()
 	var errs []error
 	for _, s := range ps.by {
-		errs = append(errs, s.DB.Close())
-		for _, r := range s.repDBs {
-			errs = append(errs, r.Close())
-		}
+		errs = append(errs, s.close())
 	}
 	ps.by = nil
 	return errors.Join(errs...)
