@@ -3,13 +3,18 @@ package catalog
 import (
 	"context"
 	"flag"
+	"net/url"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/benchout"
+	"github.com/shardkit/shardkit/internal/pgbouncer"
+	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -94,15 +99,46 @@ var pollEvery = flag.Duration("poll", 100*time.Millisecond, "TestPollPropagation
 // listening routers hold one each. It asserts no timing, only that every
 // router arrives; run with -v for the figures.
 func TestPollPropagation(t *testing.T) {
+	cat, _ := seedCatalog(t, 2000, idgen.DefaultLayout())
+	pollPropagation(t, cat, cat, "direct")
+}
+
+// TestPollPropagationThroughPooler is TestPollPropagation with the
+// routers' catalog behind a PgBouncer in transaction mode: the version
+// checks and reloads go through it; the map changes are made directly.
+func TestPollPropagationThroughPooler(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a PgBouncer; the first stage of make test runs it")
+	}
+	cat, dsn := seedCatalog(t, 2000, idgen.DefaultLayout())
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := pgbouncer.Start(context.Background(), pgbouncer.Options{Port: pgtest.Cluster(t, 0).Port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Stop)
+	pooled, err := Open(context.Background(), b.DSN(strings.TrimPrefix(u.Path, "/")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pooled.Close)
+	pollPropagation(t, cat, pooled, "through PgBouncer")
+}
+
+// pollPropagation makes map changes on cat and times their arrival at 100
+// polling routers that read the map from routersCat.
+func pollPropagation(t *testing.T, cat, routersCat *Catalog, how string) {
 	const routers, flips = 100, 5
 	poll := *pollEvery
-	cat, _ := seedCatalog(t, 2000, idgen.DefaultLayout())
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rs := make([]*router.Router, routers)
 	subs := make([]<-chan *router.Snapshot, routers)
 	for i := range rs {
-		r, err := router.New(ctx, cat)
+		r, err := router.New(ctx, routersCat)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +154,7 @@ func TestPollPropagation(t *testing.T) {
 	defer func() { stop(); wg.Wait() }()
 
 	var lat []time.Duration
-	maxConns := cat.pool.Stat().TotalConns()
+	maxConns := routersCat.pool.Stat().TotalConns()
 	for f := range flips {
 		start := time.Now()
 		v, err := cat.PlaceShard(ctx, 7, testServers[f%2], router.StateActive)
@@ -149,19 +185,28 @@ func TestPollPropagation(t *testing.T) {
 			}
 		}
 		lat = append(lat, got...)
-		maxConns = max(maxConns, cat.pool.Stat().TotalConns())
+		maxConns = max(maxConns, routersCat.pool.Stat().TotalConns())
 	}
 	var backends int
 	if err := cat.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()`).Scan(&backends); err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(lat)
-	t.Logf("%d routers polling every %v, %d flips: map change served by every router after p50 %v, p99 %v, max %v",
-		routers, poll, flips, lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)*99/100].Round(time.Millisecond),
+	t.Logf("%d routers polling every %v (%s), %d flips: map change served by every router after p50 %v, p99 %v, max %v",
+		routers, poll, how, flips, lat[len(lat)/2].Round(time.Millisecond), lat[len(lat)*99/100].Round(time.Millisecond),
 		lat[len(lat)-1].Round(time.Millisecond))
-	t.Logf("catalog connections: pool max %d, at most %d open in the pool, %d backends on the catalog database at the end",
-		cat.pool.Config().MaxConns, maxConns, backends)
-	if int32(backends) > cat.pool.Config().MaxConns {
-		t.Fatalf("%d backends on the catalog for %d polling routers; the pool allows %d", backends, routers, cat.pool.Config().MaxConns)
+	t.Logf("catalog connections: pool max %d, at most %d open in the pool, %d backends on the catalog database at the end (its own pool's included)",
+		routersCat.pool.Config().MaxConns, maxConns, backends)
+	if int32(backends) > cat.pool.Config().MaxConns+routersCat.pool.Config().MaxConns {
+		t.Fatalf("%d backends on the catalog for %d polling routers; the pools allow %d", backends, routers, cat.pool.Config().MaxConns+routersCat.pool.Config().MaxConns)
+	}
+	if err := benchout.Write("PollPropagation/"+strings.ReplaceAll(how, " ", "_"),
+		benchout.Metric{Value: float64(routers), Unit: "routers"},
+		benchout.Metric{Value: float64(poll.Milliseconds()), Unit: "poll-ms"},
+		benchout.Metric{Value: float64(lat[len(lat)/2].Milliseconds()), Unit: "p50-ms"},
+		benchout.Metric{Value: float64(lat[len(lat)*99/100].Milliseconds()), Unit: "p99-ms"},
+		benchout.Metric{Value: float64(lat[len(lat)-1].Milliseconds()), Unit: "max-ms"},
+		benchout.Metric{Value: float64(backends), Unit: "catalog-backends"}); err != nil {
+		t.Fatal(err)
 	}
 }
