@@ -27,10 +27,13 @@ import (
 // default OpenDB on 2000 logical shards over two servers, each against
 // plain GORM on one unsharded table of the same rows, in the same run:
 //
-//   - cache_describe: the default (unnamed statements, descriptions cached)
+//   - exec: the default (unnamed statements, nothing cached)
 //   - prepared: StatementCacheCapacity 4096 (named prepared statements)
-//   - cache_describe_pooled: the default, each server behind PgBouncer in
-//     transaction mode
+//   - cache_describe: unnamed statements, descriptions cached per connection
+//   - cache_describe_misses: the same with a cache of one description, as a
+//     full cache behaves when a service's shapes times shards outnumber it
+//   - exec_pooled and cache_describe_pooled: each server behind PgBouncer
+//     in transaction mode
 //
 // Each mode first touches every shard (a select by key and an insert for
 // every user, warmRounds times: past the executions after which Postgres
@@ -98,8 +101,11 @@ func BenchmarkExecModes(b *testing.B) {
 		cfg  Config
 	}{
 		{"prepared", Config{Router: e.r, StatementCacheCapacity: DefaultStatementCacheCapacity}},
-		{"cache_describe", Config{Router: e.r}},
-		{"cache_describe_pooled", Config{Router: pooledMap}},
+		{"cache_describe", Config{Router: withDSNParams(b, snap, "default_query_exec_mode=cache_describe")}},
+		{"cache_describe_misses", Config{Router: withDSNParams(b, snap, "default_query_exec_mode=cache_describe&description_cache_capacity=1")}},
+		{"exec", Config{Router: e.r}},
+		{"cache_describe_pooled", Config{Router: withDSNParams(b, pooledSnap, "default_query_exec_mode=cache_describe")}},
+		{"exec_pooled", Config{Router: pooledMap}},
 	}
 	pick := rand.New(rand.NewPCG(1, 2))
 	ms := &measured{m: map[string][2]float64{}}
@@ -161,6 +167,27 @@ func BenchmarkExecModes(b *testing.B) {
 			waitNoBackends(b, ctx, e.dsn[server])
 		}
 	}
+}
+
+// withDSNParams is a router on snap with params added to every server's
+// DSN (a URL).
+func withDSNParams(b *testing.B, snap *router.Snapshot, params string) *router.Router {
+	b.Helper()
+	var servers []router.Server
+	for _, s := range snap.Servers() {
+		s.DSN += "&" + params
+		servers = append(servers, s)
+	}
+	next, err := router.NewSnapshot(snap.Version, snap.Shards, servers, snap.Placements())
+	if err != nil {
+		b.Fatal(err)
+	}
+	next.Layout = snap.Layout
+	r, err := router.NewFixed(next)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r
 }
 
 // backendMemory sums up the private memory (RssAnon, not the shared

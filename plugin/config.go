@@ -73,13 +73,14 @@ type Config struct {
 	ReplicaPolicy dbresolver.Policy
 	// StatementCacheCapacity chooses how the default OpenDB runs
 	// statements. Zero (the default) means no named prepared statement
-	// on the servers: each statement is sent unnamed, parsed and planned
-	// by the server every time, in one round trip, with its result
-	// description cached in the client (pgx's cache_describe, up to
-	// DefaultDescriptionCacheCapacity per connection); database/sql's
-	// Prepare (GORM's PrepareStmt) creates nothing on the server either.
-	// That is safe behind a transaction pooler (PgBouncer in transaction
-	// mode), and costs the servers no memory per statement. A positive
+	// on the servers and no cache in the client: each statement is sent
+	// unnamed, with its parameters typed by the server, and parsed and
+	// planned by the server every time, in one round trip (pgx's exec
+	// mode); database/sql's Prepare (GORM's PrepareStmt) creates nothing
+	// on the server either. That is safe behind a transaction pooler
+	// (PgBouncer in transaction mode), and costs neither the servers nor
+	// the client memory per statement: every shard has its own SQL text,
+	// so per-connection caches meet thousands of texts. A positive
 	// value opts in to named prepared statements, up to that many per
 	// connection (pgx's cache_statement): less server CPU per statement,
 	// but each cached statement holds server memory on its connection

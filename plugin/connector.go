@@ -68,8 +68,11 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 		if cfg.StatementCacheCapacity > 0 {
 			pc.StatementCacheCapacity = cfg.StatementCacheCapacity
 		} else {
-			pc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
-			pc.DescriptionCacheCapacity = DefaultDescriptionCacheCapacity
+			// Every shard has its own SQL text, so a per-connection cache
+			// of statements or descriptions meets thousands of texts and
+			// mostly misses, while it grows the client's memory; exec
+			// mode keeps nothing and still takes one round trip.
+			pc.DefaultQueryExecMode = pgx.QueryExecModeExec
 		}
 	}
 	// Named statements are safe only where the DSN or the configuration
@@ -163,7 +166,7 @@ func (e *connectTimeoutError) Unwrap() error { return e.err }
 // connection while later statements run on others ("prepared statement
 // does not exist"), or meets another client's of the same name ("already
 // exists", SQLSTATE 42P05). Its statements run like any other statement
-// of the connection: unnamed, with the description cached.
+// of the connection: unnamed.
 type unnamedConn struct{ *stdlib.Conn }
 
 // Prepare is part of driver.Conn (see unnamedConn).

@@ -137,12 +137,6 @@ func (ps *pools) close() error {
 // schema-qualified SQL text.
 const DefaultStatementCacheCapacity = 4096
 
-// DefaultDescriptionCacheCapacity is the per-connection cache of result
-// descriptions of the default execution mode (see
-// Config.StatementCacheCapacity). Descriptions live in the client only;
-// a miss costs one more round trip (a describe) for that statement.
-const DefaultDescriptionCacheCapacity = 4096
-
 // rootPool wraps the gorm.DB's own connection pool (the default
 // connection). Unsharded statements pass through it unchanged; BeginTx
 // returns a shardTx so that transactions open on the server their first
