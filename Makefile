@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./...
 RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/...
 
-.PHONY: test test-short vet lint bench fuzz demo reliability generate postgres tools figures
+.PHONY: test test-short vet lint bench fuzz demo demo-pooled reliability generate postgres tools figures
 
 ## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
 # Both stages always run: a failure in the first must not hide what -race finds.
@@ -55,6 +55,10 @@ reliability: postgres
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres
 	$(GO) run ./examples/photos/cmd/demo
+
+## demo-pooled: the same with a PgBouncer in transaction mode in front of each server
+demo-pooled: postgres
+	$(GO) run ./examples/photos/cmd/demo -pooled
 
 generate:
 	$(GO) generate ./...

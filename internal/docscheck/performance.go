@@ -221,6 +221,51 @@ func init() {
 				{Label: "longest write request during the moves", Bench: "BenchmarkDemo", Cells: []string{"{. longest-write-ms} ms"}},
 				{Label: "request errors", Bench: "BenchmarkDemo", Cells: []string{"{. errors}"}},
 				{Label: "took", Bench: "BenchmarkDemo", Cells: []string{"{. took-s} s"}},
+				{Label: "the service's live heap after the load / after the warm-up", Bench: "BenchmarkDemo", Cells: []string{"{. heap-end/warm}× ({. heap-warm-MB} → {. heap-end-MB} MB)"}},
+				{Label: "server backends at the end of the load, the largest's private memory", Bench: "BenchmarkDemo", Cells: []string{"{. backends}, {. backend-max-MB} MB"}},
+			},
+		},
+		Figure{
+			Name:    "demo-pooled",
+			Command: "for run in 1 2 3; do make demo-pooled >&2 || exit 1; done",
+			Columns: []string{"figure", "measured"},
+			Rows: []Row{
+				{Label: "requests (req/s)", Bench: "BenchmarkDemoPooled", Cells: []string{"{. requests} ({. req/s})"}},
+				{Label: "p99 (feed p99)", Bench: "BenchmarkDemoPooled", Cells: []string{"{. p99-ms} ms ({. feed-p99-ms})"}},
+				{Label: "shards moved", Bench: "BenchmarkDemoPooled", Cells: []string{"{. moves}"}},
+				{Label: "longest fenced window of a run", Bench: "BenchmarkDemoPooled", Cells: []string{"{. longest-window-ms} ms"}},
+				{Label: "request errors", Bench: "BenchmarkDemoPooled", Cells: []string{"{. errors}"}},
+				{Label: "the service's live heap after the load / after the warm-up", Bench: "BenchmarkDemoPooled", Cells: []string{"{. heap-end/warm}× ({. heap-warm-MB} → {. heap-end-MB} MB)"}},
+				{Label: "server backends at the end of the load, the largest's private memory", Bench: "BenchmarkDemoPooled", Cells: []string{"{. backends}, {. backend-max-MB} MB"}},
+			},
+		},
+		Figure{
+			Name:    "pooler-exec-modes",
+			Command: "go test ./plugin -run '^$' -bench BenchmarkExecModes -benchtime 2000x",
+			Columns: []string{"execution mode", "select by key / plain", "insert / plain"},
+			Rows: []Row{
+				{Label: "exec, the default (unnamed, nothing cached)", Cells: []string{"{BenchmarkExecModes/select_by_key/exec ratio}", "{BenchmarkExecModes/insert/exec ratio}"}},
+				{Label: "exec through PgBouncer 1.18", Cells: []string{"{BenchmarkExecModes/select_by_key/exec_pooled ratio}", "{BenchmarkExecModes/insert/exec_pooled ratio}"}},
+				{Label: "prepared statements (4096 per connection)", Cells: []string{"{BenchmarkExecModes/select_by_key/prepared ratio}", "{BenchmarkExecModes/insert/prepared ratio}"}},
+				{Label: "cache_describe, every description cached", Cells: []string{"{BenchmarkExecModes/select_by_key/cache_describe ratio}", "{BenchmarkExecModes/insert/cache_describe ratio}"}},
+				{Label: "cache_describe, descriptions missed", Cells: []string{"{BenchmarkExecModes/select_by_key/cache_describe_misses ratio}", "{BenchmarkExecModes/insert/cache_describe_misses ratio}"}},
+			},
+		},
+		Figure{
+			Name:    "pooler-backends",
+			Command: "go test ./plugin -run TestPoolerBoundsServerBackends -count 1",
+			Columns: []string{"app instances", "server backends, direct", "server backends, through PgBouncer"},
+			Rows: []Row{
+				{Label: "12 (3 concurrent workers each)", Bench: "BenchmarkPoolerBackends", Cells: []string{"{. direct-backends}", "{. pooled-backends} (its pool size: {. pool-size})"}},
+			},
+		},
+		Figure{
+			Name:    "map-propagation",
+			Command: "go test ./catalog -run 'TestPollPropagation' -count 1 -args -poll=1s",
+			Columns: []string{"100 routers polling every second", "p50", "p99", "max", "catalog backends"},
+			Rows: []Row{
+				{Label: "catalog direct", Bench: "BenchmarkPollPropagation/direct", Cells: []string{"{. p50-ms} ms", "{. p99-ms} ms", "{. max-ms} ms", "{. catalog-backends}"}},
+				{Label: "catalog through PgBouncer", Bench: "BenchmarkPollPropagation/through_PgBouncer", Cells: []string{"{. p50-ms} ms", "{. p99-ms} ms", "{. max-ms} ms", "{. catalog-backends}"}},
 			},
 		},
 	)

@@ -191,10 +191,14 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	}
 	s := summary{before: before, after: after, versionBefore: snapBefore.Version, versionAfter: snapAfter.Version,
 		load: res, moves: mv.done, windowMaxWrite: runner.WindowMaxWrite(), fenceWaitMax: a.Metrics.MaxFenceWait(),
-		elapsed: time.Since(start)}
+		elapsed: time.Since(start), warm: warm, end: end, endBackends: endBackends}
 	s.print(out)
 	// For make figures; nothing unless SHARDKIT_FIGURES_OUT names a file.
-	if err := benchout.Write("Demo", s.metrics()...); err != nil {
+	name := "Demo"
+	if o.pooled {
+		name = "DemoPooled"
+	}
+	if err := benchout.Write(name, s.metrics()...); err != nil {
 		return err
 	}
 	if res.Errors > 0 {

@@ -21,6 +21,8 @@ type summary struct {
 	windowMaxWrite              time.Duration // longest write request while moves ran (client side)
 	fenceWaitMax                time.Duration // longest wait of a write on a fenced shard (plugin)
 	elapsed                     time.Duration
+	warm, end                   resources // the process after the warm-up, and after the load
+	endBackends                 backends  // the servers' backends at the end of the load
 }
 
 func (s summary) print(w io.Writer) {
@@ -77,6 +79,8 @@ func (s summary) print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nload: ")
 	s.load.Print(w)
+	fmt.Fprintf(w, "\nmemory: the service's live heap %.1f MB after the warm-up, %.1f MB after the load (%.2f×); %s at the end of the load\n",
+		s.warm.heapMB, s.end.heapMB, s.end.heapMB/s.warm.heapMB, s.endBackends)
 	fmt.Fprintf(w, "\nrequest errors: %d\n", s.load.Errors)
 	fmt.Fprintf(w, "demo took %s\n", s.elapsed.Round(100*time.Millisecond))
 }
@@ -114,6 +118,11 @@ func (s summary) metrics() []benchout.Metric {
 		{Value: millis(s.windowMaxWrite), Unit: "longest-write-ms"},
 		{Value: float64(s.load.Errors), Unit: "errors"},
 		{Value: s.elapsed.Seconds(), Unit: "took-s"},
+		{Value: s.warm.heapMB, Unit: "heap-warm-MB"},
+		{Value: s.end.heapMB, Unit: "heap-end-MB"},
+		{Value: s.end.heapMB / s.warm.heapMB, Unit: "heap-end/warm"},
+		{Value: float64(s.endBackends.count), Unit: "backends"},
+		{Value: s.endBackends.maxMB, Unit: "backend-max-MB"},
 	}
 }
 
