@@ -167,7 +167,12 @@ func (e *connectTimeoutError) Unwrap() error { return e.err }
 // does not exist"), or meets another client's of the same name ("already
 // exists", SQLSTATE 42P05). Its statements run like any other statement
 // of the connection: unnamed.
-type unnamedConn struct{ *stdlib.Conn }
+type unnamedConn struct{ *pgxConn }
+
+// pgxConn names the embedded connection so that its Conn method (the
+// *pgx.Conn, which COPY and the warm-up use) is promoted rather than
+// shadowed by a field named Conn.
+type pgxConn = stdlib.Conn
 
 // Prepare is part of driver.Conn (see unnamedConn).
 func (c unnamedConn) Prepare(query string) (driver.Stmt, error) {
@@ -176,10 +181,10 @@ func (c unnamedConn) Prepare(query string) (driver.Stmt, error) {
 
 // PrepareContext is part of driver.ConnPrepareContext (see unnamedConn).
 func (c unnamedConn) PrepareContext(_ context.Context, query string) (driver.Stmt, error) {
-	if c.Conn.Conn().IsClosed() {
+	if c.Conn().IsClosed() {
 		return nil, driver.ErrBadConn
 	}
-	return &unnamedStmt{c: c.Conn, sql: query}, nil
+	return &unnamedStmt{c: c.pgxConn, sql: query}, nil
 }
 
 // unnamedStmt is a statement of an unnamedConn: its SQL, nothing on the

@@ -232,3 +232,36 @@ func TestPrepareCreatesNoServerStatement(t *testing.T) {
 		})
 	}
 }
+
+// TestServerConnIsPgx checks that the default OpenDB's connections give
+// the *pgx.Conn behind them to the code that needs it (COPY, the warm-up)
+// in both execution modes.
+func TestServerConnIsPgx(t *testing.T) {
+	for _, capacity := range []int{0, 64} {
+		t.Run(strconv.Itoa(capacity), func(t *testing.T) {
+			e := newEnv(t, envOpts{one: true, cfg: func(c *Config) { c.StatementCacheCapacity = capacity }})
+			srv, err := e.p.pools.get(e.r.Snapshot(), "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			conn, err := srv.Conn(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			err = conn.Raw(func(dc any) error {
+				if _, ok := dc.(interface{ Conn() *pgx.Conn }); !ok {
+					return fmt.Errorf("%T has no Conn() *pgx.Conn", dc)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := execUnprepared(ctx, conn, "SELECT 1"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
