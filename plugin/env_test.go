@@ -117,23 +117,19 @@ func newEnv(t testing.TB, o envOpts) *env {
 		if e.dsn[name] == "" {
 			e.dsn[name] = pgtest.NewDatabase(t, i%2)
 		}
-		specs = append(specs, migrations.ServerSpec{Name: name, DSN: e.dsn[name]})
+		spec := migrations.ServerSpec{Name: name, DSN: e.dsn[name]}
+		if o.appDSN != nil {
+			// The plugin goes through the pooler (the server's DSN);
+			// provisioning connects directly (its admin DSN).
+			if app := o.appDSN(name, e.dsn[name]); app != "" {
+				spec.DSN, spec.AdminDSN = app, e.dsn[name]
+			}
+		}
+		specs = append(specs, spec)
 	}
 	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: specs, Shards: o.shards, ShardSQL: os.DirFS("testdata/shardsql")})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if o.appDSN != nil {
-		// The catalog keeps one DSN per server for now, which the
-		// plugin uses: provisioned on the direct DSN, the server's row
-		// then names the pooler. When the catalog keeps an admin DSN
-		// beside it, provision with AdminDSN = direct, DSN = pooler
-		// instead of this UPDATE.
-		for _, name := range e.servers {
-			if app := o.appDSN(name, e.dsn[name]); app != "" {
-				pgtest.Exec(t, e.catDSN, `UPDATE shardkit.servers SET dsn = $2 WHERE name = $1`, name, app)
-			}
-		}
 	}
 	if o.before != nil {
 		o.before(e)
