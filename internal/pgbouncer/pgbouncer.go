@@ -24,7 +24,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -32,6 +31,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/shardkit/shardkit/internal/pglocal"
 )
 
 // ErrNoPgBouncer reports that no pgbouncer binary was found.
@@ -107,7 +108,7 @@ func Start(ctx context.Context, opts Options) (*Bouncer, error) {
 	if err != nil {
 		return nil, err
 	}
-	cred, err := runAs()
+	cred, err := pglocal.PostgresUser("PgBouncer")
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func Start(ctx context.Context, opts Options) (*Bouncer, error) {
 	b := &Bouncer{Dir: dir, opts: opts, cred: cred}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		if b.Port, err = freePort(); err != nil {
+		if b.Port, err = pglocal.FreePort(); err != nil {
 			break
 		}
 		if lastErr = b.start(ctx, bin); lastErr == nil {
@@ -344,31 +345,6 @@ func (b *Bouncer) kill() {
 		_ = b.cmd.Process.Kill()
 		<-b.done
 	}
-}
-
-// runAs returns the OS user to run PgBouncer as: nil (the current user)
-// unless we are root, then the postgres user.
-func runAs() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgbouncer: running as root, and PgBouncer refuses to run as root; "+
-			"create a postgres user (the Debian postgresql package does): %w", err)
-	}
-	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgbouncer: find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func lastLines(s string, n int) string {

@@ -142,7 +142,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 func (c *Cluster) start(ctx context.Context, opts Options) error {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return err
 		}
@@ -279,16 +279,20 @@ func (s *Set) Add(ctx context.Context, opts Options) (*Cluster, error) {
 	return c, nil
 }
 
-// serverCredential returns the OS user to run the server as: nil (the
-// current user) unless we are root, then the postgres user.
-func serverCredential() (*syscall.Credential, error) {
+// serverCredential returns the OS user to run the server as.
+func serverCredential() (*syscall.Credential, error) { return PostgresUser("PostgreSQL") }
+
+// PostgresUser returns the OS user to run a server program (PostgreSQL,
+// PgBouncer) as: nil (the current user) unless we are root, which both
+// refuse, then the postgres user.
+func PostgresUser(program string) (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		return nil, fmt.Errorf("pglocal: running as root, and PostgreSQL refuses to run as root; "+
-			"create a postgres user (the Debian package does) : %w", err)
+		return nil, fmt.Errorf("pglocal: running as root, and %s refuses to run as root; "+
+			"create a postgres user (the Debian postgresql package does): %w", program, err)
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
@@ -322,7 +326,8 @@ func run(ctx context.Context, cred *syscall.Credential, name string, args ...str
 	return nil
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on 127.0.0.1 that nothing listens on now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pglocal: find a free port: %w", err)
