@@ -163,7 +163,13 @@ type part struct {
 // Pass finds every prepared part once and commits, rolls back or leaves
 // each. Its error reports a pass that could not start; failures on one
 // database are in the report, and the others are still finished.
-func (r *Resolver) Pass(ctx context.Context) (Report, error) {
+func (r *Resolver) Pass(ctx context.Context) (Report, error) { return r.pass(ctx, true) }
+
+// Survey reports every prepared part as in doubt, with what a pass would
+// do with it, and changes nothing (shardctl status).
+func (r *Resolver) Survey(ctx context.Context) (Report, error) { return r.pass(ctx, false) }
+
+func (r *Resolver) pass(ctx context.Context, act bool) (Report, error) {
 	if r.cfg.Servers == nil {
 		return Report{}, ErrNoServers
 	}
@@ -174,7 +180,7 @@ func (r *Resolver) Pass(ctx context.Context) (Report, error) {
 			_ = d.conn.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	complete := len(rep.Errors) == 0
+	complete := len(rep.Errors) == 0 && act
 	// Decision rows are read before the prepared parts: a decision is
 	// committed only after all its parts prepared, so a row read now whose
 	// decision has no part in the listing below has none anywhere.
@@ -215,7 +221,7 @@ func (r *Resolver) Pass(ctx context.Context) (Report, error) {
 				o = r.outcome(ctx, byName, p.gid.Decision)
 				outcomes[key] = o
 			}
-			r.finish(ctx, d, p, o, &rep)
+			r.finish(ctx, d, p, o, act, &rep)
 		}
 	}
 	if complete {
@@ -238,9 +244,11 @@ func (r *Resolver) Pass(ctx context.Context) (Report, error) {
 		}
 	}
 	sort.Slice(rep.InDoubt, func(i, j int) bool { return rep.InDoubt[i].Age > rep.InDoubt[j].Age })
-	r.mu.Lock()
-	r.last = rep
-	r.mu.Unlock()
+	if act {
+		r.mu.Lock()
+		r.last = rep
+		r.mu.Unlock()
+	}
 	return rep, nil
 }
 
@@ -334,7 +342,7 @@ func (r *Resolver) outcome(ctx context.Context, byName map[string]*database, d t
 }
 
 // finish commits, rolls back or leaves one part by its decision's outcome.
-func (r *Resolver) finish(ctx context.Context, d *database, p part, o outcome, rep *Report) {
+func (r *Resolver) finish(ctx context.Context, d *database, p part, o outcome, act bool, rep *Report) {
 	leave := func(reason string) {
 		rep.InDoubt = append(rep.InDoubt, InDoubt{GID: p.raw, Database: d.name, Age: p.age, Reason: reason})
 	}
@@ -361,6 +369,10 @@ func (r *Resolver) finish(ctx context.Context, d *database, p part, o outcome, r
 		verb = "ROLLBACK PREPARED "
 	default:
 		leave("coordinator's transaction unknown and no decision row; rolled back once older than AbortAfter")
+		return
+	}
+	if !act {
+		leave("a pass would run " + verb + "on it")
 		return
 	}
 	_, err := d.conn.Exec(ctx, verb+p.gid.Literal())
