@@ -146,6 +146,10 @@ WHERE database = current_database() AND gid LIKE 'shardkit:%' ORDER BY prepared`
 	sqlDropDecisions = `DELETE FROM shardkit.tx_decisions WHERE gid = ANY($1)`
 )
 
+// connectTimeout bounds each connection a pass opens, so that one
+// unreachable server does not hold up the others' parts.
+const connectTimeout = 5 * time.Second
+
 // database is one database a pass reads.
 type database struct {
 	name   string
@@ -272,7 +276,9 @@ func (r *Resolver) connect(ctx context.Context, rep *Report) []*database {
 	}
 	var out []*database
 	for _, t := range ts {
-		conn, err := pgx.Connect(ctx, t.dsn)
+		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		conn, err := pgx.Connect(cctx, t.dsn)
+		cancel()
 		if err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("%s: connect: %w", t.name, err))
 			continue
