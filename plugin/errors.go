@@ -59,6 +59,25 @@ var (
 	ErrNotInitialized = errors.New("the shardkit plugin failed to initialize; check db.Use's error")
 	// ErrInvalidConfig reports a plugin.Config that cannot work.
 	ErrInvalidConfig = errors.New("invalid plugin configuration")
+	// ErrMixedTransaction reports a transaction pinned to a logical shard
+	// that would also use the default connection (or the reverse): their
+	// commits are separate, so one could stay committed when the other
+	// fails. Begin the transaction with db.Clauses(plugin.Atomic()) to
+	// commit both atomically, or run the unsharded statements apart.
+	ErrMixedTransaction = errors.New("transaction would span a shard and the default connection; begin it with db.Clauses(plugin.Atomic()) to commit both atomically, or run the unsharded statements apart")
+	// ErrAtomicCommit reports an atomic transaction rolled back at commit:
+	// a participant failed to prepare, or the decision could not be
+	// recorded. Nothing of it is committed; retry the transaction.
+	ErrAtomicCommit = errors.New("atomic transaction rolled back at commit; nothing of it is committed")
+	// ErrNoPreparedTransactions reports a server that refuses PREPARE
+	// TRANSACTION: set max_prepared_transactions above 0 (and restart it)
+	// on every server that atomic transactions touch.
+	ErrNoPreparedTransactions = errors.New("server does not allow prepared transactions; set max_prepared_transactions above 0")
+	// ErrCommitInDoubt reports an atomic transaction whose commit decision
+	// was sent but not confirmed (see InDoubtError). The resolver commits
+	// or rolls back every part by the coordinator's record; read the rows
+	// before retrying, as the transaction may be committed.
+	ErrCommitInDoubt = errors.New("atomic transaction's outcome unknown; the resolver finishes it, read before retrying")
 	// ErrInvalidModel reports a model whose shard tags cannot work (no or
 	// two shard keys, an unsupported key type, a primary key that is not a
 	// 64-bit integer), or whose table the shard schemas lack.

@@ -161,7 +161,7 @@ func (p *Plugin) atomically(db *gorm.DB, d *decision) func() {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	t := &shardTx{p: p, ctx: ctx, base: p.root.ConnPool, shard: -1, statement: true}
+	t := &shardTx{p: p, ctx: ctx, base: p.root.ConnPool, shard: -1, statement: true, atomic: atomicOf(ctx)}
 	d.tx = t
 	return func() {
 		d.tx = nil

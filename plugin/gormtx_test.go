@@ -85,12 +85,14 @@ func TestPrepareStmtKeepsGORMsStatementManager(t *testing.T) {
 		Body string
 	}
 	// Unsharded statements are prepared by GORM on the default connection,
-	// in and out of transactions; sharded ones are routed.
+	// in and out of transactions; sharded ones are routed. A transaction
+	// that mixes both is atomic (two-phase commit through GORM's
+	// PreparedStmtTX).
 	if err := db.Create(&Note{Body: "a"}).Error; err != nil {
 		t.Fatal(err)
 	}
 	var p Photo
-	err = db.Transaction(func(tx *gorm.DB) error {
+	err = db.Clauses(Atomic()).Transaction(func(tx *gorm.DB) error {
 		p = Photo{UserID: 11, Caption: "prepared"}
 		if err := tx.Create(&p).Error; err != nil {
 			return err

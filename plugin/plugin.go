@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/router"
@@ -27,6 +28,8 @@ type Plugin struct {
 
 	observed atomic.Bool  // keep routing decisions for Routed (see Observe)
 	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
+	atomics  atomicCounters
+	log      logger.Interface // the gorm.DB's, for what happens after a commit returns
 }
 
 // originals are GORM's own callbacks that the plugin wraps.
@@ -91,6 +94,7 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 	if !p.cfg.SkipWarmUp {
 		p.warmUp(db.Statement.Context, snap)
 	}
+	p.log = db.Logger
 	p.root = &rootPool{ConnPool: db.ConnPool, p: p}
 	if ps, ok := db.ConnPool.(*gorm.PreparedStmtDB); ok {
 		// gorm.Config{PrepareStmt: true}: the plugin goes beneath GORM's

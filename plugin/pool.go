@@ -156,8 +156,8 @@ func (r *rootPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnP
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	tx := &shardTx{p: r.p, ctx: ctx, opts: opts, base: r.ConnPool, shard: -1}
-	if s, ok := ctx.Value(pinKey{}).(scope); ok {
+	tx := &shardTx{p: r.p, ctx: ctx, opts: opts, base: r.ConnPool, shard: -1, atomic: atomicOf(ctx)}
+	if s, ok := ctx.Value(pinKey{}).(scope); ok && !tx.atomic {
 		snap := r.p.router.Snapshot()
 		shard, err := r.p.shardOfScope(s, snap)
 		if err != nil {

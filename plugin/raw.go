@@ -18,7 +18,13 @@ func (p *Plugin) routeRaw(db *gorm.DB) {
 	stmt := db.Statement
 	table := p.mentions(stmt.SQL.String())
 	if table == "" {
-		p.unsharded(stmt)
+		if err := p.unsharded(stmt); err != nil {
+			db.AddError(err)
+		}
+		return
+	}
+	if t := txOf(stmt.ConnPool); t != nil && t.atomic {
+		db.AddError(&ShardError{Shard: -1, Table: table, Err: fmt.Errorf("%w: raw SQL names sharded table %q inside an atomic transaction, which has no single search_path; use model statements, or a db.Clauses(plugin.Shard(key)).Transaction(…) for raw SQL", ErrUnroutableSQL, table)})
 		return
 	}
 	if t := txOf(stmt.ConnPool); t != nil && !t.statement {

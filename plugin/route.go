@@ -281,8 +281,7 @@ func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 		if err := p.checkSubqueries(stmt, nil, nil, nil); err != nil {
 			return false, err
 		}
-		p.unsharded(stmt)
-		return false, nil
+		return false, p.unsharded(stmt)
 	}
 	*d = decision{m: m, read: o.read(), tx: txOf(stmt.ConnPool)}
 	if err := m.tableExpr(stmt, &hint); err != nil {
@@ -326,7 +325,7 @@ func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 		d.shards = set.list
 	case pinned >= 0:
 		d.shards = one(pinned).list
-	case d.tx != nil && !d.tx.statement:
+	case d.tx != nil && !d.tx.spans():
 		return true, fmt.Errorf("%w: the statement's conditions name no shard that can hold a row; a transaction needs a shard", ErrIDShardMismatch)
 	default:
 		// No row can match. Running the statement on one shard, where it
@@ -334,7 +333,7 @@ func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 		d.shards = one(0).list
 	}
 	if len(d.shards) > 1 {
-		if d.tx != nil && !d.tx.statement {
+		if d.tx != nil && !d.tx.spans() {
 			return true, fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(d.shards))
 		}
 		if o == opRow {
@@ -450,13 +449,24 @@ func txOf(cp gorm.ConnPool) *shardTx {
 
 // unsharded gives a statement on an unregistered table back the default
 // connection when it inherited a shard server's from a parent statement.
-func (p *Plugin) unsharded(stmt *gorm.Statement) {
+// It refuses one in a user transaction that has a shard's part and may
+// not span (see ErrMixedTransaction).
+func (p *Plugin) unsharded(stmt *gorm.Statement) error {
 	switch c := stmt.ConnPool.(type) {
 	case *serverDB:
 		stmt.ConnPool = p.root
 	case *txView:
 		stmt.ConnPool = c.t
 	}
+	if t := txOf(stmt.ConnPool); t != nil && !t.spans() {
+		if _, _, ok := savepointSQL(stmt.SQL.String()); ok {
+			return nil // goes to every part the transaction has (savepoint.go)
+		}
+		if shard, server := t.pinned(); shard >= 0 {
+			return &ShardError{Shard: shard, Server: server, Err: ErrMixedTransaction}
+		}
+	}
+	return nil
 }
 
 // bind points a statement at the i-th shard of its decision: the
@@ -485,7 +495,7 @@ func (p *Plugin) bind(db *gorm.DB, d *decision, i int) error {
 	}
 	var v *txView
 	var err error
-	if d.tx.statement {
+	if d.tx.spans() {
 		v, err = d.tx.view(pl.Server, d.snap)
 	} else {
 		v, err = d.tx.pin(shard, pl, d.snap)

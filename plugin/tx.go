@@ -29,6 +29,7 @@ type shardTx struct {
 	shard      int    // pinned logical shard, -1: none yet
 	server     string // server of the pinned shard
 	statement  bool   // GORM's own transaction around one statement
+	atomic     bool   // begun under plugin.Atomic: spans shards, commits by 2PC
 	txs        []*txView
 	def        gorm.ConnPool // transaction on the default connection
 	done       bool
@@ -97,6 +98,9 @@ func (t *shardTx) viewLocked(server string, snap *router.Snapshot) (*txView, err
 			return v, nil
 		}
 	}
+	if t.def != nil && !t.spans() {
+		return nil, &ShardError{Shard: -1, Server: server, Err: ErrMixedTransaction}
+	}
 	db, err := t.p.pools.get(snap, server)
 	if err != nil {
 		return nil, err
@@ -150,6 +154,9 @@ func (t *shardTx) defTx() (gorm.ConnPool, error) {
 	}
 	if t.def != nil {
 		return t.def, nil
+	}
+	if len(t.txs) > 0 && !t.spans() {
+		return nil, &ShardError{Shard: t.shard, Server: t.server, Err: ErrMixedTransaction}
 	}
 	var err error
 	switch b := t.base.(type) {
@@ -233,10 +240,13 @@ func (t *shardTx) QueryRowContext(ctx context.Context, query string, args ...any
 	return d.QueryRowContext(ctx, query, args...)
 }
 
-// Commit is part of gorm.TxCommitter. It commits each server's part, then
-// the default connection's. Only GORM's own per-statement transaction of
-// a multi-shard write has parts on several servers; those commits are
-// not atomic together.
+// Commit is part of gorm.TxCommitter. An atomic transaction with more
+// than one participant commits by two-phase commit (see commitAtomic).
+// Otherwise it commits each server's part, then the default connection's:
+// only GORM's own per-statement transaction of a multi-shard write has
+// parts on several servers, and those commits are not atomic together (a
+// user transaction may not mix a shard and the default connection, see
+// ErrMixedTransaction).
 func (t *shardTx) Commit() error {
 	if t.empty() {
 		// A transaction that ran nothing commits as in plain GORM: begun
@@ -255,6 +265,9 @@ func (t *shardTx) Commit() error {
 		return sql.ErrTxDone
 	}
 	t.done = true
+	if t.atomic && len(t.txs) > 0 && (len(t.txs) > 1 || t.def != nil) {
+		return t.commitAtomic()
+	}
 	var errs []error
 	for i, v := range t.txs {
 		if err := v.Tx.Commit(); err != nil {

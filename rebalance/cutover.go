@@ -50,6 +50,11 @@ type cutoverPlan struct {
 // not leave the shard fenced); a killed process leaves the fence up until
 // its lease lapses (Mover.WatchFences then ends it) or a resume ends it.
 func (mv *Mover) runCutover(ctx context.Context, mc *moveCtx, p cutoverPlan) error {
+	if !mc.done(p.fenced) {
+		if err := waitPrepared(ctx, p.from, p.fromName, mc.schema); err != nil {
+			return err // before the fence: nothing to undo (prepared.go)
+		}
+	}
 	err := mv.fencedWindow(ctx, mc, p)
 	if err == nil || mc.done(p.flipped) {
 		return err

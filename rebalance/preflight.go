@@ -284,6 +284,9 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 	if err := r.checkSequences(ctx, src, mv.cfg.SequenceMargin); err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
 	}
+	if err := r.checkPrepared(ctx, src, tgt); err != nil {
+		return fmt.Errorf("shardkit: servers %s and %s: %w", r.Source, r.Target, err)
+	}
 	exists, err := schemaExists(ctx, tgt, r.Schema)
 	if err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)

@@ -177,6 +177,9 @@ func (c *Cluster) writeConf(opts Options) error {
 		"shared_buffers":                  "64MB",
 		"logging_collector":               "off",
 		"log_min_messages":                "warning",
+		// Atomic transactions across shards prepare their parts
+		// (two-phase commit); PostgreSQL disables that by default.
+		"max_prepared_transactions": "64",
 	}
 	if !opts.Durable {
 		conf["fsync"] = "off"

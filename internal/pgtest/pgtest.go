@@ -27,6 +27,10 @@ import (
 	"github.com/shardkit/shardkit/internal/pglocal"
 )
 
+// DurableEnv, set to 1, starts the clusters with fsync and synchronous
+// commit on (pglocal.Options.Durable).
+const DurableEnv = "SHARDKIT_PG_DURABLE"
+
 var (
 	want     int // clusters to start, set by Main
 	startErr error
@@ -55,7 +59,9 @@ func Set(t testing.TB) *pglocal.Set {
 	once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		set, startErr = pglocal.Start(ctx, pglocal.Options{N: want})
+		// Benchmarks of commits (two-phase commit above all) mean
+		// something only with fsync on: SHARDKIT_PG_DURABLE=1.
+		set, startErr = pglocal.Start(ctx, pglocal.Options{N: want, Durable: os.Getenv(DurableEnv) == "1"})
 	})
 	if startErr != nil {
 		t.Fatalf("pgtest: %v", startErr)

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +34,8 @@ func (a *API) Register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /users/{id}/photos", a.listPhotos)
 	mux.HandleFunc("POST /users/{id}/follows", a.follow)
 	mux.HandleFunc("GET /users/{id}/following", a.following)
+	mux.HandleFunc("DELETE /users/{id}/follows/{followee}", a.unfollow)
+	mux.HandleFunc("GET /users/{id}/followers", a.followers)
 	mux.HandleFunc("GET /users/{id}/feed", a.feed)
 	mux.HandleFunc("GET /photos/{id}", a.getPhoto)
 	mux.HandleFunc("POST /photos/{id}/likes", a.like)
@@ -150,12 +153,35 @@ func (a *API) follow(w http.ResponseWriter, r *http.Request) {
 	a.reply(w, r, http.StatusCreated, f, err)
 }
 
-func (a *API) following(w http.ResponseWriter, r *http.Request) {
+func (a *API) unfollow(w http.ResponseWriter, r *http.Request) {
 	id, ok := pathID(w, r)
 	if !ok {
 		return
 	}
-	ids, err := a.st.Following(r.Context(), id)
+	followee, err := strconv.ParseInt(r.PathValue("followee"), 10, 64)
+	if err != nil || followee <= 0 {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "photos: the followee id in the path must be a positive integer"})
+		return
+	}
+	err = a.st.Unfollow(r.Context(), id, followee)
+	a.reply(w, r, http.StatusOK, map[string]string{}, err)
+}
+
+func (a *API) following(w http.ResponseWriter, r *http.Request) {
+	a.idList(w, r, a.st.Following)
+}
+
+func (a *API) followers(w http.ResponseWriter, r *http.Request) {
+	a.idList(w, r, a.st.Followers)
+}
+
+// idList answers with the user IDs list gives for the path's user.
+func (a *API) idList(w http.ResponseWriter, r *http.Request, list func(context.Context, int64) ([]int64, error)) {
+	id, ok := pathID(w, r)
+	if !ok {
+		return
+	}
+	ids, err := list(r.Context(), id)
 	out := make([]string, len(ids))
 	for i, v := range ids {
 		out[i] = strconv.FormatInt(v, 10)

@@ -167,6 +167,19 @@ func TestService(t *testing.T) {
 		if !slices.Equal(following.Items, []string{owner.ID, liker.ID}) {
 			t.Fatalf("following %v, want %v", following.Items, []string{owner.ID, liker.ID})
 		}
+		// Each follow is also on the followee's shard, written atomically
+		// with the follower's row (the users are on both servers).
+		for _, u := range users {
+			shard, server := f.home(t, id(t, u.ID))
+			f.assertPlaced(t, shard, server, "followers", "followee_id = $1 AND follower_id = $2", id(t, u.ID), rid)
+			var followers struct {
+				Items []string `json:"items"`
+			}
+			f.mustCall(t, http.StatusOK, "GET", "/users/"+u.ID+"/followers", nil, &followers)
+			if !slices.Equal(followers.Items, []string{reader.ID}) {
+				t.Fatalf("followers of %s: %v, want [%s]", u.ID, followers.Items, reader.ID)
+			}
+		}
 
 		// The feed merges both servers' photos newest first: compare with
 		// the photos read directly from each server.
@@ -201,6 +214,19 @@ func TestService(t *testing.T) {
 		if len(empty.Items) != 0 {
 			t.Fatalf("feed of a user who follows no one: %v", empty.Items)
 		}
+
+		// Unfollow deletes both rows together; a second time finds none.
+		f.mustCall(t, http.StatusOK, "DELETE", "/users/"+reader.ID+"/follows/"+liker.ID, nil, nil)
+		f.mustCall(t, http.StatusNotFound, "DELETE", "/users/"+reader.ID+"/follows/"+liker.ID, nil, nil)
+		var after, followersAfter struct {
+			Items []string `json:"items"`
+		}
+		f.mustCall(t, http.StatusOK, "GET", "/users/"+reader.ID+"/following", nil, &after)
+		f.mustCall(t, http.StatusOK, "GET", "/users/"+liker.ID+"/followers", nil, &followersAfter)
+		if !slices.Equal(after.Items, []string{owner.ID}) || len(followersAfter.Items) != 0 {
+			t.Fatalf("after unfollowing: following %v, followers of the unfollowed %v", after.Items, followersAfter.Items)
+		}
+		f.mustCall(t, http.StatusCreated, "POST", "/users/"+reader.ID+"/follows", map[string]string{"followee_id": liker.ID}, nil)
 	})
 
 	t.Run("errors", func(t *testing.T) {
@@ -440,7 +466,7 @@ func (f *fixture) totalRowsSQL(t *testing.T) int64 {
 		err := conn.QueryRow(context.Background(), `
 SELECT coalesce(sum((xpath('/row/n/text()', query_to_xml(format('SELECT count(*) AS n FROM %I.%I', table_schema, table_name), false, true, '')))[1]::text::bigint), 0)
 FROM information_schema.tables
-WHERE table_schema LIKE 'shard\_%' AND table_name IN ('users', 'photos', 'likes', 'follows')`).Scan(&n)
+WHERE table_schema LIKE 'shard\_%' AND table_name IN ('users', 'photos', 'likes', 'follows', 'followers')`).Scan(&n)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

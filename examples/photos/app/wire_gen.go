@@ -39,7 +39,7 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 	fenceWait := cfg.FenceWait
 	registry := metrics.NewRegistry()
 	metricsMetrics := metrics.New(registry)
-	db, cleanup4, err := store.OpenDB(catalogDSN, router, generator, fenceWait, metricsMetrics)
+	db, cleanup4, err := store.OpenDB(catalogDSN, router, generator, fenceWait, metricsMetrics, log)
 	if err != nil {
 		cleanup3()
 		cleanup2()

@@ -45,5 +45,14 @@ type Follow struct {
 	CreatedAt  time.Time `json:"created_at"`
 }
 
+// Follower is Follow's twin on the followee's shard: who follows
+// FolloweeID. Follow and Unfollow write both in one atomic transaction.
+type Follower struct {
+	ID         int64     `gorm:"primaryKey;autoIncrement:false" json:"id,string"`
+	FolloweeID int64     `shard:"id" json:"followee_id,string"`
+	FollowerID int64     `json:"follower_id,string"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
 // Models lists every sharded model, for plugin.Register.
-func Models() []any { return []any{&User{}, &Photo{}, &Like{}, &Follow{}} }
+func Models() []any { return []any{&User{}, &Photo{}, &Like{}, &Follow{}, &Follower{}} }

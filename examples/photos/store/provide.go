@@ -16,6 +16,7 @@ import (
 	"github.com/shardkit/shardkit/examples/photos/metrics"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/plugin"
+	"github.com/shardkit/shardkit/resolver"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -67,8 +68,11 @@ func NewIDs(ctx context.Context, cat *catalog.Catalog) (*idgen.Generator, func()
 // OpenDB opens GORM with the shardkit plugin and its telemetry (m). The
 // default connection is the catalog: no sharded table lives there, so a
 // statement the plugin did not route fails instead of landing on the wrong
-// server.
-func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence FenceWait, m *metrics.Metrics) (*gorm.DB, func(), error) {
+// server. It also runs a resolver until cleanup: Follow and Unfollow are
+// atomic transactions across shards, and whatever a process killed while
+// committing one leaves prepared is finished by the next pass of any
+// instance's resolver.
+func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence FenceWait, m *metrics.Metrics, log *slog.Logger) (*gorm.DB, func(), error) {
 	db, err := gorm.Open(postgres.Open(string(dsn)), &gorm.Config{
 		Logger: logger.Discard,
 	})
@@ -93,5 +97,12 @@ func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence Fence
 		closeDB()
 		return nil, nil, err
 	}
-	return db, func() { _ = p.Close(); closeDB() }, nil
+	res := resolver.New(resolver.Config{Servers: rt, Databases: map[string]string{"catalog": string(dsn)}, Logger: log})
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = res.Run(rctx)
+	}()
+	return db, func() { stop(); <-done; _ = p.Close(); closeDB() }, nil
 }

@@ -23,7 +23,7 @@ WHERE c.relkind = 'r' AND n.nspname = ANY($1) AND c.relname = ANY($2)
 ORDER BY 1, 2`
 
 // Tables are the example's per-shard tables.
-var Tables = []string{"users", "photos", "likes", "follows"}
+var Tables = []string{"users", "photos", "likes", "follows", "followers"}
 
 // ServerRows is the row count of one server: rows of each table in the
 // schemas the shard map places there.

@@ -230,7 +230,10 @@ func (s *Store) Likes(ctx context.Context, photoID, before int64, limit int) ([]
 	return out, err
 }
 
-// Follow records that follower follows followee, on the follower's shard.
+// Follow records that follower follows followee: a Follow on the
+// follower's shard and a Follower on the followee's, in one atomic
+// transaction (two-phase commit when the shards are on two servers), so
+// that Following and Followers never disagree.
 func (s *Store) Follow(ctx context.Context, follower, followee int64) (Follow, error) {
 	if err := s.checkID("user id", follower); err != nil {
 		return Follow{}, err
@@ -247,11 +250,49 @@ func (s *Store) Follow(ctx context.Context, follower, followee int64) (Follow, e
 		}
 	}
 	f := Follow{FollowerID: follower, FolloweeID: followee}
-	err := s.db.WithContext(ctx).Create(&f).Error
+	err := s.db.WithContext(ctx).Clauses(plugin.Atomic()).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&f).Error; err != nil {
+			return err
+		}
+		return tx.Create(&Follower{FolloweeID: followee, FollowerID: follower}).Error
+	})
 	if isUniqueViolation(err) {
 		return Follow{}, fmt.Errorf("%w: user %d already follows %d", ErrConflict, follower, followee)
 	}
 	return f, err
+}
+
+// Unfollow deletes both rows of a follow in one atomic transaction. It
+// returns ErrNotFound when follower does not follow followee.
+func (s *Store) Unfollow(ctx context.Context, follower, followee int64) error {
+	if err := s.checkID("user id", follower); err != nil {
+		return err
+	}
+	if err := s.checkID("followee_id", followee); err != nil {
+		return err
+	}
+	return s.db.WithContext(ctx).Clauses(plugin.Atomic()).Transaction(func(tx *gorm.DB) error {
+		res := tx.Where("follower_id = ? AND followee_id = ?", follower, followee).Delete(&Follow{})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return fmt.Errorf("%w: user %d does not follow %d", ErrNotFound, follower, followee)
+		}
+		return tx.Where("followee_id = ? AND follower_id = ?", followee, follower).Delete(&Follower{}).Error
+	})
+}
+
+// Followers returns the IDs of the users who follow userID, read from
+// userID's own shard.
+func (s *Store) Followers(ctx context.Context, userID int64) ([]int64, error) {
+	if err := s.checkID("user id", userID); err != nil {
+		return nil, err
+	}
+	ids := []int64{}
+	err := s.db.WithContext(ctx).Model(&Follower{}).Where("followee_id = ?", userID).
+		Order("id").Pluck("follower_id", &ids).Error
+	return ids, err
 }
 
 // Following returns the IDs of the users userID follows.
