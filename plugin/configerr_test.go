@@ -157,7 +157,7 @@ func TestConfigMistakes(t *testing.T) {
 					return c.bad(t, direct, app)
 				},
 			})
-			ub, ua := e.userOn(t, "b"), e.userOn(t, "a")
+			ub, ua := e.userOn(t, "b", 1), e.userOn(t, "a", 1)
 			wantConfig := func(what string, err error) {
 				t.Helper()
 				var ce *ConfigError
@@ -236,7 +236,7 @@ func TestCallerDeadlineIsNoOutage(t *testing.T) {
 				o.appDSN = viaPooler(t, pgbouncer.Options{})
 			}
 			e := newEnv(t, o)
-			ub := e.userOn(t, "b")
+			ub := e.userOn(t, "b", 1)
 			if err := e.db.Create(&Photo{UserID: ub, Caption: "x"}).Error; err != nil {
 				t.Fatal(err)
 			}

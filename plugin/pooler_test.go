@@ -89,18 +89,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// userOn returns a user key whose shard is on the server.
-func (e *env) userOn(t testing.TB, server string) int64 {
-	t.Helper()
-	for u := int64(1); u <= int64(4*e.shards); u++ {
-		if e.serverOf(t, e.shardOf(u)) == server {
-			return u
-		}
-	}
-	t.Fatalf("no shard on server %s", server)
-	return 0
-}
-
 // TestThroughPooler runs the shapes that once failed behind PgBouncer in
 // transaction mode (GORM's PrepareStmt, a BeforeCreate hook that sets the
 // shard key, dbresolver registered beside the plugin) with the default

@@ -264,7 +264,7 @@ func (r *Resolver) connect(ctx context.Context, rep *Report) []*database {
 	}
 	var ts []target
 	for _, s := range r.cfg.Servers.Snapshot().Servers() {
-		ts = append(ts, target{s.Name, s.DSN, true})
+		ts = append(ts, target{s.Name, s.Admin(), true}) // direct: an operator's tool, not application traffic
 	}
 	names := make([]string, 0, len(r.cfg.Databases))
 	for n := range r.cfg.Databases {
