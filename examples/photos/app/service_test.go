@@ -284,6 +284,8 @@ func TestService(t *testing.T) {
 			`shardkit_id_fallback 0`,
 			`photos_http_requests_total{code="201",route="POST /users"}`,
 			`shardkit_fence_wait_seconds`,
+			`shardkit_atomic_in_doubt 0`,
+			`shardkit_atomic_in_doubt_oldest_seconds 0`,
 		} {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %s", want)

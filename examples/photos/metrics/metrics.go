@@ -1,7 +1,8 @@
 // Package metrics holds the photo service's Prometheus metrics: HTTP
 // requests, and the shardkit telemetry (plugin/telemetry: statements,
 // errors and latencies per physical server, fence waits, server health,
-// map version, ID slot lease; spans per routed statement).
+// map version, ID slot lease; spans per routed statement), and the atomic
+// transactions the resolver has left in doubt.
 //
 //	m := metrics.New(prometheus.NewRegistry())
 //	if err := m.InstrumentGORM(db); err != nil { … }
@@ -9,6 +10,7 @@
 package metrics
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -20,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/shardkit/shardkit/plugin/telemetry"
+	"github.com/shardkit/shardkit/resolver"
 )
 
 // Metrics are the service's collectors, registered on one registry.
@@ -96,3 +99,23 @@ var ProviderSet = wire.NewSet(NewRegistry, New)
 
 // NewRegistry returns an empty Prometheus registry.
 func NewRegistry() *prometheus.Registry { return prometheus.NewRegistry() }
+
+// WatchInDoubt exports the resolver's last pass: the atomic transactions
+// left in doubt (prepared on some server, not yet finished) and the age of
+// the oldest, for an alert on a resolver that cannot finish them.
+func (m *Metrics) WatchInDoubt(last func() resolver.Report) error {
+	count := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardkit_atomic_in_doubt",
+		Help: "Parts of atomic transactions left prepared at the resolver's last pass.",
+	}, func() float64 { return float64(len(last().InDoubt)) })
+	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "shardkit_atomic_in_doubt_oldest_seconds",
+		Help: "Age of the oldest part of an atomic transaction left prepared at the resolver's last pass; 0 when none.",
+	}, func() float64 { return last().Oldest().Seconds() })
+	for _, c := range []prometheus.Collector{count, oldest} {
+		if err := m.reg.Register(c); err != nil {
+			return fmt.Errorf("photos: register the in-doubt metrics: %w", err)
+		}
+	}
+	return nil
+}

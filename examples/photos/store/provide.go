@@ -98,6 +98,10 @@ func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence Fence
 		return nil, nil, err
 	}
 	res := resolver.New(resolver.Config{Servers: rt, Databases: map[string]string{"catalog": string(dsn)}, Logger: log})
+	if err := m.WatchInDoubt(res.Last); err != nil {
+		closeDB()
+		return nil, nil, err
+	}
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
