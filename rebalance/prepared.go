@@ -27,7 +27,7 @@ import (
 
 // ErrPreparedTransactions reports a cutover refused because prepared
 // transactions hold writes to the shard on its serving server.
-var ErrPreparedTransactions = errors.New("prepared transactions hold writes to the shard on its serving server: finish them (shardctl resolve, or COMMIT/ROLLBACK PREPARED), then resume the move")
+var ErrPreparedTransactions = errors.New("prepared transactions hold writes to the shard on its serving server: finish them (resolver.Resolver, or COMMIT/ROLLBACK PREPARED), then resume the move")
 
 // ErrNoPreparedTransactions reports a target that cannot take part in
 // atomic transactions while the source can.

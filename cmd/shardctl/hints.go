@@ -23,6 +23,8 @@ func hint(err error) string {
 		return "`shardctl move --resume` or `--complete` finishes it; `shardctl rollback` undoes it"
 	case errors.Is(err, rebalance.ErrNotLogical):
 		return "or move with `shardctl move --offline`"
+	case errors.Is(err, rebalance.ErrPreparedTransactions):
+		return "`shardctl resolve` finishes them; then `shardctl move --resume`"
 	case errors.Is(err, rebalance.ErrLagGate), errors.Is(err, rebalance.ErrCutoverTimeout), errors.Is(err, rebalance.ErrFenceLapsed):
 		return "retry with `shardctl move --resume`"
 	case errors.As(err, &pe):
