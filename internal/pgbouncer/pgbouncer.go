@@ -206,11 +206,6 @@ func (b *Bouncer) writeConfig() error {
 	for k, v := range b.opts.Settings {
 		conf[k] = v
 	}
-	keys := make([]string, 0, len(conf))
-	for k := range conf {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var s strings.Builder
 	// "*" is the fallback database: any database name the client asks
 	// for, on the upstream server under the same name.
@@ -227,9 +222,7 @@ func (b *Bouncer) writeConfig() error {
 		s.WriteString("\n")
 	}
 	s.WriteString("\n[pgbouncer]\n")
-	for _, k := range keys {
-		fmt.Fprintf(&s, "%s = %s\n", k, conf[k])
-	}
+	s.WriteString(pglocal.ConfLines(conf))
 	if err := b.writeFile("pgbouncer.ini", s.String()); err != nil {
 		return err
 	}

@@ -192,6 +192,16 @@ func (c *Cluster) writeConf(opts Options) error {
 	for k, v := range opts.Settings {
 		conf[k] = v
 	}
+	path := filepath.Join(c.Dir, "postgresql.auto.conf")
+	if err := os.WriteFile(path, []byte(ConfLines(conf)), 0o600); err != nil {
+		return fmt.Errorf("pglocal: write %s: %w", path, err)
+	}
+	return chownTree(path, c.cred)
+}
+
+// ConfLines renders settings as "name = value" lines in name order, as
+// postgresql.conf and pgbouncer.ini both take them.
+func ConfLines(conf map[string]string) string {
 	keys := make([]string, 0, len(conf))
 	for k := range conf {
 		keys = append(keys, k)
@@ -201,11 +211,7 @@ func (c *Cluster) writeConf(opts Options) error {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s = %s\n", k, conf[k])
 	}
-	path := filepath.Join(c.Dir, "postgresql.auto.conf")
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		return fmt.Errorf("pglocal: write %s: %w", path, err)
-	}
-	return chownTree(path, c.cred)
+	return b.String()
 }
 
 // Stop stops the cluster (fast shutdown). It is safe to call twice.
