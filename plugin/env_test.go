@@ -182,6 +182,29 @@ func newEnv(t testing.TB, o envOpts) *env {
 	return e
 }
 
+// openDB opens another gorm.DB on the environment's default database with
+// cfg (its logger silenced) and a plugin of its own on the environment's
+// router and IDs, for Photo and Like; both close when the test ends.
+func (e *env) openDB(t testing.TB, cfg *gorm.Config) *gorm.DB {
+	t.Helper()
+	cfg.Logger = logger.Default.LogMode(logger.Silent)
+	db, err := gorm.Open(postgres.Open(e.def), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl := Register(Config{Router: e.r, IDs: e.gen}, &Photo{}, &Like{})
+	if err := db.Use(pl); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = pl.Close()
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	return db
+}
+
 // shardOf is the shard of a user key.
 func (e *env) shardOf(user int64) int { return int(user % int64(e.shards)) }
 

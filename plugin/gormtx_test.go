@@ -5,9 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 )
 
 // The tests below hold the plugin to GORM's own transaction semantics for
@@ -64,15 +62,7 @@ func TestTransactionOnClosedDefaultPoolFails(t *testing.T) {
 
 func TestPrepareStmtKeepsGORMsStatementManager(t *testing.T) {
 	e := newEnv(t, envOpts{})
-	db, err := gorm.Open(postgres.Open(e.def), &gorm.Config{PrepareStmt: true, Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl := Register(Config{Router: e.r, IDs: e.gen}, &Photo{}, &Like{})
-	if err := db.Use(pl); err != nil {
-		t.Fatal(err)
-	}
-	defer pl.Close()
+	db := e.openDB(t, &gorm.Config{PrepareStmt: true})
 	pdb, ok := db.ConnPool.(*gorm.PreparedStmtDB)
 	if !ok {
 		t.Fatalf("db.ConnPool is %T, want *gorm.PreparedStmtDB", db.ConnPool)
@@ -92,7 +82,7 @@ func TestPrepareStmtKeepsGORMsStatementManager(t *testing.T) {
 		t.Fatal(err)
 	}
 	var p Photo
-	err = db.Clauses(Atomic()).Transaction(func(tx *gorm.DB) error {
+	err := db.Clauses(Atomic()).Transaction(func(tx *gorm.DB) error {
 		p = Photo{UserID: 11, Caption: "prepared"}
 		if err := tx.Create(&p).Error; err != nil {
 			return err

@@ -201,15 +201,7 @@ func TestPrepareStmt(t *testing.T) {
 		t.Fatalf("read: err %v", err)
 	}
 	// In gorm.Config.
-	db, err := gorm.Open(postgres.Open(e.def), &gorm.Config{PrepareStmt: true, Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl := Register(Config{Router: e.r, IDs: e.gen}, &Photo{}, &Like{})
-	if err := db.Use(pl); err != nil {
-		t.Fatal(err)
-	}
-	defer pl.Close()
+	db := e.openDB(t, &gorm.Config{PrepareStmt: true})
 	q := Photo{UserID: 9}
 	if err := db.Create(&q).Error; err != nil {
 		t.Fatal(err)
