@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -44,66 +45,130 @@ type LeaserConfig struct {
 	// Clock measures local deadlines. Nil means the system clock (with its
 	// monotonic reading, so wall clock steps do not move deadlines).
 	Clock idgen.Clock
+
+	// LeaseBits is how many low sequence bits each lease of the generator's
+	// own slot fixes (idgen.Lease.Bits), from the layout's slot_bits to its
+	// seq_bits. Zero means slot_bits: whole slots, 2^slot_bits-1 processes
+	// (63 with Instagram's layout) of 2^(seq_bits-slot_bits) IDs per ms per
+	// shard each (16). Each bit more doubles the processes and halves their
+	// rate: seq_bits (10) gives 1008 processes of one ID per ms per shard
+	// (1000 IDs/s on each of the 2000 shards), bursts borrowing up to
+	// MaxBorrow ahead. Processes with different LeaseBits may share a
+	// catalog. Bulk work's extra slots are whole slots when any is free.
+	LeaseBits uint8
 }
 
 // Leaser leases ID slots from the catalog's shardkit.slot_leases table. It
 // implements idgen.Leaser (DESIGN invariant 1):
 //
-//   - slots are 1..2^slot_bits-1; slot 0 is the database's next_id();
+//   - a lease of b bits fixes the low b bits of its IDs' sequences: a
+//     value whose low slot_bits bits are not 0 (those are the database's
+//     next_id()); b = slot_bits is a whole slot, a wider b a part of one;
+//   - two leases overlap when the narrower one's bits are the low bits of
+//     the other's; a lease is granted only while no overlapping lease is
+//     live, and expired overlapping holders are cleared in the same
+//     transaction, so their renewals fail with idgen.ErrLeaseLost;
 //   - a lease lasts TTL on the catalog's clock and is renewed by its holder;
 //   - the holder's local deadline is the time the request was sent + TTL -
 //     Margin on its monotonic clock, so it stops issuing before the catalog
 //     lets anyone else take the slot;
-//   - each slot records a time high-water mark (unix ms): on acquisition
+//   - each lease row records a time high-water mark (unix ms): on acquisition
 //     and renewal an upper bound of any ID the holder may issue before the
 //     lease ends, on release the exact mark; a new holder issues IDs only
-//     after its clock is past the previous mark (idgen.Lease.MinMs);
-//   - Acquire takes the free or expired slot with the oldest mark.
+//     after its clock is past the newest mark of every overlapping row
+//     (idgen.Lease.MinMs);
+//   - acquisitions are serialised by a transaction-scoped advisory lock
+//     (renewals and releases are not): one at a time, a few ms each;
+//   - whole slots go to the free one with the oldest mark; parts of slots
+//     fill the highest slots first, leaving whole slots free for bulk work.
 type Leaser struct {
 	pool     *pgxpool.Pool
 	cfg      LeaserConfig
-	maxSlot  int
+	maxSlot  int   // 2^slot_bits - 1: also the mask of a whole slot
+	slotBits uint8 // the layout's
+	bits     uint8 // width of the generator's own leases
+	units    int   // leases of that width
 	holder   string
 	ttlSecs  float64
 	deadline time.Duration // TTL - Margin
 	bound    int64         // ms: TTL + MaxBorrow
+
+	mu      sync.Mutex
+	ensured map[uint8]bool // lease widths whose rows exist
 }
 
 var _ idgen.Leaser = (*Leaser)(nil)
 
-const (
-	// ensureSlotsSQL creates the slot rows 1..$1 on first use.
-	ensureSlotsSQL = `INSERT INTO shardkit.slot_leases (slot) SELECT generate_series(1, $1::integer) ON CONFLICT (slot) DO NOTHING`
+// overlaps is the SQL condition "row o overlaps the lease (bits $1, slot
+// $3)" given the whole-slot mask $2. Its first term lets Postgres join on
+// the whole slot.
+const overlaps = `(o.slot & $2) = ($3 & $2)
+    AND (o.slot & ((1 << LEAST(o.bits, $1::integer)) - 1)) = ($3 & ((1 << LEAST(o.bits, $1::integer)) - 1))`
 
-	// acquireSlotSQL takes the free or expired slot with the oldest mark
-	// and returns it with the previous holder's mark.
-	acquireSlotSQL = `WITH pick AS (
-    SELECT slot, hwm_ms FROM shardkit.slot_leases
-    WHERE slot BETWEEN 1 AND $1 AND (holder IS NULL OR expires_at IS NULL OR expires_at < clock_timestamp())
-    ORDER BY hwm_ms, slot
-    LIMIT 1
-    FOR UPDATE SKIP LOCKED
+// live is the SQL condition "row o is held and not expired", expiry read
+// at the statement's start: a lease that expires during the statement
+// still counts as held.
+const live = `(o.holder IS NOT NULL AND o.expires_at IS NOT NULL AND o.expires_at >= statement_timestamp())`
+
+// liveU is live for row u.
+const liveU = `(u.holder IS NOT NULL AND u.expires_at IS NOT NULL AND u.expires_at >= statement_timestamp())`
+
+const (
+	// lockSlotsSQL serialises acquisitions, so that two cannot both find
+	// the same overlapping leases free.
+	lockSlotsSQL = `SELECT pg_advisory_xact_lock(hashtext('shardkit.slot_leases'))`
+
+	// ensureSlotsSQL creates the rows of the $3 leases of $1 bits on first
+	// use ($2: the whole-slot mask).
+	ensureSlotsSQL = `INSERT INTO shardkit.slot_leases (bits, slot)
+SELECT $1, x FROM generate_series(1, (1 << $1::integer) - 1) AS x
+WHERE x & $2 <> 0 AND (SELECT count(*) FROM shardkit.slot_leases WHERE bits = $1) < $3
+ON CONFLICT (bits, slot) DO NOTHING`
+
+	// pickSlotSQL finds a free lease of $1 bits that no live lease
+	// overlaps. $3 packs parts of slots into the highest slots; whole slots
+	// go oldest mark first.
+	pickSlotSQL = `SELECT u.slot FROM shardkit.slot_leases u
+WHERE u.bits = $1 AND NOT ` + liveU + `
+    AND NOT EXISTS (SELECT 1 FROM shardkit.slot_leases o
+        WHERE ` + live + ` AND (o.slot & $2) = (u.slot & $2)
+            AND (o.slot & ((1 << LEAST(o.bits, u.bits)) - 1)) = (u.slot & ((1 << LEAST(o.bits, u.bits)) - 1)))
+ORDER BY CASE WHEN $3 THEN u.slot & $2 ELSE 0 END DESC, u.hwm_ms, u.slot
+LIMIT 1`
+
+	// clearExpiredSQL frees the expired leases overlapping (bits $1, slot
+	// $3): their holders' renewals now fail, and a renewal that got in
+	// first keeps its row (the take below then sees it live).
+	clearExpiredSQL = `UPDATE shardkit.slot_leases o SET holder = NULL, expires_at = NULL
+WHERE ` + overlaps + ` AND o.holder IS NOT NULL AND NOT ` + live
+
+	// takeSlotSQL leases (bits $1, slot $3) to $4 if no overlapping lease
+	// is live, returning the floor: the newest mark of every overlapping row.
+	takeSlotSQL = `WITH o AS (
+    SELECT max(o.hwm_ms) AS floor, bool_or(` + live + `) AS busy
+    FROM shardkit.slot_leases o WHERE ` + overlaps + `
 )
 UPDATE shardkit.slot_leases AS l
-SET holder = $2, leased_at = clock_timestamp(),
-    expires_at = clock_timestamp() + make_interval(secs => $3),
-    hwm_ms = GREATEST(l.hwm_ms, $4)
-FROM pick WHERE l.slot = pick.slot
-RETURNING l.slot, pick.hwm_ms`
+SET holder = $4, leased_at = clock_timestamp(),
+    expires_at = clock_timestamp() + make_interval(secs => $5),
+    hwm_ms = GREATEST(l.hwm_ms, $6)
+FROM o WHERE l.bits = $1 AND l.slot = $3 AND l.holder IS NULL AND NOT o.busy
+RETURNING o.floor`
 
 	// renewSlotSQL extends a lease its holder still has.
 	renewSlotSQL = `UPDATE shardkit.slot_leases
-SET expires_at = clock_timestamp() + make_interval(secs => $3), hwm_ms = GREATEST(hwm_ms, $4)
-WHERE slot = $1 AND holder = $2`
+SET expires_at = clock_timestamp() + make_interval(secs => $4), hwm_ms = GREATEST(hwm_ms, $5)
+WHERE bits = $1 AND slot = $2 AND holder = $3`
 
 	// releaseSlotSQL frees a slot and records its holder's exact mark.
 	releaseSlotSQL = `UPDATE shardkit.slot_leases
-SET holder = NULL, expires_at = NULL, hwm_ms = $3
-WHERE slot = $1 AND holder = $2`
+SET holder = NULL, expires_at = NULL, hwm_ms = $4
+WHERE bits = $1 AND slot = $2 AND holder = $3`
 )
 
 // NewLeaser returns a Leaser on the catalog. It reads the slot bits from
-// the catalog's configuration.
+// the catalog's configuration. A LeaseBits outside the layout's
+// [slot_bits, seq_bits] is an error wrapping idgen.ErrInvalidLayout.
 func NewLeaser(ctx context.Context, cat *Catalog, cfg LeaserConfig) (*Leaser, error) {
 	c, err := cat.Config(ctx)
 	if err != nil {
@@ -128,43 +193,118 @@ func NewLeaser(ctx context.Context, cat *Catalog, cfg LeaserConfig) (*Leaser, er
 		host, _ := os.Hostname()
 		cfg.Holder = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
+	layout := c.Layout
+	bits := cfg.LeaseBits
+	if bits == 0 {
+		bits = layout.SlotBits
+	}
+	if bits < layout.SlotBits || bits > layout.SeqBits {
+		return nil, fmt.Errorf("shardkit: %w: LeaseBits %d is outside [%d, %d], the catalog layout's slot and sequence bits; "+
+			"use 0 for whole slots or at most %d", idgen.ErrInvalidLayout, cfg.LeaseBits, layout.SlotBits, layout.SeqBits, layout.SeqBits)
+	}
 	var tok [6]byte
 	_, _ = rand.Read(tok[:])
 	return &Leaser{
 		pool:     cat.pool,
 		cfg:      cfg,
-		maxSlot:  c.Layout.Slots() - 1,
+		maxSlot:  layout.Slots() - 1,
+		slotBits: layout.SlotBits,
+		bits:     bits,
+		units:    (layout.Slots() - 1) << (bits - layout.SlotBits),
 		holder:   cfg.Holder + ":" + hex.EncodeToString(tok[:]),
 		ttlSecs:  cfg.TTL.Seconds(),
 		deadline: cfg.TTL - cfg.Margin,
 		bound:    (cfg.TTL + cfg.MaxBorrow).Milliseconds(),
+		ensured:  map[uint8]bool{},
 	}, nil
 }
 
 // Holder returns the name this leaser records in the catalog.
 func (s *Leaser) Holder() string { return s.holder }
 
-// Acquire is part of the idgen.Leaser interface. With every slot held it
-// returns an error wrapping ErrNoFreeSlot.
+// Acquire is part of the idgen.Leaser interface: it leases LeaseBits bits.
+// With every such lease held (or overlapping a live one) it returns an
+// error wrapping ErrNoFreeSlot.
 func (s *Leaser) Acquire(ctx context.Context) (*idgen.Lease, error) {
+	return s.acquire(ctx, s.bits)
+}
+
+// AcquireBulk leases a whole slot for a generator's bulk work (it is what
+// idgen.Generator asks for its extra slots): the most IDs per ms one lease
+// can give. With none free it returns an error wrapping ErrNoFreeSlot.
+func (s *Leaser) AcquireBulk(ctx context.Context) (*idgen.Lease, error) {
+	return s.acquire(ctx, s.slotBits)
+}
+
+func (s *Leaser) acquire(ctx context.Context, bits uint8) (*idgen.Lease, error) {
 	if s.maxSlot < 1 {
 		return nil, fmt.Errorf("shardkit: %w: the layout has no slot bits, so only the database's next_id() issues IDs", ErrNoFreeSlot)
 	}
-	if _, err := s.pool.Exec(ctx, ensureSlotsSQL, s.maxSlot); err != nil {
+	units := s.maxSlot << (bits - s.slotBits)
+	sent := s.cfg.Clock.Now()
+	bound := sent.UnixMilli() + s.bound
+	slot, floor := 0, int64(0)
+	if err := s.ensure(ctx, bits, units); err != nil {
 		return nil, s.catalogError("lease an ID slot", err)
 	}
-	sent := s.cfg.Clock.Now()
-	var slot int
-	var prev int64
-	err := s.pool.QueryRow(ctx, acquireSlotSQL, s.maxSlot, s.holder, s.ttlSecs, sent.UnixMilli()+s.bound).Scan(&slot, &prev)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, lockSlotsSQL); err != nil {
+			return err
+		}
+		// A renewal may revive an overlapping lease between the pick and
+		// the take; the take then refuses and the next pick skips it.
+		for range 8 {
+			err := tx.QueryRow(ctx, pickSlotSQL, int(bits), s.maxSlot, bits > s.slotBits).Scan(&slot)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, clearExpiredSQL, int(bits), s.maxSlot, slot); err != nil {
+				return err
+			}
+			err = tx.QueryRow(ctx, takeSlotSQL, int(bits), s.maxSlot, slot, s.holder, s.ttlSecs, bound).Scan(&floor)
+			if !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+		}
+		return pgx.ErrNoRows
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("shardkit: %w: all %d ID slots are held by live processes; "+
-			"new rows take their keys from the database's next_id() until a slot frees up (or widen slot_bits)", ErrNoFreeSlot, s.maxSlot)
+		return nil, fmt.Errorf("shardkit: %w: all %d ID leases of %d bits are held by live processes or overlap one; "+
+			"new rows take their keys from the database's next_id() until one frees up "+
+			"(or give processes narrower leases: catalog.LeaserConfig.LeaseBits up to the layout's sequence bits)", ErrNoFreeSlot, units, bits)
 	}
 	if err != nil {
 		return nil, s.catalogError("lease an ID slot", err)
 	}
-	return idgen.NewLease(slot, prev, s.holder, s.cfg.TTL, sent.Add(s.deadline), sent.UnixMilli()+s.bound), nil
+	l := idgen.NewLease(slot, floor, s.holder, s.cfg.TTL, sent.Add(s.deadline), bound)
+	l.Bits = bits
+	return l, nil
+}
+
+// ensure creates the rows of the leases of the given width, once per
+// Leaser (rows are never deleted).
+func (s *Leaser) ensure(ctx context.Context, bits uint8, units int) error {
+	s.mu.Lock()
+	done := s.ensured[bits]
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, ensureSlotsSQL, int(bits), s.maxSlot, units); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.ensured[bits] = true
+	s.mu.Unlock()
+	return nil
+}
+
+// leaseBits is the width of a lease this leaser handed out.
+func (s *Leaser) leaseBits(l *idgen.Lease) int {
+	if l.Bits == 0 {
+		return int(s.slotBits)
+	}
+	return int(l.Bits)
 }
 
 // Renew is part of the idgen.Leaser interface. A slot taken by another
@@ -172,7 +312,7 @@ func (s *Leaser) Acquire(ctx context.Context) (*idgen.Lease, error) {
 func (s *Leaser) Renew(ctx context.Context, l *idgen.Lease) error {
 	sent := s.cfg.Clock.Now()
 	bound := sent.UnixMilli() + s.bound
-	tag, err := s.pool.Exec(ctx, renewSlotSQL, l.Slot, l.Holder, s.ttlSecs, bound)
+	tag, err := s.pool.Exec(ctx, renewSlotSQL, s.leaseBits(l), l.Slot, l.Holder, s.ttlSecs, bound)
 	if err != nil {
 		return s.catalogError(fmt.Sprintf("renew ID slot %d", l.Slot), err)
 	}
@@ -187,7 +327,7 @@ func (s *Leaser) Renew(ctx context.Context, l *idgen.Lease) error {
 // as the slot's exact mark, so call it only after the generator stopped
 // issuing (idgen.Generator.Close does).
 func (s *Leaser) Release(ctx context.Context, l *idgen.Lease) error {
-	tag, err := s.pool.Exec(ctx, releaseSlotSQL, l.Slot, l.Holder, max(l.HighWater(), l.MinMs))
+	tag, err := s.pool.Exec(ctx, releaseSlotSQL, s.leaseBits(l), l.Slot, l.Holder, max(l.HighWater(), l.MinMs))
 	if err != nil {
 		return s.catalogError(fmt.Sprintf("release ID slot %d", l.Slot), err)
 	}

@@ -20,7 +20,7 @@ import (
 
 // Child processes: the parent re-runs the test binary with these variables.
 const (
-	childModeEnv  = "SHARDKIT_TEST_CHILD" // "generate", "hold" or "chaos"
+	childModeEnv  = "SHARDKIT_TEST_CHILD" // "generate", "hold", "chaos" or "fleet"
 	childDSNEnv   = "SHARDKIT_TEST_CATALOG"
 	childOutEnv   = "SHARDKIT_TEST_OUT"
 	childCountEnv = "SHARDKIT_TEST_COUNT"
@@ -102,6 +102,13 @@ func runChild(mode string) int {
 				return 1
 			}
 		}
+	case "fleet":
+		n, _ := strconv.Atoi(os.Getenv(childCountEnv))
+		if err := runFleetChild(ctx, cat, f, n); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	case "chaos":
 		n, _ := strconv.Atoi(os.Getenv(childCountEnv))
 		if err := runChaosChild(ctx, cat, f, n); err != nil {

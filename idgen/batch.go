@@ -43,14 +43,14 @@ func (g *Generator) Fill(ctx context.Context, shard int, ids []int64) error {
 		if old&sealed != 0 {
 			return fmt.Errorf("shardkit: %w", ErrClosed)
 		}
-		if len(ids) > int(g.cmask) && g.bulk.on() {
+		if len(ids) > int(l.cmax) && g.bulk.on() {
 			// More than a millisecond of the own slot, with extra slots held.
 			if n, ok := g.fillBulk(st, old, ms, lim, l, shard, ids); ok {
 				ids = ids[n:]
 				continue
 			}
 		}
-		nms, first := g.successor(old, ms)
+		nms, first := g.successor(old, ms, l.cmax)
 		if nms-lim.raw > bulkAheadMs && g.bulk.on() {
 			// The shard runs ahead of the clock in the own slot: sustained
 			// one-shard work, not a batch. Ask for extra slots.
@@ -62,13 +62,13 @@ func (g *Generator) Fill(ctx context.Context, shard int, ids []int64) error {
 			}
 			continue
 		}
-		k := min(uint64(len(ids)), g.cmask+1-first)
+		k := min(uint64(len(ids)), l.cmax+1-first)
 		if !st.CompareAndSwap(old, uint64(nms)<<g.cbits|(first+k-1)) {
 			continue
 		}
-		base := g.compose(nms, shard, first, l.Slot)
+		base := g.compose(nms, shard, first, l)
 		for i := range k {
-			ids[i] = base + int64(i)<<g.layout.SlotBits
+			ids[i] = base + int64(i)<<l.shift
 		}
 		ids = ids[k:]
 	}

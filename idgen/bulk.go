@@ -71,16 +71,18 @@ func (g *Generator) Slots() []int {
 }
 
 // fillBulk takes the next rows of counters of one millisecond of shard in
-// every slot held (a row is one counter value in each slot) and fills ids
-// from them in increasing order. It returns how many it filled and false
-// when no extra slot can serve (the caller then uses its own slot). old is
-// the shard's state as the caller read it; ms and lim come from window;
-// own is the generator's lease.
+// every slot held (a row is one counter value in each slot whose lease has
+// it) and fills ids from them in increasing order. It returns how many it
+// filled and false when no extra slot can serve (the caller then uses its
+// own slot). old is the shard's state as the caller read it; ms and lim
+// come from window; own is the generator's lease.
 //
 // The shard's state (time, counter) then means, for every slot the
 // generator holds, that nothing above (time, counter) was issued for the
 // shard: the claim starts where the state stands, as the own-slot paths
 // do, and a last row used only in part wastes fewer IDs than slots held.
+// Leases narrower than the widest held have fewer counters: they sit out
+// the rows above their largest counter.
 func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits, own *Lease, shard int, ids []int64) (int, bool) {
 	b := &g.bulk
 	b.mu.RLock()
@@ -88,43 +90,64 @@ func (g *Generator) fillBulk(st *atomic.Uint64, old uint64, ms int64, lim limits
 	if len(b.extras) == 0 {
 		return 0, false
 	}
-	m, first := g.successor(old, ms)
+	now := g.sleepClock.Now()
+	held := make([]*Lease, 1, 1+len(b.extras))
+	held[0] = own
+	top := own.cmax // largest counter of any lease used
+	for _, e := range b.extras {
+		if slices.ContainsFunc(held, func(h *Lease) bool { return h.Slot == e.Slot && h.shift == e.shift }) ||
+			!e.Valid(now) {
+			continue
+		}
+		held = append(held, e)
+		top = max(top, e.cmax)
+	}
+	m, first := g.successor(old, ms, top)
 	if m > lim.limit {
 		return 0, false
 	}
-	now := g.sleepClock.Now()
-	slots := make([]int, 1, 1+len(b.extras))
-	slots[0] = own.Slot
-	used := make([]*Lease, 0, len(b.extras))
-	for _, e := range b.extras {
-		if slices.Contains(slots, e.Slot) || !e.Valid(now) || m <= e.MinMs-g.epoch || m > e.MaxMs()-g.epoch {
-			continue
+	used := held[:1]
+	for _, e := range held[1:] {
+		if m > e.MinMs-g.epoch && m <= e.MaxMs()-g.epoch {
+			used = append(used, e)
 		}
-		slots = append(slots, e.Slot)
-		used = append(used, e)
 	}
-	if len(used) == 0 {
+	if len(used) == 1 {
 		return 0, false
 	}
-	rows := min(uint64((len(ids)+len(slots)-1)/len(slots)), g.cmask+1-first)
-	if !st.CompareAndSwap(old, uint64(m)<<g.cbits|(first+rows-1)) {
+	// Rows first..last, enough for ids or up to the widest lease's last counter.
+	last, n := first, 0
+	for c := first; c <= top; c++ {
+		for _, e := range used {
+			if c <= e.cmax {
+				n++
+			}
+		}
+		last = c
+		if n >= len(ids) {
+			break
+		}
+	}
+	if !st.CompareAndSwap(old, uint64(m)<<g.cbits|last) {
 		return 0, true // the shard moved on: the caller reads it again
 	}
-	for _, e := range used {
+	for _, e := range used[1:] {
 		e.SetHighWater(m + g.epoch)
 	}
 	b.lastUse.Store(time.Now().UnixNano()) // in use: keep them
-	slices.Sort(slots)
-	n := 0
-	for c := first; c < first+rows && n < len(ids); c++ {
-		for _, s := range slots {
+	n = 0
+	for c := first; c <= last && n < len(ids); c++ {
+		for _, e := range used {
 			if n == len(ids) {
 				break
 			}
-			ids[n] = g.compose(m, shard, c, s)
-			n++
+			if c <= e.cmax {
+				ids[n] = g.compose(m, shard, c, e)
+				n++
+			}
 		}
 	}
+	slices.Sort(ids[:n])
 	return n, true
 }
 
@@ -165,7 +188,7 @@ func (g *Generator) keepBulk(ctx context.Context) {
 			continue
 		}
 		for len(g.Slots()) < b.max && ctx.Err() == nil {
-			l, err := g.leaser.Acquire(ctx)
+			l, err := g.acquireExtra(ctx)
 			if err != nil {
 				if ctx.Err() == nil && !errors.Is(err, ErrNoFreeSlot) {
 					slog.Warn("shardkit: leasing an extra ID slot for bulk work", "err", err)
@@ -173,7 +196,7 @@ func (g *Generator) keepBulk(ctx context.Context) {
 				noSlotsUntil = time.Now().Add(time.Second)
 				break
 			}
-			if slices.Contains(g.Slots(), l.Slot) || l.Slot <= 0 || l.Slot >= g.layout.Slots() {
+			if slices.Contains(g.Slots(), l.Slot) || adopt(g.layout, l) != nil {
 				// A leaser that hands out a slot we hold (StaticLeaser does)
 				// cannot give more: stop asking for a while.
 				noSlotsUntil = time.Now().Add(time.Minute)
@@ -185,6 +208,22 @@ func (g *Generator) keepBulk(ctx context.Context) {
 			b.mu.Unlock()
 		}
 	}
+}
+
+// bulkLeaser is a Leaser with a separate choice for extra slots: it may
+// hand out wider leases for bulk work than for a generator's own slot
+// (catalog.Leaser does: its own leases may be narrow so many processes fit,
+// while bulk work wants as many IDs per ms as a free slot gives).
+type bulkLeaser interface {
+	AcquireBulk(ctx context.Context) (*Lease, error)
+}
+
+// acquireExtra leases one extra slot for bulk work.
+func (g *Generator) acquireExtra(ctx context.Context) (*Lease, error) {
+	if bl, ok := g.leaser.(bulkLeaser); ok {
+		return bl.AcquireBulk(ctx)
+	}
+	return g.leaser.Acquire(ctx)
 }
 
 // renewExtras renews the extra leases due (every TTL/3) and drops the ones

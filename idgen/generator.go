@@ -19,8 +19,8 @@ const sealed = 1 << 63
 type Generator struct {
 	layout     Layout
 	epoch      int64  // layout.EpochMs
-	cbits      uint8  // counter bits
-	cmask      uint64 // largest counter
+	cbits      uint8  // counter bits of the per-shard state: the layout's, the widest a lease has
+	cmask      uint64 // largest counter in the state
 	timeShift  uint8  // ShardBits + SeqBits
 	maxTime    int64  // layout.MaxTimeMs()
 	borrow     int64  // ms
@@ -59,9 +59,8 @@ func New(layout Layout, lease *Lease, cfg Config) (*Generator, error) {
 	if lease == nil {
 		return nil, fmt.Errorf("shardkit: idgen.New: nil lease")
 	}
-	if lease.Slot <= 0 || lease.Slot >= layout.Slots() {
-		return nil, fmt.Errorf("shardkit: %w: slot %d is outside [1, %d) (slot 0 belongs to the database's next_id())",
-			ErrOutOfRange, lease.Slot, layout.Slots())
+	if err := adopt(layout, lease); err != nil {
+		return nil, err
 	}
 	g := &Generator{
 		layout:    layout,
@@ -98,6 +97,25 @@ func New(layout Layout, lease *Lease, cfg Config) (*Generator, error) {
 	g.lease.Store(lease)
 	g.now()
 	return g, nil
+}
+
+// adopt checks that a lease fits the layout and sets what the generator
+// reads from it on every ID: where the counter sits and its largest value.
+func adopt(layout Layout, l *Lease) error {
+	bits := l.Bits
+	if bits == 0 {
+		bits = layout.SlotBits
+	}
+	if bits < layout.SlotBits || bits > layout.SeqBits {
+		return fmt.Errorf("shardkit: %w: a lease of %d bits is outside [%d, %d], the layout's slot and sequence bits",
+			ErrOutOfRange, l.Bits, layout.SlotBits, layout.SeqBits)
+	}
+	if l.Slot <= 0 || l.Slot >= 1<<bits || l.Slot&(layout.Slots()-1) == 0 {
+		return fmt.Errorf("shardkit: %w: slot %d of a %d-bit lease is outside [1, %d) or has its low %d bits 0 (slot 0 belongs to the database's next_id())",
+			ErrOutOfRange, l.Slot, bits, 1<<bits, layout.SlotBits)
+	}
+	l.shift, l.cmax = bits, 1<<(layout.SeqBits-bits)-1
+	return nil
 }
 
 // Layout returns the generator's ID layout.
@@ -161,7 +179,7 @@ func (g *Generator) Next(ctx context.Context, shard int) (int64, error) {
 		switch {
 		case ms > oms:
 			nms = ms
-		case cnt < g.cmask:
+		case cnt < l.cmax:
 			nms, ncnt = oms, cnt+1
 		default:
 			nms = oms + 1
@@ -170,7 +188,7 @@ func (g *Generator) Next(ctx context.Context, shard int) (int64, error) {
 			break
 		}
 		if st.CompareAndSwap(old, uint64(nms)<<g.cbits|ncnt) {
-			return nms<<g.timeShift | int64(shard)<<g.layout.SeqBits | int64(ncnt)<<g.layout.SlotBits | int64(l.Slot), nil
+			return nms<<g.timeShift | int64(shard)<<g.layout.SeqBits | int64(ncnt)<<l.shift | int64(l.Slot), nil
 		}
 	}
 	return g.nextSlow(ctx, shard)
@@ -188,7 +206,7 @@ func (g *Generator) nextSlow(ctx context.Context, shard int) (int64, error) {
 		if old&sealed != 0 {
 			return 0, fmt.Errorf("shardkit: %w", ErrClosed)
 		}
-		nms, ncnt := g.successor(old, ms)
+		nms, ncnt := g.successor(old, ms, l.cmax)
 		if nms > lim.limit {
 			if err := g.waitFor(ctx, nms, lim); err != nil {
 				return 0, err
@@ -196,7 +214,7 @@ func (g *Generator) nextSlow(ctx context.Context, shard int) (int64, error) {
 			continue
 		}
 		if st.CompareAndSwap(old, uint64(nms)<<g.cbits|ncnt) {
-			return g.compose(nms, shard, ncnt, l.Slot), nil
+			return g.compose(nms, shard, ncnt, l), nil
 		}
 	}
 }
@@ -272,13 +290,15 @@ func (g *Generator) observe(raw int64) int64 {
 	}
 }
 
-// successor returns the (time, counter) after state old at time ms.
-func (g *Generator) successor(old uint64, ms int64) (int64, uint64) {
+// successor returns the (time, counter) after state old at time ms, in a
+// lease whose largest counter is cmax. The state's counter may be above
+// cmax (written under a wider lease before): the next ms then starts.
+func (g *Generator) successor(old uint64, ms int64, cmax uint64) (int64, uint64) {
 	oms, cnt := int64(old>>g.cbits), old&g.cmask
 	switch {
 	case ms > oms:
 		return ms, 0
-	case cnt < g.cmask:
+	case cnt < cmax:
 		return oms, cnt + 1
 	default:
 		return oms + 1, 0
@@ -299,8 +319,8 @@ func (g *Generator) waitFor(ctx context.Context, nms int64, lim limits) error {
 	return g.sleepClock.Sleep(ctx, time.Duration(max(d, 1))*time.Millisecond)
 }
 
-func (g *Generator) compose(ms int64, shard int, cnt uint64, slot int) int64 {
-	return ms<<g.timeShift | int64(shard)<<g.layout.SeqBits | int64(cnt)<<g.layout.SlotBits | int64(slot)
+func (g *Generator) compose(ms int64, shard int, cnt uint64, l *Lease) int64 {
+	return ms<<g.timeShift | int64(shard)<<g.layout.SeqBits | int64(cnt)<<l.shift | int64(l.Slot)
 }
 
 func (g *Generator) shardError(shard int) error {

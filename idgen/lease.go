@@ -45,8 +45,17 @@ type Leaser interface {
 // MaxMs forward on each renewal; the generator reports its exact high-water
 // mark with SetHighWater before the lease is released.
 type Lease struct {
-	// Slot is the leased slot, 1..2^SlotBits-1.
+	// Slot is the leased slot: the value of the low Bits bits of every
+	// sequence issued under the lease. It is never 0 in its low SlotBits
+	// bits (those belong to the database's next_id()).
 	Slot int
+	// Bits is how many low sequence bits the lease fixes, from the layout's
+	// SlotBits (0 means that: a whole slot, 2^CounterBits IDs per ms per
+	// shard) up to SeqBits (one ID per ms per shard). A lease of Bits > SlotBits
+	// is a part of the slot Slot mod 2^SlotBits: (2^SlotBits-1) *
+	// 2^(Bits-SlotBits) such leases exist, so more processes can issue IDs
+	// at once, each at a lower rate. Leasers set it before handing the lease out.
+	Bits uint8
 	// MinMs is the previous holder's high-water mark (unix ms): no ID
 	// under this lease has a time at or below it.
 	MinMs int64
@@ -58,6 +67,10 @@ type Lease struct {
 
 	win atomic.Pointer[leaseWindow]
 	hwm atomic.Int64
+
+	// Set by the generator before it issues under the lease (unit).
+	shift uint8  // sequence bits below the counter: Bits, or SlotBits
+	cmax  uint64 // largest counter: 2^(SeqBits-shift)-1
 }
 
 type leaseWindow struct {

@@ -130,9 +130,9 @@ func (g *Generator) acquire(ctx context.Context) (*Lease, error) {
 	for {
 		l, err := g.leaser.Acquire(ctx)
 		if err == nil {
-			if l.Slot <= 0 || l.Slot >= g.layout.Slots() {
+			if err := adopt(g.layout, l); err != nil {
 				_ = g.leaser.Release(ctx, l)
-				return nil, fmt.Errorf("shardkit: leaser returned slot %d outside [1, %d)", l.Slot, g.layout.Slots())
+				return nil, fmt.Errorf("shardkit: the leaser returned an unusable lease: %w", err)
 			}
 			g.lease.Store(l)
 			return l, nil
