@@ -34,6 +34,16 @@
 // ms per shard (16 by default). A burst may borrow up to [Config.MaxBorrow]
 // of future milliseconds; beyond that [Generator.Next] waits.
 //
+// # More processes than slots
+//
+// A lease may fix more low sequence bits than a slot's ([Lease.Bits], up
+// to SeqBits): it is then a part of a slot, and (2^SlotBits-1) *
+// 2^(Bits-SlotBits) parts exist (1008 of 10 bits with the default layout,
+// one ID per ms per shard each). Parts never end in slot 0's bits, so the
+// database's next_id() is untouched, and IDs decode as before. A leaser
+// must never hand out two overlapping leases (one's bits the low bits of
+// the other's) live at once; catalog.Leaser does not.
+//
 // # Why IDs are unique
 //
 // A Generator never issues an ID at or below one it issued before for the
