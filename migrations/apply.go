@@ -32,8 +32,8 @@ func (o ApplyOptions) batch() int {
 // Statements of the per-schema machinery.
 const (
 	sqlApplied = `SELECT schema_name, version, part FROM shardkit.shard_migrations WHERE schema_name = ANY($1)`
-	sqlRecord  = `INSERT INTO shardkit.shard_migrations (schema_name, version, part, name)
-SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::text[])`
+	sqlRecord  = `INSERT INTO shardkit.shard_migrations (schema_name, version, part, name, sha256)
+SELECT s, v, p, n, NULLIF(c, '') FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::text[]) AS u(s, v, p, n, c)`
 	sqlForget = `DELETE FROM shardkit.shard_migrations WHERE schema_name = $1`
 )
 
@@ -110,6 +110,7 @@ type step struct {
 	stepKey
 	name string
 	sql  string
+	sum  string // SHA-256 of sql; "" for shardkit's own template
 }
 
 // plan lists what a schema still needs, in order.
@@ -120,7 +121,7 @@ func plan(layout idgen.Layout, shard int, done map[stepKey]bool, versions []Vers
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, step{stepKey{0, PartTables}, "shardkit", sql})
+		out = append(out, step{stepKey{0, PartTables}, "shardkit", sql, ""})
 	}
 	maxDone := 0
 	for k := range done {
@@ -135,13 +136,13 @@ func plan(layout idgen.Layout, shard int, done map[stepKey]bool, versions []Vers
 					"%w: version %d is new but version %d is already applied; renumber it above %d",
 					ErrMigrationOrder, v.Number, maxDone, maxDone)}
 			}
-			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables})
+			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables, v.Checksum(PartTables)})
 		}
 		if v.Indexes != "" && mode != modeDeferIndexes && !done[stepKey{v.Number, PartIndexes}] {
 			if mode == modeIndexesOnly && !done[stepKey{v.Number, PartTables}] {
 				continue // its tables are not there yet
 			}
-			out = append(out, step{stepKey{v.Number, PartIndexes}, v.fileName(PartIndexes), v.Indexes})
+			out = append(out, step{stepKey{v.Number, PartIndexes}, v.fileName(PartIndexes), v.Indexes, v.Checksum(PartIndexes)})
 		}
 	}
 	return out, nil
@@ -231,7 +232,7 @@ func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []in
 	if err != nil {
 		return err
 	}
-	var recSchema, recPart, recName []string
+	var recSchema, recPart, recName, recSum []string
 	var recVersion []int32
 	for _, shard := range shards {
 		steps, err := plan(layout, shard, applied[shard], versions, mode)
@@ -256,11 +257,12 @@ func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []in
 			recVersion = append(recVersion, int32(st.version))
 			recPart = append(recPart, string(st.part))
 			recName = append(recName, st.name)
+			recSum = append(recSum, st.sum)
 		}
 	}
 	if len(recSchema) == 0 {
 		return nil
 	}
-	_, err = tx.Exec(ctx, sqlRecord, recSchema, recVersion, recPart, recName)
+	_, err = tx.Exec(ctx, sqlRecord, recSchema, recVersion, recPart, recName, recSum)
 	return err
 }

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"sort"
 	"testing/fstest"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -112,6 +115,176 @@ func recordVersions(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, v
 	return nil
 }
 
+// runPlan is what one Migrate applies and then records.
+type runPlan struct {
+	versions []Version          // the catalog's record with the run's files laid over it
+	changes  []catalog.ShardSQL // files to record once every schema applied them
+	replace  map[stepKey]bool   // changes that replace a record (else they add one)
+}
+
+// planRun checks the run's files against the catalog's record, as
+// recordVersions does, and against what failed runs left on the servers
+// (leftovers), without writing anything. files is nil when Migrate applies
+// the catalog's record only.
+func planRun(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, files []Version, given bool) (runPlan, error) {
+	have, err := byStep(tx.ShardSQL(ctx))
+	if err != nil {
+		return runPlan{}, err
+	}
+	plan := runPlan{replace: map[stepKey]bool{}}
+	newest := 0
+	for k := range have {
+		newest = max(newest, k.version)
+	}
+	for _, v := range files {
+		if _, ok := have[stepKey{v.Number, PartTables}]; !ok && v.Number < newest {
+			return runPlan{}, fmt.Errorf("shardkit: %w: %s is new but version %d is already applied; renumber it above %d",
+				ErrMigrationOrder, v.Name, newest, newest)
+		}
+		for _, p := range []Part{PartTables, PartIndexes} {
+			if v.sql(p) == "" {
+				continue
+			}
+			k := stepKey{v.Number, p}
+			if r, ok := have[k]; ok {
+				if r.sum == v.Checksum(p) && r.name == v.fileName(p) {
+					continue
+				}
+				used, err := appliedAnywhere(ctx, cat, k)
+				if err != nil {
+					return runPlan{}, err
+				}
+				if used {
+					return runPlan{}, fmt.Errorf("shardkit: %w: %s differs from the %s applied as version %d; "+
+						"never edit an applied migration: undo the edit and add a new NNNN_name.sql",
+						ErrMigrationChanged, v.fileName(p), r.name, v.Number)
+				}
+				plan.replace[k] = true
+			}
+			plan.changes = append(plan.changes, v.record(p))
+		}
+	}
+	if given {
+		if err := checkLeftovers(ctx, cat, have, files); err != nil {
+			return runPlan{}, err
+		}
+	}
+	recordFS, err := ReadVersions(filesOf(have))
+	if err != nil {
+		return runPlan{}, err
+	}
+	byNumber := map[int]Version{}
+	for _, v := range recordFS {
+		byNumber[v.Number] = v
+	}
+	for _, v := range files {
+		byNumber[v.Number] = v
+	}
+	for _, v := range byNumber {
+		plan.versions = append(plan.versions, v)
+	}
+	sort.Slice(plan.versions, func(i, j int) bool { return plan.versions[i].Number < plan.versions[j].Number })
+	return plan, nil
+}
+
+// writeChanges records the run's files, once every schema applied them.
+func writeChanges(ctx context.Context, tx *catalog.Tx, plan runPlan) error {
+	for _, f := range plan.changes {
+		var err error
+		if plan.replace[stepKey{f.Version, Part(f.Part)}] {
+			err = tx.ReplaceShardSQL(ctx, f)
+		} else {
+			err = tx.AddShardSQL(ctx, f)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sqlLeftovers lists the application steps a server's schemas applied,
+// with the checksum of what they ran (NULL when unknown: applied before
+// checksums were recorded, or restored from a backup).
+const sqlLeftovers = `SELECT version, part, name, sha256, count(*), min(schema_name) FROM shardkit.shard_migrations
+WHERE version > 0 GROUP BY version, part, name, sha256`
+
+// checkLeftovers refuses a run that would leave schemas different: a step
+// some schemas applied (in a Migrate that then failed) that the catalog
+// does not record must be among the run's files, with the content those
+// schemas ran. Every server must answer.
+func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]recorded, files []Version) error {
+	snap, err := cat.Load(ctx)
+	if err != nil {
+		return err
+	}
+	file := map[stepKey]Version{}
+	for _, v := range files {
+		file[stepKey{v.Number, PartTables}] = v
+		if v.Indexes != "" {
+			file[stepKey{v.Number, PartIndexes}] = v
+		}
+	}
+	for _, srv := range snap.Servers() {
+		if srv.State == "retired" {
+			continue
+		}
+		conn, err := connect(ctx, srv.Name, srv.Admin())
+		if err != nil {
+			return err
+		}
+		rows, err := conn.Query(ctx, sqlLeftovers)
+		var k stepKey
+		var part, name, first string
+		var sum *string
+		var n int
+		if err == nil {
+			_, err = pgx.ForEachRow(rows, []any{&k.version, &part, &name, &sum, &n, &first}, func() error {
+				k.part = Part(part)
+				if _, ok := have[k]; ok {
+					return nil
+				}
+				v, ok := file[k]
+				if !ok {
+					return fmt.Errorf("shardkit: %w: %s (version %d) was applied to %d shard schemas of server %q (%s first) "+
+						"by a migrate that failed, and is not among the files now; put it back as it was and run migrate again to finish it",
+						ErrMigrationIncomplete, name, k.version, n, srv.Name, first)
+				}
+				if sum != nil && *sum != v.Checksum(k.part) {
+					return fmt.Errorf("shardkit: %w: %s differs from the %s a failed migrate applied as version %d to %d shard schemas of server %q (%s first); "+
+						"put that content back, fix what made it fail on the shard the failure named, and run migrate again; changes go in a new NNNN_name.sql",
+						ErrMigrationChanged, v.fileName(k.part), name, k.version, n, srv.Name, first)
+				}
+				return nil
+			})
+		}
+		_ = conn.Close(ctx)
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
+			continue // shardkit not installed there yet
+		}
+		if errors.As(err, &pe) && pe.Code == "42703" {
+			continue // no checksums yet: no Migrate of this version has run there
+		}
+		if err != nil {
+			if errors.Is(err, ErrMigrationIncomplete) || errors.Is(err, ErrMigrationChanged) {
+				return err
+			}
+			return &ServerError{Server: srv.Name, Err: err}
+		}
+	}
+	return nil
+}
+
+// filesOf returns recorded files as a file system for ReadVersions.
+func filesOf(have map[stepKey]recorded) fstest.MapFS {
+	out := fstest.MapFS{}
+	for _, r := range have {
+		out[r.name] = &fstest.MapFile{Data: []byte(r.body), Mode: 0o444}
+	}
+	return out
+}
+
 // CatalogSQL returns the application's per-shard SQL files as recorded in
 // the catalog by Provision and Migrate, as a file system for ApplyShard:
 // the shard mover creates a target schema from it without needing the
@@ -124,11 +297,7 @@ func CatalogSQL(ctx context.Context, cat *catalog.Catalog) (fs.FS, error) {
 	if len(have) == 0 {
 		return nil, nil
 	}
-	out := fstest.MapFS{}
-	for _, r := range have {
-		out[r.name] = &fstest.MapFile{Data: []byte(r.body), Mode: 0o444}
-	}
-	return out, nil
+	return filesOf(have), nil
 }
 
 // record is part p of v as the catalog records it.

@@ -16,12 +16,17 @@
 // shardkit applies each file to each shard schema (shard_0000 …) in a
 // transaction with SET LOCAL search_path TO that schema only, so no
 // identifier is templated into application SQL, and records it on the
-// server in shardkit.shard_migrations (schema, version, part): every run is
-// idempotent and an interrupted one resumes. The files are also recorded in
-// the catalog (shardkit.shard_sql); a file that changed after some schema
-// applied it is refused ([ErrMigrationChanged]; one that failed everywhere
-// may be fixed in place), and [CatalogSQL] returns them to tools that create a
-// shard schema elsewhere (the shard mover). Versions are applied in order; a
+// server in shardkit.shard_migrations (schema, version, part, and the
+// SHA-256 of what it ran): every run is idempotent and an interrupted one
+// resumes. [Migrate] records the files in the catalog (shardkit.shard_sql)
+// only once every schema applied them: a file that fails on a schema
+// records nothing ([ErrMigrationFailed]), so the catalog never holds a
+// version that applies nowhere. A file that changed after some schema
+// applied it is refused ([ErrMigrationChanged]) — also when a failed run
+// applied it to some schemas only; such a file must come back unchanged
+// ([ErrMigrationIncomplete]) and finish. One that failed everywhere may be
+// fixed in place or dropped. [CatalogSQL] returns the recorded files to
+// tools that create a shard schema elsewhere (the shard mover). Versions are applied in order; a
 // new version numbered below one already applied is refused
 // ([ErrMigrationOrder]). Functions in application SQL should use BEGIN ATOMIC
 // bodies or their own SET search_path, since callers' search_paths differ.
@@ -51,7 +56,8 @@
 // calls shardkit.next_id with the shard's number and sequence.
 //
 // next_id() issues IDs in the catalog's layout with slot 0 (application
-// processes lease slots 1..2^SlotBits-1, so the two never collide). The
+// processes lease slots 1..2^SlotBits-1, or parts of them, so the two never
+// collide). The
 // sequence holds a hybrid value h = ms_since_epoch<<counterBits | counter;
 // under a per-shard session advisory lock (released on any error, cancels
 // included) the generator takes nextval and, if h has fallen behind the

@@ -36,6 +36,17 @@ var (
 	// ErrMigrationChanged reports a per-shard migration file whose content
 	// differs from the one already recorded in the catalog for that version.
 	ErrMigrationChanged = errors.New("applied migration file changed")
+	// ErrMigrationFailed reports a Migrate whose new or fixed files failed
+	// on a shard schema (the *ShardError it wraps names the shard, server
+	// and file). Nothing was recorded in the catalog; the schemas that
+	// applied the files before the failure keep them, so fix the file if it
+	// failed everywhere, else fix what made it fail on that shard, and run
+	// Migrate again.
+	ErrMigrationFailed = errors.New("migration failed")
+	// ErrMigrationIncomplete reports a version that a failed Migrate
+	// applied to some shard schemas but that is not among the files given
+	// now: put the file back as it was and run Migrate again to finish it.
+	ErrMigrationIncomplete = errors.New("migration left unfinished")
 	// ErrMovesInProgress reports shards that are moving or fenced while a
 	// migration would change their tables.
 	ErrMovesInProgress = errors.New("shard moves in progress")

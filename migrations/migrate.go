@@ -35,11 +35,18 @@ type MigrateOptions struct {
 
 // Migrate applies the per-shard versions not yet applied to every shard
 // schema on every server, one worker per server, all servers in parallel.
-// New files in shardSQL are first recorded in the catalog (a changed file is
-// refused with ErrMigrationChanged); then every recorded version is applied,
-// so a nil shardSQL applies what the catalog already holds. Each batch of
-// schemas is one transaction and each applied step is recorded on its
-// server, so an interrupted Migrate, run again, finishes the job.
+// It applies every version the catalog records plus the new files of
+// shardSQL (a nil shardSQL applies what the catalog already holds), and
+// records the new files in the catalog only once every schema applied
+// them. A file that fails on a schema returns an error wrapping
+// ErrMigrationFailed and a *ShardError naming the shard, server and file,
+// and leaves the catalog as it was. Each batch of schemas is one
+// transaction and each applied step is recorded on its server (with its
+// checksum), so a failed or interrupted Migrate, run again with the same
+// files, finishes the job. An applied file that changed is refused with
+// ErrMigrationChanged, also when a failed run applied it to only some
+// schemas; a file such a run applied that is missing now, with
+// ErrMigrationIncomplete.
 func Migrate(ctx context.Context, cat *catalog.Catalog, shardSQL fs.FS, opts MigrateOptions) error {
 	versions, err := ReadVersions(shardSQL)
 	if err != nil {
@@ -71,18 +78,39 @@ func Migrate(ctx context.Context, cat *catalog.Catalog, shardSQL fs.FS, opts Mig
 				ErrMovesInProgress, strings.Join(busy, ", "))
 		}
 	}
-	if err := cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
-		return recordVersions(ctx, tx, cat, versions)
-	}); err != nil {
-		return err
-	}
-	return migrateAll(ctx, cat, nil, migrateConfig{apply: opts.Apply, progress: opts.Progress, only: only})
+	// The catalog records the run's files only once every schema applied
+	// them, in a transaction held open over the run (under the provisioning
+	// lock, so runs take turns): a run that fails records nothing, and the
+	// catalog never holds a version that applies nowhere.
+	return cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
+		if err := tx.LockProvision(ctx); err != nil {
+			return err
+		}
+		plan, err := planRun(ctx, tx, cat, versions, shardSQL != nil)
+		if err != nil {
+			return err
+		}
+		cfg := migrateConfig{apply: opts.Apply, progress: opts.Progress, only: only, versions: plan.versions, given: true}
+		if err := migrateAll(ctx, cat, nil, cfg); err != nil {
+			if len(plan.changes) == 0 {
+				return err
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w; the catalog records none of this run's files: run migrate again with the same files to finish", err)
+			}
+			return fmt.Errorf("shardkit: %w: %w; the catalog records none of this run's files: "+
+				"fix the file if it failed on every shard, else what made it fail on that shard, and run migrate again", ErrMigrationFailed, err)
+		}
+		return writeChanges(ctx, tx, plan)
+	})
 }
 
 type migrateConfig struct {
 	apply    ApplyOptions
 	progress func(Progress)
 	only     map[string]bool // servers to work on; empty means all
+	versions []Version       // what to apply, when given; else the catalog's record
+	given    bool
 }
 
 // migrateAll brings every schema of the current shard map up to the
@@ -94,13 +122,15 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 	if err != nil {
 		return err
 	}
-	catFS, err := CatalogSQL(ctx, cat)
-	if err != nil {
-		return err
-	}
-	versions, err := ReadVersions(catFS)
-	if err != nil {
-		return err
+	versions := cfg.versions
+	if !cfg.given {
+		catFS, err := CatalogSQL(ctx, cat)
+		if err != nil {
+			return err
+		}
+		if versions, err = ReadVersions(catFS); err != nil {
+			return err
+		}
 	}
 	var servers []router.Server
 	for _, s := range snap.Servers() {

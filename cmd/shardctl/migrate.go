@@ -21,7 +21,13 @@ an applied one), then applies every recorded version that a shard schema
 lacks, servers in parallel, one transaction per batch of schemas. Without
 --sql it applies what the catalog already holds. Interrupted (Ctrl-C, kill)
 and run again, it finishes without redoing anything. It refuses to run
-while shards are moving, unless --allow-moving.`,
+while shards are moving, unless --allow-moving.
+
+The new files are recorded in the catalog only once every shard schema
+applied them: a file that fails on a shard records nothing, and the error
+names the shard, server and file. Fix the file (if it failed everywhere) or
+what made it fail on that shard, and run migrate again; a file that some
+schemas applied before the failure must stay as it was until it finishes.`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	catalogDSN := catalogFlag(cmd)
