@@ -96,13 +96,13 @@ func runFleetChild(ctx context.Context, cat *Catalog, f *os.File, n int) error {
 	return w.Flush()
 }
 
-// TestThousandGeneratorsAcrossProcesses: 1000 generators in four OS
+// TestLeasesOfThousandGeneratorsAcrossProcesses: 1000 generators in four OS
 // processes lease from one catalog at once, with leases of 10 bits (1008
 // exist). Every one gets a lease (none falls back to next_id()), no two
 // live leases overlap, and once all hold theirs they issue IDs for the
 // same four shards at the same time: no duplicate, none in next_id()'s
 // slot 0. It logs the lease table's load: lease time, rows, size, renewals.
-func TestThousandGeneratorsAcrossProcesses(t *testing.T) {
+func TestLeasesOfThousandGeneratorsAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}

@@ -58,8 +58,9 @@ func (b *bulk) demand(now time.Time) {
 	}
 }
 
-// Slots returns the slots the generator issues in now: its own first, then
-// the extra slots leased for bulk work.
+// Slots returns the slots the generator issues in now (each lease's Slot:
+// a part of a slot has a value above 2^SlotBits): its own first, then the
+// extra slots leased for bulk work.
 func (g *Generator) Slots() []int {
 	g.bulk.mu.RLock()
 	defer g.bulk.mu.RUnlock()
