@@ -98,12 +98,23 @@ func Migrate(ctx context.Context, cat *catalog.Catalog, shardSQL fs.FS, opts Mig
 			if ctx.Err() != nil {
 				return fmt.Errorf("%w; the catalog records none of this run's files: run migrate again with the same files to finish", err)
 			}
-			return fmt.Errorf("shardkit: %w: %w; the catalog records none of this run's files: "+
-				"fix the file if it failed on every shard, else what made it fail on that shard, and run migrate again", ErrMigrationFailed, err)
+			return &failedRun{err: err}
 		}
 		return writeChanges(ctx, tx, plan)
 	})
 }
+
+// failedRun is the error of a Migrate whose files failed on a schema: it
+// wraps ErrMigrationFailed and the failure (a *ShardError).
+type failedRun struct{ err error }
+
+func (e *failedRun) Error() string {
+	return fmt.Sprintf("shardkit: %v: %s; the catalog records none of this run's files: "+
+		"fix the file if it failed on every shard, else what made it fail on that shard, and run migrate again",
+		ErrMigrationFailed, strings.TrimPrefix(e.err.Error(), "shardkit: "))
+}
+
+func (e *failedRun) Unwrap() []error { return []error{ErrMigrationFailed, e.err} }
 
 type migrateConfig struct {
 	apply    ApplyOptions

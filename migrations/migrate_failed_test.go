@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgtest"
@@ -127,16 +128,34 @@ func TestPartlyFailedMigrateIsFinishedNotForked(t *testing.T) {
 		"0001_a.sql":        failV1["0001_a.sql"],
 		"0002_positive.sql": {Data: []byte("ALTER TABLE a ADD CONSTRAINT a_positive CHECK (n >= 0);")},
 	}
-	err = Migrate(ctx, e.cat, v2, MigrateOptions{Apply: ApplyOptions{BatchSize: 1}})
+	// Hold shard 6 back until pg0 applied version 2 everywhere, so that the
+	// failure comes after other schemas applied the file.
+	hold, err := pgtest.Connect(t, e.servers[1].DSN).Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hold.Exec(ctx, `LOCK TABLE shard_0006.a IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Migrate(ctx, e.cat, v2, MigrateOptions{Apply: ApplyOptions{BatchSize: 1}}) }()
+	for e.schemasWith(t, 0, 2) < 4 {
+		select {
+		case err := <-done:
+			t.Fatalf("migrate returned before pg0 applied version 2: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if err := hold.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-done
 	var se *ShardError
 	if !errors.Is(err, ErrMigrationFailed) || !errors.As(err, &se) || se.Shard != 6 || se.Server != "pg1" || se.File != "0002_positive.sql" {
 		t.Fatalf("failing shard: %v; want ErrMigrationFailed naming shard 6 on pg1 and 0002_positive.sql", err)
 	}
 	if v := e.recordedVersions(t); len(v) != 1 {
 		t.Fatalf("catalog records versions %v after a failed migrate, want [1]", v)
-	}
-	if e.schemasWith(t, 0, 2) == 0 {
-		t.Fatal("no schema of pg0 applied version 2: the test needs a partly applied version")
 	}
 	// Another content, or no file at all, would fork the schemas.
 	edited := fstest.MapFS{
