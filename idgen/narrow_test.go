@@ -227,3 +227,52 @@ func mapValues(m map[int64]int) []int {
 	}
 	return v
 }
+
+// TestMixedWidthsDistinct: a whole slot, the four 8-bit parts of another
+// and the sixteen 10-bit parts of a third, each issuing bursts (borrowing
+// ahead) and Fills on the same shard from the same ms: no duplicate, and
+// each lease's IDs end in its own bits.
+func TestMixedWidthsDistinct(t *testing.T) {
+	layout := DefaultLayout()
+	type unit struct {
+		slot int
+		bits uint8
+	}
+	units := []unit{{1, 6}}
+	for p := range 4 {
+		units = append(units, unit{2 + p<<6, 8})
+	}
+	for p := range 16 {
+		units = append(units, unit{3 + p<<6, 10})
+	}
+	seen := map[int64]unit{}
+	for _, u := range units {
+		c := newFakeClock(t0)
+		g, err := New(layout, narrowLease(c, u.slot, u.bits), Config{Clock: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for range 40 {
+			id, err := g.Next(context.Background(), 11)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		more, err := g.NextN(context.Background(), 11, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range append(ids, more...) {
+			p, _ := layout.Decode(id)
+			if p.Shard != 11 || p.Seq&(1<<u.bits-1) != u.slot {
+				t.Fatalf("lease %+v issued %d = %+v", u, id, p)
+			}
+			if other, dup := seen[id]; dup {
+				t.Fatalf("ID %d from leases %+v and %+v", id, u, other)
+			}
+			seen[id] = u
+		}
+	}
+}
