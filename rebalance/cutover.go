@@ -196,7 +196,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 	for !mc.done(p.barrier) {
 		if !mc.done(p.fenced) {
 			t = time.Now()
-			if err := mv.lagGate(ctx, cat, from, p.slot); err != nil {
+			if err := mv.lagGate(ctx, mc, cat, from, p.slot); err != nil {
 				return mv.stepFailed(ctx, m, p.fenced, err)
 			}
 			ct.Gate += time.Since(t)

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
@@ -330,50 +329,6 @@ func waitCurrentOn(ctx context.Context, conn *pgxpool.Conn, slot, probe string, 
 	start := time.Now()
 	err = waitSlotReachedOn(ctx, conn, slot, lsn, timeout)
 	return time.Since(start), err
-}
-
-// lagGate waits for a moment when a cutover would be quick: a catalog
-// round trip plus the replica's confirmation of a probe written on the
-// serving side, back to back, take at most Config.CutoverLag. The probe is
-// what the fenced window's wait for the final LSN will see, and the round
-// trip what its map changes will. It opens after gateCalm such tries in a
-// row: on a machine short of CPU one quick try is often luck, while a few
-// in a row mean the servers get scheduled. Each probe waits at most CutoverTimeout;
-// the gate gives up after GateTimeout with a *LagGateError.
-// gateCalm is how many quick tries in a row open the lag gate.
-const gateCalm = 2
-
-func (mv *Mover) lagGate(ctx context.Context, cat *catalog.Window, from *pgxpool.Conn, slot string) error {
-	deadline := time.Now().Add(mv.cfg.GateTimeout)
-	best := time.Duration(-1)
-	calm := 0
-	for tries := 1; ; tries++ {
-		start := time.Now()
-		if err := cat.Ping(ctx); err != nil {
-			return fmt.Errorf("lag gate: catalog: %w", err)
-		}
-		_, err := waitCurrentOn(ctx, from, slot, sqlGateProbe, min(mv.cfg.CutoverTimeout, max(time.Until(deadline), time.Millisecond)))
-		d := time.Since(start)
-		if err != nil && !errors.Is(err, ErrCutoverTimeout) {
-			return fmt.Errorf("lag gate: %w", err)
-		}
-		if err == nil && d <= mv.cfg.CutoverLag {
-			if calm++; calm >= gateCalm {
-				return nil
-			}
-			continue
-		}
-		calm = 0
-		if err == nil && (best < 0 || d < best) {
-			best = d
-		}
-		if time.Now().After(deadline) {
-			if best < 0 {
-				best = mv.cfg.GateTimeout
-			}
-			return &LagGateError{Best: best, Bound: mv.cfg.CutoverLag, Tries: tries}
-		}
-	}
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
