@@ -26,14 +26,12 @@ const (
 	// snapshot the copy read, the reverse one was made before the cutover.
 	sqlFormatSubscription = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = false, create_slot = false, slot_name = %L, synchronous_commit = on)', $1::text, $2::text, $3::text, $1::text)`
 	sqlSlotExists         = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`
-	sqlSlotLag            = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
-		FROM pg_replication_slots WHERE slot_name = $1`
-	sqlSlotReached   = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`
-	sqlCreateSlot    = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
-	sqlDropSlot      = `SELECT pg_drop_replication_slot($1)`
-	sqlSlotActivePID = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
-	sqlTerminate     = `SELECT pg_terminate_backend($1)`
-	sqlAdvanceSlot   = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
+	sqlSlotReached        = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`
+	sqlCreateSlot         = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
+	sqlDropSlot           = `SELECT pg_drop_replication_slot($1)`
+	sqlSlotActivePID      = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
+	sqlTerminate          = `SELECT pg_terminate_backend($1)`
+	sqlAdvanceSlot        = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
 		FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
 )
 
@@ -189,17 +187,6 @@ func advanceSlot(ctx context.Context, p *pgxpool.Pool, slot, lsn string) error {
 		return fmt.Errorf("advance slot %s to %s: %w", slot, lsn, err)
 	}
 	return nil
-}
-
-// slotLag returns how many bytes of WAL the slot's consumer has not yet
-// confirmed.
-func slotLag(ctx context.Context, p *pgxpool.Pool, slot string) (int64, error) {
-	var lag int64
-	err := p.QueryRow(ctx, sqlSlotLag, slot).Scan(&lag)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("replication slot %s is missing on the source; roll the move back", slot)
-	}
-	return lag, err
 }
 
 // waitSlotReachedOn polls, on a connection held already, until the slot's
