@@ -289,8 +289,8 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait ti
 // sequenceValuesSQL builds a query for the last values of schema's
 // sequences, named one by one: inside the fenced window a read of
 // pg_sequences filtered by schema scans the catalog of every shard on the
-// server (measured at 5–47 ms under the demo's load against well under a
-// millisecond by name). The names are listed here, before the window; a
+// server, tens of ms on a busy server with thousands of shards, against
+// well under a millisecond by name. The names are listed here, before the window; a
 // sequence made after that (DDL during a move, which logical replication
 // does not carry either) is not carried, and Verify reports the schemas'
 // difference; one dropped fails the barrier, which then lets writes

@@ -259,10 +259,6 @@ func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
 	steps := onlineSteps
 	if m.Mode == ModeOffline {
 		steps = offlineSteps
-	} else if m.Step == StepSubscription || m.Step == StepCopied {
-		// Journalled by an older mover, whose subscription copied the rows:
-		// copy them again (the copy step removes that subscription first).
-		m.Step = StepPublication
 	}
 	return &moveCtx{m: m, steps: steps, snap: snap, layout: snap.Layout, schema: router.SchemaName(m.Shard),
 		n: n, src: src, tgt: tgt, srcDSN: srcDSN, tgtDSN: tgtDSN}, nil
