@@ -328,3 +328,21 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// sqlOriginLSN is the replica's own WAL position at the end of the last
+// transaction its subscription applied (pg_replication_origin_status of
+// the subscription's origin, named pg_<oid>). Once the subscription
+// applied the final LSN, every forward change is before it and every
+// write of the application after it: reverse replication starts there.
+const sqlOriginLSN = `SELECT coalesce(o.local_lsn, '0/0')::text FROM pg_subscription s
+	LEFT JOIN pg_replication_origin_status o ON o.external_id = 'pg_' || s.oid
+	WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// originLSN reads sqlOriginLSN for subscription sub.
+func originLSN(ctx context.Context, p *pgxpool.Pool, sub string) (string, error) {
+	var lsn string
+	if err := p.QueryRow(ctx, sqlOriginLSN, sub).Scan(&lsn); err != nil {
+		return "", fmt.Errorf("read where subscription %s stands: %w", sub, err)
+	}
+	return lsn, nil
+}
