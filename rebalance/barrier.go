@@ -150,7 +150,7 @@ type barrierStmt struct {
 
 // barrierSQL builds the barrier statement of schema from its tables and
 // sequences, and creates the trigger function, before the fenced window.
-// The barrier is attempt token's, with a fence lease of lease (lease.go).
+// The barrier is attempt token's, with a fence lease of lease (fence.go).
 func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait time.Duration, token string, lease time.Duration) (barrierStmt, error) {
 	tables, err := listTables(ctx, p, schema)
 	if err != nil {

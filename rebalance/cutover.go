@@ -117,7 +117,7 @@ func (mv *Mover) fencedWindow(ctx context.Context, mc *moveCtx, p cutoverPlan) e
 		return err
 	}
 	w.startCarry(ctx)
-	err := w.carryAndClock(ctx)
+	err := w.carry(ctx)
 	if err == nil && !mc.done(p.applied) {
 		err = w.apply(ctx)
 		w.barrierOpen = false

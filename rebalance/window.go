@@ -40,8 +40,8 @@ type window struct {
 	fencedAt, fenceEnd time.Time
 	bar                barrierResult
 	barrierOpen        bool             // the barrier's transaction is open on from
-	carry              chan carryResult // the carry the window uses, once the barrier is in
-	carryRunning       bool             // carry is filled by a goroutine that uses to
+	carried            chan carryResult // the carry the window uses, once the barrier is in
+	carryRunning       bool             // carried is filled by a goroutine that uses to
 }
 
 type carryResult struct {
@@ -54,8 +54,8 @@ type carryResult struct {
 // done), a barrier transaction left open (so that the abort finds the
 // tables free), the connections, the cutover's turn.
 func (w *window) close(ctx context.Context) {
-	if w.carryRunning && w.carry != nil {
-		<-w.carry
+	if w.carryRunning && w.carried != nil {
+		<-w.carried
 	}
 	if w.barrierOpen {
 		rollbackBarrier(ctx, w.from)
@@ -173,7 +173,7 @@ func (w *window) fenceAndBarrier(ctx context.Context) error {
 			}
 			mv.cfg.hook(*m, p.barrier, false)
 		}
-		retry, err := w.attempt(ctx, wait, last)
+		retry, err := w.barrier(ctx, wait, last)
 		if err != nil {
 			return err
 		}
@@ -185,15 +185,16 @@ func (w *window) fenceAndBarrier(ctx context.Context) error {
 	return nil
 }
 
-// attempt sends the fence (catalog) and the barrier (serving side) at
-// once, each on its own connection, so that the window pays the longer of
-// the two, not both. It keeps: the barrier's transaction commits only once
+// barrier opens the write barrier on from (locks, refusing trigger body,
+// final LSN, sequences, newest ID) while the fence goes to the catalog,
+// each on its own connection, so that the window pays the longer of the
+// two, not both. It keeps: the barrier's transaction commits only once
 // the fence has, so that a write the barrier refuses finds the shard
 // fenced when it reloads the map; a fence that fails rolls the barrier
 // back; a mover killed before the commit leaves nothing installed
 // (Postgres rolls back a closed session). retry is true when the barrier
 // waited too long for a running write and the shard was unfenced.
-func (w *window) attempt(ctx context.Context, wait time.Duration, last bool) (retry bool, err error) {
+func (w *window) barrier(ctx context.Context, wait time.Duration, last bool) (retry bool, err error) {
 	mv, mc, m, p := w.mv, w.mc, w.m, w.p
 	w.fencedAt = time.Now()
 	fenced := w.fence(ctx)
@@ -272,9 +273,9 @@ func (w *window) startCarry(ctx context.Context) {
 	if w.bar.lsn == "" {
 		return
 	}
-	w.carry = make(chan carryResult, 1)
+	w.carried = make(chan carryResult, 1)
 	if w.pre.covers(w.bar, w.mv.cfg.SequenceMargin) {
-		w.carry <- carryResult{c: w.pre}
+		w.carried <- carryResult{c: w.pre}
 		return
 	}
 	w.ct.CarriedInWindow = true
@@ -283,19 +284,19 @@ func (w *window) startCarry(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, w.mv.cfg.CutoverTimeout)
 		defer cancel()
 		c, err := carryClock(cctx, w.to, w.mc.schema, w.bar.names, w.bar.vals, w.mv.cfg.SequenceMargin)
-		w.carry <- carryResult{c, err}
+		w.carried <- carryResult{c, err}
 	}()
 }
 
-// carryAndClock is the window's sequences step: the carry's outcome, then
+// carry is the window's sequences step: the carry's outcome, then
 // the clock. It keeps: the sequences are on to, and to's clock is past
 // the newest ID's millisecond, before the seal (a sealed barrier flips the
 // map, carried or not). Carried before the fence, as they mostly are,
 // this takes no round trip.
-func (w *window) carryAndClock(ctx context.Context) error {
+func (w *window) carry(ctx context.Context) error {
 	err := w.mv.windowStep(ctx, w.mc, w.p.sequences, false, &w.ct.Carry, func(ctx context.Context) error {
-		r := <-w.carry
-		w.carry = nil
+		r := <-w.carried
+		w.carried = nil
 		if r.err != nil {
 			return r.err
 		}
