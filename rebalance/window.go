@@ -280,11 +280,12 @@ func (w *window) startCarry(ctx context.Context) {
 	}
 	w.ct.CarriedInWindow = true
 	w.carryRunning = true
+	done, to, schema, bar, margin := w.carried, w.to, w.mc.schema, w.bar, w.mv.cfg.SequenceMargin
 	go func() {
 		cctx, cancel := context.WithTimeout(ctx, w.mv.cfg.CutoverTimeout)
 		defer cancel()
-		c, err := carryClock(cctx, w.to, w.mc.schema, w.bar.names, w.bar.vals, w.mv.cfg.SequenceMargin)
-		w.carried <- carryResult{c, err}
+		c, err := carryClock(cctx, to, schema, bar.names, bar.vals, margin)
+		done <- carryResult{c, err}
 	}()
 }
 
