@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/rowsum"
 )
 
 // DumpOptions tune Dump. The zero value is ready to use.
@@ -77,7 +78,7 @@ func readManifest(ctx context.Context, tx pgx.Tx, m *Manifest) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("%w: schema %s is not there; check the shard map (migrations.Status) and the server", ErrNoSchema, m.Schema)
 	}
-	if _, err := tx.Exec(ctx, sqlChecksumSettings); err != nil {
+	if _, err := tx.Exec(ctx, rowsum.Settings); err != nil {
 		return "", err
 	}
 	rows, err := tx.Query(ctx, sqlVersions, m.Schema)
@@ -123,7 +124,7 @@ func readManifest(ctx context.Context, tx pgx.Tx, m *Manifest) (string, error) {
 	for _, t := range tables {
 		qt := pgx.Identifier{m.Schema, t.name}.Sanitize()
 		s := Table{Name: t.name}
-		if err := tx.QueryRow(ctx, fmt.Sprintf(sqlChecksum, qt)).Scan(&s.Rows, &s.Sum); err != nil {
+		if err := tx.QueryRow(ctx, rowsum.Query(m.Schema, t.name)).Scan(&s.Rows, &s.Sum); err != nil {
 			return "", fmt.Errorf("checksum %s: %w", qt, err)
 		}
 		m.Tables = append(m.Tables, s)

@@ -1,12 +1,11 @@
 package backup
 
-import _ "embed"
+import (
+	_ "embed"
+	"strings"
 
-// Session settings under which table checksums are computed, on the dump's
-// snapshot and inside the restore's transaction alike: a row's text form
-// depends on them.
-const sqlChecksumSettings = `SET LOCAL TimeZone = 'UTC'; SET LOCAL DateStyle = 'ISO, YMD'; SET LOCAL IntervalStyle = 'postgres';
-SET LOCAL extra_float_digits = 3; SET LOCAL bytea_output = 'hex'`
+	"github.com/shardkit/shardkit/internal/rowsum"
+)
 
 // Statements of Dump, on the shard's home, in one repeatable-read snapshot.
 const (
@@ -22,8 +21,7 @@ WHERE n.nspname = $1 AND c.relkind = 'S' ORDER BY c.relname`
     EXISTS (SELECT 1 FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attname = 'id' AND NOT a.attisdropped AND a.atttypid = 'int8'::regtype)
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY c.relname`
-	// sqlChecksum and sqlNewestID are formatted with the quoted schema and table.
-	sqlChecksum = `SELECT count(*), coalesce(sum(hashtextextended(r::text, 0)), 0)::text FROM %s AS r`
+	// sqlNewestID is formatted with the quoted schema and table.
 	sqlNewestID = `SELECT coalesce(max(id), 0) FROM %s`
 )
 
@@ -34,7 +32,13 @@ var (
 	//go:embed sql/restore_begin.sql
 	restoreBegin string
 	//go:embed sql/restore_end.sql
-	restoreEnd string
+	restoreEndSQL string
+	// restoreEnd checks the restored rows with the sum the dump recorded:
+	// rowsum's settings and statement take the places the script marks.
+	restoreEnd = strings.NewReplacer(
+		"/*rowsum.Settings*/", rowsum.Settings+";",
+		"/*rowsum.Format(s, t.name)*/", rowsum.Format("s", "t.name"),
+	).Replace(restoreEndSQL)
 )
 
 // checksumSQLState is raised by the restore script when a restored table

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -23,18 +22,7 @@ const barrierName = "shardkit_fence"
 const (
 	sqlTables = `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') ORDER BY c.relname`
-	sqlIDTables = `SELECT c.relname FROM pg_class c
-		JOIN pg_namespace n ON n.oid = c.relnamespace
-		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = 'id' AND NOT a.attisdropped
-		WHERE n.nspname = $1 AND c.relkind IN ('r', 'p') AND a.atttypid = 'int8'::regtype ORDER BY c.relname`
-	sqlSequences = `SELECT sequencename, coalesce(last_value, 0) FROM pg_sequences WHERE schemaname = $1 ORDER BY sequencename`
-	// sqlCarry sets each named sequence of schema $1 to value + $4, or
-	// leaves it where it is if that is higher already.
-	sqlCarry = `SELECT max(setval(q.seq, greatest(u.val + $4, coalesce(pg_sequence_last_value(q.seq), 0)), true))
-		FROM unnest($2::text[], $3::bigint[]) AS u(name, val),
-		LATERAL (SELECT format('%I.%I', $1::text, u.name)::regclass AS seq) q`
-	sqlClockMsExpr = `floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint`
-	sqlSchemaOK    = `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`
+	sqlSchemaOK = `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`
 	// The barrier commits synchronously: a logical walsender sends WAL only
 	// once it is flushed, and with asynchronous commit the writes before the
 	// barrier would reach the target only at the WAL writer's next round
@@ -127,70 +115,6 @@ func removeBarrier(ctx context.Context, p *pgxpool.Pool, schema string) error {
 	return nil
 }
 
-// carrySequences sets every sequence of schema on to past its value on
-// from: last_value plus margin (never lowering it). IDs hold only part of
-// the sequence, so max(id) would not do. It returns the largest value set.
-// One round trip to each side: it runs inside the fenced window.
-func carrySequences(ctx context.Context, from, to *pgxpool.Pool, schema string, margin int64) (int64, error) {
-	rows, err := from.Query(ctx, sqlSequences, schema)
-	if err != nil {
-		return 0, fmt.Errorf("read sequences of %s: %w", schema, err)
-	}
-	var names []string
-	var vals []int64
-	var name string
-	var v int64
-	if _, err := pgx.ForEachRow(rows, []any{&name, &v}, func() error {
-		names, vals = append(names, name), append(vals, v)
-		return nil
-	}); err != nil {
-		return 0, fmt.Errorf("read sequences of %s: %w", schema, err)
-	}
-	if len(names) == 0 {
-		return 0, nil
-	}
-	var top int64
-	if err := to.QueryRow(ctx, sqlCarry, schema, names, vals, margin).Scan(&top); err != nil {
-		return 0, fmt.Errorf("carry sequences of %s: %w", schema, err)
-	}
-	return top, nil
-}
-
-// waitClockPastNewestID waits until the server's clock is past the
-// millisecond of the newest ID in the schema, so an ID the server makes
-// next cannot sort before (or collide with) one made on the old home.
-func waitClockPastNewestID(ctx context.Context, p *pgxpool.Pool, schema string, layout idgen.Layout) error {
-	rows, err := p.Query(ctx, sqlIDTables, schema)
-	if err != nil {
-		return fmt.Errorf("list id tables of %s: %w", schema, err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("list id tables of %s: %w", schema, err)
-	}
-	parts := []string{"SELECT 0::bigint"}
-	for _, t := range tables {
-		parts = append(parts, "SELECT max(id) FROM "+ident(schema, t))
-	}
-	q := "SELECT coalesce(max(x), 0), " + sqlClockMsExpr + " FROM (" + strings.Join(parts, " UNION ALL ") + ") AS m(x)"
-	for {
-		var id, now int64
-		if err := p.QueryRow(ctx, q).Scan(&id, &now); err != nil {
-			return fmt.Errorf("newest id of %s: %w", schema, err)
-		}
-		newest := int64(0)
-		if id > 0 {
-			newest = layout.UnixMsOf(id)
-		}
-		if now > newest {
-			return nil
-		}
-		if err := sleep(ctx, time.Duration(newest-now+1)*time.Millisecond); err != nil {
-			return err
-		}
-	}
-}
-
 // A barrier as one round trip (the cutover's fenced window): the statements
 // go as one simple-protocol query, which PostgreSQL runs as one implicit
 // transaction, so SET LOCAL holds to its end and a failure rolls all back.
@@ -226,7 +150,7 @@ type barrierStmt struct {
 
 // barrierSQL builds the barrier statement of schema from its tables and
 // sequences, and creates the trigger function, before the fenced window.
-// The barrier is attempt token's, with a fence lease of lease (lease.go).
+// The barrier is attempt token's, with a fence lease of lease (fence.go).
 func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait time.Duration, token string, lease time.Duration) (barrierStmt, error) {
 	tables, err := listTables(ctx, p, schema)
 	if err != nil {
@@ -284,36 +208,6 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait ti
 	}
 	stmts = append(stmts, sqlBarrierLSN, seqs, newest)
 	return barrierStmt{sql: strings.Join(stmts, ";\n"), warm: seqs + ";\n" + newest, tables: tables}, nil
-}
-
-// sequenceValuesSQL builds a query for the last values of schema's
-// sequences, named one by one: inside the fenced window a read of
-// pg_sequences filtered by schema scans the catalog of every shard on the
-// server (measured at 5–47 ms under the demo's load against well under a
-// millisecond by name). The names are listed here, before the window; a
-// sequence made after that (DDL during a move, which logical replication
-// does not carry either) is not carried, and Verify reports the schemas'
-// difference; one dropped fails the barrier, which then lets writes
-// through again.
-func sequenceValuesSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
-	rows, err := p.Query(ctx, sqlSequences, schema)
-	if err != nil {
-		return "", fmt.Errorf("list sequences of %s: %w", schema, err)
-	}
-	var parts []string
-	var name string
-	var v int64
-	if _, err := pgx.ForEachRow(rows, []any{&name, &v}, func() error {
-		parts = append(parts, "SELECT "+quoteLiteral(name)+"::text, coalesce(pg_sequence_last_value("+
-			quoteLiteral(ident(schema, name))+"::regclass), 0)::text")
-		return nil
-	}); err != nil {
-		return "", fmt.Errorf("list sequences of %s: %w", schema, err)
-	}
-	if len(parts) == 0 {
-		return "SELECT NULL::text, NULL::text WHERE false", nil
-	}
-	return strings.Join(parts, " UNION ALL "), nil
 }
 
 // warmWindowConn runs the barrier's reads on a connection the fenced
@@ -423,18 +317,6 @@ func parseBarrier(schema string, results []*pgconn.Result) (barrierResult, error
 	return res, nil
 }
 
-// parseSequences reads the rows of a query built by sequenceValuesSQL.
-func parseSequences(r *pgconn.Result) (names []string, vals []int64, err error) {
-	for _, row := range r.Rows {
-		v, err := strconv.ParseInt(string(row[1]), 10, 64)
-		if err != nil {
-			return nil, nil, fmt.Errorf("sequence %s: %w", row[0], err)
-		}
-		names, vals = append(names, string(row[0])), append(vals, v)
-	}
-	return names, vals, nil
-}
-
 // removeBarrierSQL drops the barrier of schema's tables (listed beforehand)
 // in one round trip.
 func removeBarrierSQL(schema string, tables []string) string {
@@ -444,118 +326,4 @@ func removeBarrierSQL(schema string, tables []string) string {
 	}
 	stmts = append(stmts, "DROP FUNCTION IF EXISTS "+ident(schema, barrierName)+"()")
 	return strings.Join(stmts, ";\n")
-}
-
-// idMaxesSQL builds `SELECT 0 UNION ALL SELECT max(id) FROM …` over the
-// schema's tables with a bigint id column.
-func idMaxesSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
-	rows, err := p.Query(ctx, sqlIDTables, schema)
-	if err != nil {
-		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
-	}
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return "", fmt.Errorf("list id tables of %s: %w", schema, err)
-	}
-	parts := []string{"SELECT 0::bigint"}
-	for _, t := range tables {
-		parts = append(parts, "SELECT max(id) FROM "+ident(schema, t))
-	}
-	return strings.Join(parts, " UNION ALL "), nil
-}
-
-// newestIDSQL builds a query for the largest id over the schema's tables
-// with a bigint id column (0 when none has a row).
-func newestIDSQL(ctx context.Context, p *pgxpool.Pool, schema string) (string, error) {
-	maxes, err := idMaxesSQL(ctx, p, schema)
-	if err != nil {
-		return "", err
-	}
-	return "SELECT coalesce(max(x), 0)::text FROM (" + maxes + ") AS m(x)", nil
-}
-
-// sqlCarryClock sets each named sequence of schema $1 to value + $4 unless
-// it is higher already, and returns the largest value set and the server's
-// clock, in one round trip.
-const sqlCarryClock = `SELECT coalesce((SELECT max(setval(q.seq, greatest(u.val + $4, coalesce(pg_sequence_last_value(q.seq), 0)), true))
-		FROM unnest($2::text[], $3::bigint[]) AS u(name, val),
-		LATERAL (SELECT format('%I.%I', $1::text, u.name)::regclass AS seq) q), 0), ` + sqlClockMsExpr
-
-// carriedClock is the replica's state after carryClock: the largest
-// sequence value set, the value each named sequence is at least at, and a
-// reading of its clock with the local time it arrived.
-type carriedClock struct {
-	top     int64
-	atLeast map[string]int64
-	clockMs int64     // the replica's clock, read before at
-	at      time.Time // local time the reading arrived
-}
-
-// carryClock sets the replica's sequences to the values read on the
-// serving side plus margin (unless higher already) and reads its clock. It
-// needs nothing the replica has yet to apply: the cutover runs it before
-// the fence with twice the margin (precarry), and in the window, while the
-// replica applies the final LSN, only if that was not enough.
-func carryClock(ctx context.Context, to *pgxpool.Conn, schema string, names []string, vals []int64, margin int64) (carriedClock, error) {
-	c := carriedClock{atLeast: make(map[string]int64, len(names))}
-	if names == nil {
-		names, vals = []string{}, []int64{}
-	}
-	err := to.QueryRow(ctx, sqlCarryClock, pgx.QueryExecModeExec, schema, names, vals, margin).Scan(&c.top, &c.clockMs)
-	if err != nil {
-		return c, fmt.Errorf("carry sequences of %s: %w", schema, err)
-	}
-	c.at = time.Now()
-	for i, name := range names {
-		c.atLeast[name] = vals[i] + margin
-	}
-	return c, nil
-}
-
-// covers reports whether the replica's sequences, as c left them, are
-// already at or past the barrier's final values plus margin: then the
-// fenced window carries nothing. A sequence c did not set (made since)
-// is not covered.
-func (c carriedClock) covers(b barrierResult, margin int64) bool {
-	if c.at.IsZero() {
-		return false
-	}
-	for i, name := range b.names {
-		v, ok := c.atLeast[name]
-		if !ok || b.vals[i] > v-margin {
-			return false
-		}
-	}
-	return true
-}
-
-// clockPast waits until the replica's clock, as estimated from the reading
-// carryClock took (it can only have advanced since), is past ms.
-func (c carriedClock) clockPast(ctx context.Context, ms int64) error {
-	ahead := ms - (c.clockMs + time.Since(c.at).Milliseconds())
-	if ahead < 0 {
-		return nil
-	}
-	if err := sleep(ctx, time.Duration(ahead+1)*time.Millisecond); err != nil {
-		return fmt.Errorf("wait for the clock to pass the newest ID (%d ms): %w", ms, err)
-	}
-	return nil
-}
-
-// sqlOriginLSN is the replica's own WAL position at the end of the last
-// transaction its subscription applied (pg_replication_origin_status of
-// the subscription's origin, named pg_<oid>). Once the subscription
-// applied the final LSN, every forward change is before it and every
-// write of the application after it: reverse replication starts there.
-const sqlOriginLSN = `SELECT coalesce(o.local_lsn, '0/0')::text FROM pg_subscription s
-	LEFT JOIN pg_replication_origin_status o ON o.external_id = 'pg_' || s.oid
-	WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
-
-// originLSN reads sqlOriginLSN for subscription sub.
-func originLSN(ctx context.Context, p *pgxpool.Pool, sub string) (string, error) {
-	var lsn string
-	if err := p.QueryRow(ctx, sqlOriginLSN, sub).Scan(&lsn); err != nil {
-		return "", fmt.Errorf("read where subscription %s stands: %w", sub, err)
-	}
-	return lsn, nil
 }

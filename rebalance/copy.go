@@ -234,42 +234,15 @@ func (mv *Mover) copyRows(ctx context.Context, mc *moveCtx, slot string) (copyRe
 	res.tables = len(tables)
 	workers := min(mv.cfg.CopyWorkers, len(tables))
 
-	var exported *exportedSlot
-	if slot != "" {
-		start := time.Now()
-		exported, err = createSlotExporting(ctx, mc.srcDSN, slot)
-		if err != nil {
-			return res, err
-		}
-		defer exported.close(ctx)
-		res.slotLSN, res.slotTook = exported.lsn, time.Since(start)
+	srcConns, err := mv.openSourceReads(ctx, mc, slot, workers, &res)
+	if err != nil {
+		return res, err
 	}
-	// One source transaction per worker, each importing the snapshot
-	// before the replication connection that holds it is closed.
-	begin := sqlBeginRead
-	if exported != nil {
-		begin = fmt.Sprintf(sqlBeginSnapshot, "'"+exported.snapshot+"'")
-	}
-	srcConns := make([]*pgxpool.Conn, 0, workers)
 	defer func() {
 		for _, c := range srcConns {
 			c.Release() // a connection still in its transaction is closed by the pool
 		}
 	}()
-	for range workers {
-		c, err := mc.src.Acquire(ctx)
-		if err != nil {
-			return res, fmt.Errorf("copy %s: %w", mc.schema, err)
-		}
-		srcConns = append(srcConns, c)
-		if _, err := c.Conn().PgConn().Exec(ctx, begin).ReadAll(); err != nil {
-			if exported != nil {
-				return res, fmt.Errorf("copy %s: %w: %w", mc.schema, ErrSnapshotLost, err)
-			}
-			return res, fmt.Errorf("copy %s: %w", mc.schema, err)
-		}
-	}
-	exported.close(ctx)
 
 	// Largest first, so that a large table does not start last.
 	slices.SortStableFunc(tables, func(a, b copyTable) int { return cmp.Compare(b.pages, a.pages) })
@@ -331,6 +304,50 @@ func (mv *Mover) copyRows(ctx context.Context, mc *moveCtx, slot string) (copyRe
 			mv.report(mc, "copy", done, max(heap, 1), rows)
 		}
 	}
+}
+
+// openSourceReads opens workers source transactions that read the schema
+// as the copy must: as of the snapshot of a slot it creates (slot set),
+// each importing it before the replication connection that holds it is
+// closed, or in plain repeatable read (offline: the source refuses
+// writes). It records the slot's consistent point in res.
+func (mv *Mover) openSourceReads(ctx context.Context, mc *moveCtx, slot string, workers int, res *copyResult) (srcConns []*pgxpool.Conn, err error) {
+	var exported *exportedSlot
+	if slot != "" {
+		start := time.Now()
+		exported, err = createSlotExporting(ctx, mc.srcDSN, slot)
+		if err != nil {
+			return nil, err
+		}
+		defer exported.close(ctx)
+		res.slotLSN, res.slotTook = exported.lsn, time.Since(start)
+	}
+	begin := sqlBeginRead
+	if exported != nil {
+		begin = fmt.Sprintf(sqlBeginSnapshot, "'"+exported.snapshot+"'")
+	}
+	defer func() {
+		if err != nil {
+			for _, c := range srcConns {
+				c.Release()
+			}
+		}
+	}()
+	for range workers {
+		c, err := mc.src.Acquire(ctx)
+		if err != nil {
+			return srcConns, fmt.Errorf("copy %s: %w", mc.schema, err)
+		}
+		srcConns = append(srcConns, c)
+		if _, err := c.Conn().PgConn().Exec(ctx, begin).ReadAll(); err != nil {
+			if exported != nil {
+				return srcConns, fmt.Errorf("copy %s: %w: %w", mc.schema, ErrSnapshotLost, err)
+			}
+			return srcConns, fmt.Errorf("copy %s: %w", mc.schema, err)
+		}
+	}
+	exported.close(ctx)
+	return srcConns, nil
 }
 
 // streamTable copies one table from a source connection (inside its

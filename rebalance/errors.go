@@ -37,6 +37,11 @@ var (
 	// Retry with Mover.Resume when the servers are less busy, or raise
 	// Config.CutoverLag (a longer fenced window).
 	ErrLagGate = errors.New("replica did not keep up closely enough to start the cutover; nothing fenced; retry with Mover.Resume or raise Config.CutoverLag")
+	// ErrCatchUp reports a move stopped before the fence because its shard
+	// is written faster than the target applies and the lag would not
+	// drain within Config.DrainBound: nothing fenced, the move resumable.
+	// The *CatchUpError carries the rates.
+	ErrCatchUp = errors.New("target applies more slowly than the shard is written; nothing fenced; throttle the shard's writers, move at a quieter time, or raise Config.DrainBound, then Mover.Resume")
 	// ErrStepTimeout reports a step (or Verify, or Complete) that did not
 	// finish within Config.StepTimeout; the *TimeoutError says what it
 	// waited for. Fix the cause and retry (Mover.Resume, Mover.Complete).
@@ -111,3 +116,40 @@ func (e *LagGateError) Error() string {
 
 // Unwrap returns ErrLagGate.
 func (e *LagGateError) Unwrap() error { return ErrLagGate }
+
+// CatchUpError is a move that stopped waiting for its target to catch up
+// with a shard written faster than the target applies: the rates measured
+// last (bytes per second of the source's WAL), the lag, the time the lag
+// would take to drain once fenced (-1: nothing applied), against
+// Config.DrainBound, after Waited of Config.CatchUpTimeout.
+type CatchUpError struct {
+	WriteRate, ApplyRate float64
+	Lag                  int64
+	Drain, Bound, Waited time.Duration
+}
+
+func (e *CatchUpError) Error() string {
+	drain := "never (nothing applied)"
+	if e.Drain >= 0 {
+		drain = e.Drain.Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("%v (after %v: source written at %s/s, target applying %s/s, lag %s would drain in %s, bound Config.DrainBound %v)",
+		ErrCatchUp, e.Waited.Round(time.Millisecond), byteSize(e.WriteRate), byteSize(e.ApplyRate), byteSize(float64(e.Lag)), drain, e.Bound)
+}
+
+// Unwrap returns ErrCatchUp.
+func (e *CatchUpError) Unwrap() error { return ErrCatchUp }
+
+// byteSize writes a byte count for people: 1.5 MiB.
+func byteSize(b float64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%.0f B", b)
+	}
+	exp, div := 0, float64(unit)
+	for n := b / unit; n >= unit && exp < 4; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", b/div, "KMGTP"[exp])
+}

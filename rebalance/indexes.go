@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/shardkit/shardkit/internal/inventory"
 	"github.com/shardkit/shardkit/migrations"
 )
 
@@ -35,7 +36,7 @@ var attachable = regexp.MustCompile(`^([pu]) (PRIMARY KEY|UNIQUE) \([^()]*\)$`)
 // ALTER TABLE … ADD PRIMARY KEY would), then attached as the constraint.
 // Each part is idempotent: what the target has already is left alone.
 func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
-	srcInv, tgtInv, err := readInventories(ctx, nil, mc.src, mc.tgt, mc.schema)
+	srcInv, tgtInv, err := inventory.ReadBoth(ctx, nil, mc.src, mc.tgt, mc.schema, barrierName)
 	if err != nil {
 		return err
 	}
@@ -47,36 +48,36 @@ func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
 		},
 	}
 	var attach []string
-	for _, it := range diffInventories(srcInv, tgtInv).missing {
-		m := attachable.FindStringSubmatch(it.def)
-		if it.obj.Kind != "constraint" || it.why != "" || m == nil {
+	for _, it := range inventory.Compare(srcInv, tgtInv).Missing {
+		m := attachable.FindStringSubmatch(it.Def)
+		if it.Obj.Kind != "constraint" || it.Why != "" || m == nil {
 			continue
 		}
-		idx := constraintIndex(srcInv, it)
-		if idx == nil || !strings.HasPrefix(idx.def, "CREATE UNIQUE INDEX ") {
+		idx := srcInv.ConstraintIndex(it)
+		if idx == nil || !strings.HasPrefix(idx.Def, "CREATE UNIQUE INDEX ") {
 			continue
 		}
-		if _, ok := tgtInv.items[idx.key()]; !ok {
-			def := idx.def
+		if _, ok := tgtInv.Items[idx.Key()]; !ok {
+			def := idx.Def
 			jobs = append(jobs, func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, def)
 				return err
 			})
 		}
-		attach = append(attach, "ALTER TABLE "+ident(mc.schema, it.obj.Table)+" ADD CONSTRAINT "+ident(it.obj.Name)+
-			" "+m[2]+" USING INDEX "+ident(idx.obj.Name))
+		attach = append(attach, "ALTER TABLE "+ident(mc.schema, it.Obj.Table)+" ADD CONSTRAINT "+ident(it.Obj.Name)+
+			" "+m[2]+" USING INDEX "+ident(idx.Obj.Name))
 	}
 	if err := mv.indexJobs(ctx, mc, jobs); err != nil {
 		return err
 	}
 	// The indexes still missing are the carried ones.
-	if tgtInv, err = readInventory(ctx, mc.tgt, mc.schema); err != nil {
+	if tgtInv, err = inventory.Read(ctx, mc.tgt, mc.schema, barrierName); err != nil {
 		return err
 	}
 	jobs = jobs[:0]
-	for _, it := range diffInventories(srcInv, tgtInv).missing {
-		if it.obj.Kind == "index" && it.why == "" && it.ddl != "" {
-			ddl := it.ddl
+	for _, it := range inventory.Compare(srcInv, tgtInv).Missing {
+		if it.Obj.Kind == "index" && it.Why == "" && it.DDL != "" {
+			ddl := it.DDL
 			jobs = append(jobs, func(ctx context.Context, tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, ddl)
 				return err
@@ -94,16 +95,6 @@ func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
 	// The rest (foreign keys, which check their rows now, exclusion and
 	// deferrable constraints, triggers), then the comparison.
 	return carry(ctx, srcInv, mc.src, mc.tgt, mc.schema, true)
-}
-
-// constraintIndex returns the index that a constraint of inv owns, or nil.
-func constraintIndex(inv *inventory, con *item) *item {
-	for _, k := range inv.order {
-		if it := inv.items[k]; it.obj.Kind == "index" && it.parent == con.key() {
-			return it
-		}
-	}
-	return nil
 }
 
 // indexJobs runs jobs on the target, Config.CopyWorkers at a time, each in

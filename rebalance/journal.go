@@ -37,16 +37,6 @@ const (
 	StepVerified       Step = "verified"        // offline mode: both sides verified equal
 )
 
-// Steps that movers before StepCopiedSnapshot journalled: a subscription
-// that copied the rows itself (copy_data), into a target that had its
-// primary keys. A move stopped at either is resumed by copying again:
-// prepare takes it back to StepPublication, and the copy drops that
-// subscription and its slot first.
-const (
-	StepSubscription Step = "subscription" // subscription (and slot) on the target, copying
-	StepCopied       Step = "copied"       // every table synchronised by the subscription
-)
-
 // stepCopying is not journalled: the copy calls Config.hook with it once
 // its first table is in, so that tests can kill a mover in mid-copy.
 const stepCopying Step = "copying"

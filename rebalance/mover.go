@@ -61,6 +61,20 @@ type Config struct {
 	// and the short barrier attempts, past which one last attempt waits
 	// up to 5s for running writes. 0 means 2 minutes.
 	GateTimeout time.Duration
+	// DrainBound is the longest fenced window the move accepts for a
+	// shard written faster than the target applies (a hot shard, which
+	// never passes the CutoverLag gate): once the lag would drain within
+	// DrainBound at the measured apply rate (the fence stops the writes),
+	// the move fences. It stays under plugin.Config.FenceWait (2s by
+	// default), so fenced writers wait rather than fail. 0 means 1s;
+	// capped at half of CutoverTimeout.
+	DrainBound time.Duration
+	// CatchUpTimeout bounds how long the catch-up and the lag gate watch a
+	// target that applies more slowly than the shard is written, with a
+	// lag that would not drain within DrainBound; past it the move stops
+	// with a *CatchUpError (ErrCatchUp) carrying the write and apply
+	// rates, with nothing fenced and the move resumable. 0 means 1 minute.
+	CatchUpTimeout time.Duration
 	// StepTimeout bounds every step of a move, and Verify and Complete;
 	// past it the step fails with ErrStepTimeout naming what it waited for.
 	// 0 means 15 minutes.
@@ -77,7 +91,8 @@ type Config struct {
 	// that builds the target's keys and indexes after the copy (the
 	// server's own setting is kept when it is larger). 0 means 256 MiB.
 	IndexMemory int64
-	// Progress, if set, receives progress of the copy and the catch-up.
+	// Progress, if set, receives progress of the copy, the catch-up and
+	// the lag gate.
 	// It is called from the mover's goroutine; keep it quick.
 	Progress func(Progress)
 	// hook, if set, is called before (done false) and after (done true)
@@ -92,9 +107,14 @@ type Config struct {
 type Progress struct {
 	MoveID      int64
 	Shard       int
-	Phase       string // "copy" (bytes of the source's tables, in proportion to the rows copied), "catchup" (bytes of lag)
+	Phase       string // "copy" (bytes of the source's tables, in proportion to the rows copied), "catchup" (bytes of lag), "gate" (the lag gate: rates only)
 	Done, Total int64
 	Rows        int64 // rows copied so far (copy phase)
+	// WriteRate and ApplyRate are the source's WAL write rate and the
+	// rate the target confirms it, in bytes per second, and Lag the bytes
+	// between them (catchup and gate phases; 0 until measured).
+	WriteRate, ApplyRate float64
+	Lag                  int64
 }
 
 // Mover moves logical shards between servers. It is safe for concurrent
@@ -131,6 +151,13 @@ func New(cfg Config) (*Mover, error) {
 	}
 	if cfg.GateTimeout <= 0 {
 		cfg.GateTimeout = 2 * time.Minute
+	}
+	if cfg.DrainBound <= 0 {
+		cfg.DrainBound = time.Second
+	}
+	cfg.DrainBound = min(cfg.DrainBound, cfg.CutoverTimeout/2)
+	if cfg.CatchUpTimeout <= 0 {
+		cfg.CatchUpTimeout = time.Minute
 	}
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = 15 * time.Minute
@@ -232,10 +259,6 @@ func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
 	steps := onlineSteps
 	if m.Mode == ModeOffline {
 		steps = offlineSteps
-	} else if m.Step == StepSubscription || m.Step == StepCopied {
-		// Journalled by an older mover, whose subscription copied the rows:
-		// copy them again (the copy step removes that subscription first).
-		m.Step = StepPublication
 	}
 	return &moveCtx{m: m, steps: steps, snap: snap, layout: snap.Layout, schema: router.SchemaName(m.Shard),
 		n: n, src: src, tgt: tgt, srcDSN: srcDSN, tgtDSN: tgtDSN}, nil

@@ -76,31 +76,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 	if err := mv.cutover(ctx, mc); err != nil {
 		return err
 	}
-	if err := mv.step(ctx, mc, StepReverse, func(ctx context.Context) error {
-		if m.TargetLSN == "" {
-			// Stopped between the flip and recording where reverse
-			// replication starts: read it while the subscription is there.
-			lsn, err := originLSN(ctx, mc.tgt, mc.n.fwd)
-			if err != nil {
-				return err
-			}
-			if err := mv.j.recordCutover(ctx, m.ID, m.FencedFor, m.Cutover, lsn); err != nil {
-				return err
-			}
-			m.TargetLSN = lsn
-		}
-		// The forward subscription goes first: both at once would loop.
-		if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
-			return err
-		}
-		if err := dropPublication(ctx, mc.src, mc.n.fwd); err != nil {
-			return err
-		}
-		if err := advanceSlot(ctx, mc.tgt, mc.n.rev, m.TargetLSN); err != nil {
-			return err
-		}
-		return createSubscription(ctx, mc.src, mc.n.rev, mc.tgtDSN, mc.n.rev)
-	}); err != nil {
+	if err := mv.step(ctx, mc, StepReverse, func(ctx context.Context) error { return mv.reverse(ctx, mc) }); err != nil {
 		return err
 	}
 	if m.State == StateRunning {
@@ -166,4 +142,35 @@ func (mv *Mover) forwardPlan(mc *moveCtx) cutoverPlan {
 		// The reverse slot stays: the next cutover captures a new target LSN.
 		abortState: router.StateMoving, abortStep: StepCaughtUp, what: "cutover",
 	}
+}
+
+// reverse starts reverse replication after the flip, so that the old copy
+// stays current for a rollback: the forward subscription and publication
+// go first (both directions at once would loop), then the reverse slot
+// skips to where the target stood once it applied the source's final LSN.
+func (mv *Mover) reverse(ctx context.Context, mc *moveCtx) error {
+	m := mc.m
+	if m.TargetLSN == "" {
+		// Stopped between the flip and recording where reverse
+		// replication starts: read it while the subscription is there.
+		lsn, err := originLSN(ctx, mc.tgt, mc.n.fwd)
+		if err != nil {
+			return err
+		}
+		if err := mv.j.recordCutover(ctx, m.ID, m.FencedFor, m.Cutover, lsn); err != nil {
+			return err
+		}
+		m.TargetLSN = lsn
+	}
+	// The forward subscription goes first: both at once would loop.
+	if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
+		return err
+	}
+	if err := dropPublication(ctx, mc.src, mc.n.fwd); err != nil {
+		return err
+	}
+	if err := advanceSlot(ctx, mc.tgt, mc.n.rev, m.TargetLSN); err != nil {
+		return err
+	}
+	return createSubscription(ctx, mc.src, mc.n.rev, mc.tgtDSN, mc.n.rev)
 }

@@ -9,9 +9,9 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/internal/inventory"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -247,7 +247,7 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 	if err != nil {
 		return err
 	}
-	srcInv, err := readInventory(ctx, src, r.Schema)
+	srcInv, err := inventory.Read(ctx, src, r.Schema, barrierName)
 	if err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
 	}
@@ -301,88 +301,6 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 	return mv.rehearse(ctx, snap, tgt, srcInv, r)
 }
 
-// rehearse creates the shard's schema on the target as the move would,
-// per-shard SQL and carried objects, inside a transaction it rolls back,
-// and compares the result with the source.
-func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpool.Pool, srcInv *inventory, r *Report) error {
-	tx, err := tgt.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
-	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := migrations.ApplyShard(ctx, tx, snap.Layout, r.Shard, mv.cfg.ShardSQL, migrations.ApplyOptions{}); err != nil {
-		return fmt.Errorf("shardkit: server %s: rehearse creating %s from the per-shard SQL: %w", r.Target, r.Schema, err)
-	}
-	ref, err := inventoryIn(ctx, tx, r.Schema)
-	if err != nil {
-		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
-	}
-	d := diffInventories(srcInv, ref)
-	reported := map[string]bool{}
-	create, refused := carriable(d.toCreate(), true)
-	for _, it := range refused {
-		reported[it.key()] = true
-		r.fail(CheckObjects, r.Source, it.obj.String()+" in "+r.Schema, it.why, ErrCannotCarry)
-	}
-	for _, df := range d.differ {
-		reported[objKey(df.Object)] = true
-		r.fail(CheckObjects, r.Source, df.Object.String()+" in "+r.Schema, drift(df), ErrSchemaDrift)
-	}
-	r.Carried = listCarried(create)
-	sort.SliceStable(r.Carried, func(i, j int) bool { return r.Carried[i].String() < r.Carried[j].String() })
-	failures, err := createMissing(ctx, tx, r.Schema, create)
-	if err != nil {
-		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
-	}
-	for _, f := range failures {
-		reported[f.it.key()] = true
-		r.fail(CheckObjects, r.Target, f.it.obj.String()+" in "+r.Schema, "creating it failed: "+pgMessage(f.err), ErrCannotCarry)
-	}
-	after, err := inventoryIn(ctx, tx, r.Schema)
-	if err != nil {
-		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
-	}
-	d = diffInventories(srcInv, after)
-	for _, it := range d.missing {
-		if !reported[it.key()] {
-			r.fail(CheckObjects, r.Target, it.obj.String()+" in "+r.Schema, "not created by the carry", ErrCannotCarry)
-		}
-	}
-	for _, df := range d.differences() {
-		if !reported[objKey(df.Object)] {
-			r.fail(CheckObjects, r.Target, df.Object.String()+" in "+r.Schema, "the carried copy differs: "+df.String(), ErrCannotCarry)
-		}
-	}
-	r.markExtraTables()
-	if !r.failed(CheckObjects) {
-		r.pass(CheckObjects, "", fmt.Sprintf("%d made by the per-shard SQL, %d carried", len(ref.items), len(r.Carried)))
-	}
-	return nil
-}
-
-// objectsWithoutRehearsal fills Carried with the objects of the source
-// that are not shardkit's own, by kind only (no per-shard SQL to compare
-// with): used when the target's schema is in the way.
-func (r *Report) objectsWithoutRehearsal(srcInv *inventory) {
-	for _, k := range srcInv.order {
-		if it := srcInv.items[k]; it.why != "" {
-			r.fail(CheckObjects, r.Source, it.obj.String()+" in "+r.Schema, it.why, ErrCannotCarry)
-		}
-	}
-}
-
-func (r *Report) markExtraTables() {
-	extra := map[string]bool{}
-	for _, o := range r.Carried {
-		if o.Kind == "table" {
-			extra[o.Name] = true
-		}
-	}
-	for i := range r.Tables {
-		r.Tables[i].Extra = extra[r.Tables[i].Name]
-	}
-}
-
 func (r *Report) failed(name string) bool {
 	for _, c := range r.Checks {
 		if c.Name == name && c.Err != nil {
@@ -390,28 +308,6 @@ func (r *Report) failed(name string) bool {
 		}
 	}
 	return false
-}
-
-func drift(d difference) string {
-	switch {
-	case d.Source == "":
-		return "made by the per-shard SQL but missing on the source"
-	case d.Target == "":
-		return "on the source only"
-	}
-	return fmt.Sprintf("differs from the per-shard SQL's: source %q, per-shard SQL %q", d.Source, d.Target)
-}
-
-// pgMessage is a server error's message (and detail), or the error's text.
-func pgMessage(err error) string {
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) {
-		if pe.Detail != "" {
-			return pe.Message + " (" + pe.Detail + ")"
-		}
-		return pe.Message
-	}
-	return err.Error()
 }
 
 const sqlTableEstimates = `SELECT c.relname::text, greatest(c.reltuples, coalesce(s.n_live_tup, 0), 0)::bigint,
@@ -568,26 +464,6 @@ func (r *Report) checkVersions(ctx context.Context, src *pgxpool.Pool, shardSQL 
 	}
 	r.fail(CheckVersions, r.Source, "schema "+r.Schema, strings.Join(parts, "; "), ErrShardSQLMismatch)
 	return nil
-}
-
-// listCarried lists the objects to carry, leaving out the replica identity
-// of a carried table and the ownership of a carried sequence (they go with
-// it).
-func listCarried(create []*item) []SchemaObject {
-	made := map[string]bool{}
-	for _, it := range create {
-		made[it.obj.Kind+" "+it.obj.Name] = true
-	}
-	var out []SchemaObject
-	for _, it := range create {
-		switch {
-		case it.obj.Kind == "replica identity" && made["table "+it.obj.Name],
-			it.obj.Kind == "sequence ownership" && made["sequence "+it.obj.Name]:
-			continue
-		}
-		out = append(out, it.obj)
-	}
-	return out
 }
 
 func maxVersion(vs []migrations.Version) int {

@@ -2,7 +2,6 @@ package rebalance
 
 import (
 	"context"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -20,27 +19,5 @@ func schemaHeap(ctx context.Context, p *pgxpool.Pool, schema string) (bytes, row
 func (mv *Mover) report(mc *moveCtx, phase string, done, total, rows int64) {
 	if mv.cfg.Progress != nil {
 		mv.cfg.Progress(Progress{MoveID: mc.m.ID, Shard: mc.m.Shard, Phase: phase, Done: min(done, total), Total: total, Rows: rows})
-	}
-}
-
-// waitCaughtUp waits until the forward slot's lag is under CatchUpBytes.
-func (mv *Mover) waitCaughtUp(ctx context.Context, mc *moveCtx) error {
-	var first int64 = -1
-	for {
-		lag, err := slotLag(ctx, mc.src, mc.n.fwd)
-		if err != nil {
-			return err
-		}
-		if first < 0 {
-			first = max(lag, 1)
-		}
-		mv.report(mc, "catchup", max(first-lag, 0), first, 0)
-		if lag < mv.cfg.CatchUpBytes {
-			mv.report(mc, "catchup", first, first, 0)
-			return nil
-		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
 	}
 }

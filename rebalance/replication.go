@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
@@ -27,14 +26,12 @@ const (
 	// snapshot the copy read, the reverse one was made before the cutover.
 	sqlFormatSubscription = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = false, create_slot = false, slot_name = %L, synchronous_commit = on)', $1::text, $2::text, $3::text, $1::text)`
 	sqlSlotExists         = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`
-	sqlSlotLag            = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint
-		FROM pg_replication_slots WHERE slot_name = $1`
-	sqlSlotReached   = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`
-	sqlCreateSlot    = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
-	sqlDropSlot      = `SELECT pg_drop_replication_slot($1)`
-	sqlSlotActivePID = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
-	sqlTerminate     = `SELECT pg_terminate_backend($1)`
-	sqlAdvanceSlot   = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
+	sqlSlotReached        = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`
+	sqlCreateSlot         = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
+	sqlDropSlot           = `SELECT pg_drop_replication_slot($1)`
+	sqlSlotActivePID      = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
+	sqlTerminate          = `SELECT pg_terminate_backend($1)`
+	sqlAdvanceSlot        = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
 		FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
 )
 
@@ -192,17 +189,6 @@ func advanceSlot(ctx context.Context, p *pgxpool.Pool, slot, lsn string) error {
 	return nil
 }
 
-// slotLag returns how many bytes of WAL the slot's consumer has not yet
-// confirmed.
-func slotLag(ctx context.Context, p *pgxpool.Pool, slot string) (int64, error) {
-	var lag int64
-	err := p.QueryRow(ctx, sqlSlotLag, slot).Scan(&lag)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("replication slot %s is missing on the source; roll the move back", slot)
-	}
-	return lag, err
-}
-
 // waitSlotReachedOn polls, on a connection held already, until the slot's
 // consumer confirmed lsn, or the timeout passes (ErrCutoverTimeout). It
 // polls every millisecond: PostgreSQL has no event for a slot's progress,
@@ -332,50 +318,6 @@ func waitCurrentOn(ctx context.Context, conn *pgxpool.Conn, slot, probe string, 
 	return time.Since(start), err
 }
 
-// lagGate waits for a moment when a cutover would be quick: a catalog
-// round trip plus the replica's confirmation of a probe written on the
-// serving side, back to back, take at most Config.CutoverLag. The probe is
-// what the fenced window's wait for the final LSN will see, and the round
-// trip what its map changes will. It opens after gateCalm such tries in a
-// row: on a machine short of CPU one quick try is often luck, while a few
-// in a row mean the servers get scheduled. Each probe waits at most CutoverTimeout;
-// the gate gives up after GateTimeout with a *LagGateError.
-// gateCalm is how many quick tries in a row open the lag gate.
-const gateCalm = 2
-
-func (mv *Mover) lagGate(ctx context.Context, cat *catalog.Window, from *pgxpool.Conn, slot string) error {
-	deadline := time.Now().Add(mv.cfg.GateTimeout)
-	best := time.Duration(-1)
-	calm := 0
-	for tries := 1; ; tries++ {
-		start := time.Now()
-		if err := cat.Ping(ctx); err != nil {
-			return fmt.Errorf("lag gate: catalog: %w", err)
-		}
-		_, err := waitCurrentOn(ctx, from, slot, sqlGateProbe, min(mv.cfg.CutoverTimeout, max(time.Until(deadline), time.Millisecond)))
-		d := time.Since(start)
-		if err != nil && !errors.Is(err, ErrCutoverTimeout) {
-			return fmt.Errorf("lag gate: %w", err)
-		}
-		if err == nil && d <= mv.cfg.CutoverLag {
-			if calm++; calm >= gateCalm {
-				return nil
-			}
-			continue
-		}
-		calm = 0
-		if err == nil && (best < 0 || d < best) {
-			best = d
-		}
-		if time.Now().After(deadline) {
-			if best < 0 {
-				best = mv.cfg.GateTimeout
-			}
-			return &LagGateError{Best: best, Bound: mv.cfg.CutoverLag, Tries: tries}
-		}
-	}
-}
-
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -385,4 +327,22 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// sqlOriginLSN is the replica's own WAL position at the end of the last
+// transaction its subscription applied (pg_replication_origin_status of
+// the subscription's origin, named pg_<oid>). Once the subscription
+// applied the final LSN, every forward change is before it and every
+// write of the application after it: reverse replication starts there.
+const sqlOriginLSN = `SELECT coalesce(o.local_lsn, '0/0')::text FROM pg_subscription s
+	LEFT JOIN pg_replication_origin_status o ON o.external_id = 'pg_' || s.oid
+	WHERE s.subname = $1 AND s.subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
+// originLSN reads sqlOriginLSN for subscription sub.
+func originLSN(ctx context.Context, p *pgxpool.Pool, sub string) (string, error) {
+	var lsn string
+	if err := p.QueryRow(ctx, sqlOriginLSN, sub).Scan(&lsn); err != nil {
+		return "", fmt.Errorf("read where subscription %s stands: %w", sub, err)
+	}
+	return lsn, nil
 }

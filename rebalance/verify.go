@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/internal/rowsum"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -23,16 +25,18 @@ func (t TableSum) Equal() bool {
 	return t.SourceRows == t.TargetRows && t.SourceSum == t.TargetSum
 }
 
-// The checksum is order-independent: the sum of a 32-bit hash of each row's
-// text, plus a second, differently seeded hash, so equal results do not
-// depend on physical row order and cost one sequential scan.
-const sqlTableSum = `SELECT count(*), coalesce(sum(hashtext(t::text)::bigint), 0)::text || '/' ||
-	coalesce(sum(hashtext('s' || t::text)::bigint), 0)::text FROM %s AS t`
-
+// tableSum counts and checksums one table (internal/rowsum: the same sum
+// as a backup's), in a read-only transaction under rowsum's settings, so
+// that servers configured differently agree on the same rows.
 func tableSum(ctx context.Context, p *pgxpool.Pool, schema, table string) (int64, string, error) {
 	var n int64
 	var sum string
-	err := p.QueryRow(ctx, fmt.Sprintf(sqlTableSum, ident(schema, table))).Scan(&n, &sum)
+	err := pgx.BeginTxFunc(ctx, p, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, rowsum.Settings); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, rowsum.Query(schema, table)).Scan(&n, &sum)
+	})
 	if err != nil {
 		return 0, "", fmt.Errorf("checksum %s.%s: %w", schema, table, err)
 	}

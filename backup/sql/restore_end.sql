@@ -1,10 +1,7 @@
 -- shardkit restore, part 3 of 3. Variables: schema, versions, tables,
 -- sequences (JSON from the dump's manifest), shard_seq_bits, counter_bits.
-SET LOCAL TimeZone = 'UTC';
-SET LOCAL DateStyle = 'ISO, YMD';
-SET LOCAL IntervalStyle = 'postgres';
-SET LOCAL extra_float_digits = 3;
-SET LOCAL bytea_output = 'hex';
+-- The checksum's session settings (internal/rowsum, put here by backup/sql.go).
+/*rowsum.Settings*/
 INSERT INTO shardkit.shard_migrations (schema_name, version, part, name, applied_at)
 SELECT :'schema', v.version, v.part, v.name, v.applied_at
 FROM pg_catalog.jsonb_to_recordset(:'versions'::jsonb) AS v(version integer, part text, name text, applied_at timestamptz);
@@ -25,7 +22,7 @@ DECLARE
 BEGIN
     -- Every table of the dump, with the dump's rows.
     FOR t IN SELECT * FROM jsonb_to_recordset(current_setting('shardkit.restore_tables')::jsonb) AS x(name text, rows bigint, sum text) LOOP
-        EXECUTE format('SELECT count(*), coalesce(sum(hashtextextended(r::text, 0)), 0)::text FROM %I.%I AS r', s, t.name) INTO n, sm;
+        EXECUTE /*rowsum.Format(s, t.name)*/ INTO n, sm;
         IF n <> t.rows OR sm <> t.sum THEN
             RAISE EXCEPTION 'shardkit: restored table %.% has % rows (checksum %), the dump recorded % (checksum %)',
                 s, t.name, n, sm, t.rows, t.sum USING ERRCODE = 'SK002';

@@ -208,11 +208,11 @@ func sealSQL(schema, token string, tables []string, lockWait time.Duration) stri
 	}, ";\n")
 }
 
-// releaseBarrier gives up the barrier of schema on p unless it is sealed
-// (or, when !force, unless it is a lease that still holds or a barrier
-// without a lease): under the tables' locks its body becomes released. It
-// returns the body it found.
-func releaseBarrier(ctx context.Context, p *pgxpool.Pool, schema string, force bool) (fenceBody, error) {
+// releaseFence gives up the fence (the barrier's lease) of schema on p
+// unless it is sealed (or, when !force, unless it is a lease that still
+// holds or a barrier without a lease): under the tables' locks its body
+// becomes released. It returns the body it found.
+func releaseFence(ctx context.Context, p *pgxpool.Pool, schema string, force bool) (fenceBody, error) {
 	var b fenceBody
 	err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		tables, err := listTables(ctx, tx, schema)
@@ -269,7 +269,7 @@ func (s settled) String() string {
 // flips; otherwise the barrier is released first, then the map unfenced.
 func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, force bool, until *time.Time, note string) (settled, error) {
 	m := mc.m
-	b, err := releaseBarrier(ctx, p.from, mc.schema, force)
+	b, err := releaseFence(ctx, p.from, mc.schema, force)
 	if err != nil {
 		return settledHeld, err
 	}

@@ -1,0 +1,44 @@
+package rebalance
+
+import (
+	"testing"
+	"time"
+)
+
+// TestRatesDecide pins the hot-shard decisions on hand-made rates: the
+// drain time is lag over apply rate, a replica is behind only with a real
+// lag and a writer faster than it, and the fence waits for a drain within
+// the bound.
+func TestRatesDecide(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		name   string
+		r      rates
+		drain  time.Duration
+		behind bool
+		fits   bool
+	}{
+		{"caught up", rates{Write: 5 * mib, Apply: 5 * mib, Lag: 0}, 0, false, true},
+		{"keeps up with a small lag", rates{Write: mib, Apply: 2 * mib, Lag: 512 << 10}, 250 * time.Millisecond, false, true},
+		{"hot, drains in time", rates{Write: 8 * mib, Apply: 4 * mib, Lag: 2 * mib}, 500 * time.Millisecond, true, true},
+		{"hot, too far behind", rates{Write: 2 * mib, Apply: 200 << 10, Lag: 10 * mib}, 51200 * time.Millisecond, true, false},
+		{"nothing applied", rates{Write: mib, Apply: 0, Lag: 3 * mib}, -1, true, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if d := c.r.drain(); d != c.drain {
+				t.Errorf("drain = %v, want %v", d, c.drain)
+			}
+			if b := c.r.behind(mib); b != c.behind {
+				t.Errorf("behind = %v, want %v", b, c.behind)
+			}
+			if f := c.r.fits(time.Second); f != c.fits {
+				t.Errorf("fits 1s = %v, want %v", f, c.fits)
+			}
+		})
+	}
+	e := &CatchUpError{WriteRate: 2 * mib, ApplyRate: 200 << 10, Lag: 10 * mib, Drain: 51200 * time.Millisecond, Bound: time.Second, Waited: time.Minute}
+	want := ErrCatchUp.Error() + " (after 1m0s: source written at 2.0 MiB/s, target applying 200.0 KiB/s, lag 10.0 MiB would drain in 51.2s, bound Config.DrainBound 1s)"
+	if e.Error() != want {
+		t.Errorf("CatchUpError:\n%s\nwant\n%s", e, want)
+	}
+}
