@@ -174,6 +174,8 @@ func TestBadArguments(t *testing.T) {
 		{"move bad shard", []string{"move", "--catalog", "postgres://x", "--shard", "x", "--to", "a"}, "want N, A-B"},
 		{"move negative soak", []string{"move", "--catalog", "postgres://x", "--shard", "1", "--to", "a", "--soak", "-5s"}, "--soak -5s: want a duration of zero or more"},
 		{"move bad soak", []string{"move", "--catalog", "postgres://x", "--shard", "1", "--to", "a", "--soak", "soon"}, "invalid argument"},
+		{"move negative drain bound", []string{"move", "--catalog", "postgres://x", "--shard", "1", "--to", "a", "--drain-bound", "-1s"}, "--drain-bound -1s: want a duration of zero or more"},
+		{"move negative catch-up timeout", []string{"move", "--catalog", "postgres://x", "--shard", "1", "--resume", "--catch-up-timeout", "-2m"}, "--catch-up-timeout -2m0s: want a duration of zero or more"},
 		{"move soak with resume", []string{"move", "--catalog", "postgres://x", "--shard", "1", "--resume", "--soak", "5s"}, "--soak go with --to"},
 		{"move offline with complete", []string{"move", "--catalog", "postgres://x", "--shard", "1", "--complete", "--offline"}, "--offline and --soak go with --to"},
 		{"move no mode", []string{"move", "--catalog", "postgres://x", "--shard", "1"}, "exactly one of"},

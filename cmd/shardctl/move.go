@@ -18,10 +18,15 @@ import (
 
 func init() { commands = append(commands, newMoveCmd) }
 
+// moveFlags are the flags of shardctl move.
+type moveFlags struct {
+	spec, to                                 string
+	resume, complete, offline, quiet, dryRun bool
+	soak, drainBound, catchUpTimeout         time.Duration
+}
+
 func newMoveCmd() *cobra.Command {
-	var spec, to string
-	var resume, complete, offline, quiet, dryRun bool
-	var soak time.Duration
+	var f moveFlags
 	cmd := &cobra.Command{
 		Use:   "move --shard N|A-B|A,B,C (--to SERVER [--offline] [--soak D] [--dry-run] | --resume | --complete)",
 		Short: "Move logical shards to another server online; resume or complete a move",
@@ -34,6 +39,11 @@ replication and the old copy. --offline copies with COPY while the shard is
 fenced, for servers whose wal_level is not logical. A move that stopped (killed,
 failed) is continued with --resume or undone with 'shardctl rollback'.
 
+A shard written faster than the target applies fences once its lag would drain
+within --drain-bound; if it cannot get there within --catch-up-timeout the move
+stops, with nothing fenced, and reports the write and apply rates: throttle the
+writers or move at a quieter time, then --resume.
+
 Every new move first runs preflight checks (wal_level, replica identity,
 free replication slots and workers, per-shard SQL versions, target schema
 absent, objects made outside the per-shard SQL) and changes nothing if one
@@ -42,38 +52,24 @@ exit 0 if it would proceed, 1 with the failures.`,
 		Args: exactArgs(0, "no positional arguments"),
 	}
 	getCatalog := catalogFlag(cmd)
-	cmd.Flags().StringVar(&spec, "shard", "", "shards: N, A-B or A,B,C")
-	cmd.Flags().StringVar(&to, "to", "", "target server name")
-	cmd.Flags().BoolVar(&resume, "resume", false, "continue the unfinished moves of the shards")
-	cmd.Flags().BoolVar(&complete, "complete", false, "finish cut-over moves: drop reverse replication and the old copy")
-	cmd.Flags().BoolVar(&offline, "offline", false, "copy with COPY while fenced (when wal_level is not logical)")
-	cmd.Flags().DurationVar(&soak, "soak", 0, "after the cutover, keep reverse replication this long, then complete (0: keep until --complete)")
-	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bars")
-	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "run the preflight checks and print what the move would do; change nothing")
+	cmd.Flags().StringVar(&f.spec, "shard", "", "shards: N, A-B or A,B,C")
+	cmd.Flags().StringVar(&f.to, "to", "", "target server name")
+	cmd.Flags().BoolVar(&f.resume, "resume", false, "continue the unfinished moves of the shards")
+	cmd.Flags().BoolVar(&f.complete, "complete", false, "finish cut-over moves: drop reverse replication and the old copy")
+	cmd.Flags().BoolVar(&f.offline, "offline", false, "copy with COPY while fenced (when wal_level is not logical)")
+	cmd.Flags().DurationVar(&f.soak, "soak", 0, "after the cutover, keep reverse replication this long, then complete (0: keep until --complete)")
+	cmd.Flags().DurationVar(&f.drainBound, "drain-bound", 0, "a shard written faster than the target applies fences once its lag drains within this (0: 1s)")
+	cmd.Flags().DurationVar(&f.catchUpTimeout, "catch-up-timeout", 0, "stop a move whose lag does not fit --drain-bound after this long, reporting the rates (0: 1m)")
+	cmd.Flags().BoolVar(&f.quiet, "quiet", false, "no progress bars")
+	cmd.Flags().BoolVar(&f.dryRun, "dry-run", false, "run the preflight checks and print what the move would do; change nothing")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		shards, err := parseShardSpec(spec)
+		shards, err := f.validate()
 		if err != nil {
 			return err
 		}
-		modes := 0
-		for _, b := range []bool{to != "", resume, complete} {
-			if b {
-				modes++
-			}
-		}
-		if modes != 1 {
-			return fmt.Errorf("%w: give exactly one of --to SERVER, --resume, --complete", errUsage)
-		}
-		if err := checkNonNegative("--soak", soak); err != nil {
-			return err
-		}
-		if to == "" && (offline || soak != 0) {
-			return fmt.Errorf("%w: --offline and --soak go with --to SERVER (a new move), not --resume or --complete", errUsage)
-		}
-		if dryRun && (to == "" || soak != 0) {
-			return fmt.Errorf("%w: --dry-run goes with --to SERVER (a new move), without --soak", errUsage)
-		}
-		mv, cat, closeAll, err := openMover(cmd, getCatalog, !quiet && !dryRun)
+		mv, cat, closeAll, err := openMover(cmd, getCatalog, !f.quiet && !f.dryRun, func(cfg *rebalance.Config) {
+			cfg.DrainBound, cfg.CatchUpTimeout = f.drainBound, f.catchUpTimeout
+		})
 		if err != nil {
 			return err
 		}
@@ -82,52 +78,94 @@ exit 0 if it would proceed, 1 with the failures.`,
 		if err := checkShardsExist(ctx, cat, shards); err != nil {
 			return err
 		}
-		if to != "" {
-			if err := checkServersExist(ctx, cat, "--to", []string{to}); err != nil {
+		if f.to != "" {
+			if err := checkServersExist(ctx, cat, "--to", []string{f.to}); err != nil {
 				return err
 			}
 		}
 		out := cmd.OutOrStdout()
-		if dryRun {
-			return dryRunMoves(ctx, out, mv, shards, to, rebalance.MoveOptions{Offline: offline})
+		if f.dryRun {
+			return dryRunMoves(ctx, out, mv, shards, f.to, rebalance.MoveOptions{Offline: f.offline})
 		}
 		for _, shard := range shards {
-			var m rebalance.Move
-			switch {
-			case complete:
-				m, err = mv.Complete(ctx, shard)
-			case resume:
-				m, err = mv.Resume(ctx, shard)
-			default:
-				m, err = mv.Move(ctx, shard, to, rebalance.MoveOptions{Offline: offline})
-				if errors.Is(err, rebalance.ErrSameServer) {
-					fmt.Fprintf(out, "shard %d: already on %s\n", shard, to)
-					continue
-				}
-				if err == nil && soak > 0 && m.State == rebalance.StateReversible {
-					fmt.Fprintf(out, "shard %d: cut over; soaking %v before completing\n", shard, soak)
-					select {
-					case <-ctx.Done():
-						return ctx.Err()
-					case <-time.After(soak):
-					}
-					m, err = mv.Complete(ctx, shard)
-				}
-			}
-			if err != nil {
+			if err := f.run(ctx, out, mv, shard); err != nil {
 				return err
 			}
-			printMove(out, m)
 		}
 		return nil
 	}
 	return cmd
 }
 
-// openMover opens the catalog and a Mover whose progress goes to the
-// command's stderr as progress bars.
-// openMover opens the catalog and a mover on it; closeAll closes both.
-func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool) (mv *rebalance.Mover, cat *catalog.Catalog, closeAll func(), err error) {
+// validate checks the flags' combination and returns the shards.
+func (f *moveFlags) validate() ([]int, error) {
+	shards, err := parseShardSpec(f.spec)
+	if err != nil {
+		return nil, err
+	}
+	modes := 0
+	for _, b := range []bool{f.to != "", f.resume, f.complete} {
+		if b {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return nil, fmt.Errorf("%w: give exactly one of --to SERVER, --resume, --complete", errUsage)
+	}
+	for _, d := range []struct {
+		name string
+		d    time.Duration
+	}{{"--soak", f.soak}, {"--drain-bound", f.drainBound}, {"--catch-up-timeout", f.catchUpTimeout}} {
+		if err := checkNonNegative(d.name, d.d); err != nil {
+			return nil, err
+		}
+	}
+	if f.to == "" && (f.offline || f.soak != 0) {
+		return nil, fmt.Errorf("%w: --offline and --soak go with --to SERVER (a new move), not --resume or --complete", errUsage)
+	}
+	if f.dryRun && (f.to == "" || f.soak != 0) {
+		return nil, fmt.Errorf("%w: --dry-run goes with --to SERVER (a new move), without --soak", errUsage)
+	}
+	return shards, nil
+}
+
+// run moves, resumes or completes the move of one shard and prints where
+// it stands.
+func (f *moveFlags) run(ctx context.Context, out io.Writer, mv *rebalance.Mover, shard int) error {
+	var m rebalance.Move
+	var err error
+	switch {
+	case f.complete:
+		m, err = mv.Complete(ctx, shard)
+	case f.resume:
+		m, err = mv.Resume(ctx, shard)
+	default:
+		m, err = mv.Move(ctx, shard, f.to, rebalance.MoveOptions{Offline: f.offline})
+		if errors.Is(err, rebalance.ErrSameServer) {
+			fmt.Fprintf(out, "shard %d: already on %s\n", shard, f.to)
+			return nil
+		}
+		if err == nil && f.soak > 0 && m.State == rebalance.StateReversible {
+			fmt.Fprintf(out, "shard %d: cut over; soaking %v before completing\n", shard, f.soak)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(f.soak):
+			}
+			m, err = mv.Complete(ctx, shard)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	printMove(out, m)
+	return nil
+}
+
+// openMover opens the catalog and a mover on it, its progress drawn as
+// bars on the command's stderr when bars is set, its Config adjusted by
+// tune (if any); closeAll closes both.
+func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool, tune ...func(*rebalance.Config)) (mv *rebalance.Mover, cat *catalog.Catalog, closeAll func(), err error) {
 	dsn, err := getCatalog()
 	if err != nil {
 		return nil, nil, nil, err
@@ -142,6 +180,9 @@ func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool)
 	}
 	if bars {
 		cfg.Progress = newMoveBars(cmd.ErrOrStderr()).report
+	}
+	for _, t := range tune {
+		t(&cfg)
 	}
 	mv, err = rebalance.New(cfg)
 	if err != nil {

@@ -27,13 +27,9 @@ func (p *moveBars) report(ev rebalance.Progress) {
 	key := fmt.Sprintf("%d/%s", ev.MoveID, ev.Phase)
 	bar, ok := p.bars[key]
 	if !ok {
-		desc := fmt.Sprintf("shard %d: copy", ev.Shard)
-		if ev.Phase == "catchup" {
-			desc = fmt.Sprintf("shard %d: catch-up", ev.Shard)
-		}
 		bar = progressbar.NewOptions64(max(ev.Total, 1),
 			progressbar.OptionSetWriter(p.w),
-			progressbar.OptionSetDescription(desc),
+			progressbar.OptionSetDescription(phaseName(ev)),
 			progressbar.OptionShowBytes(true),
 			progressbar.OptionSetWidth(30),
 			progressbar.OptionThrottle(100_000_000),
@@ -44,8 +40,36 @@ func (p *moveBars) report(ev rebalance.Progress) {
 	if ev.Total > 0 && bar.GetMax64() != ev.Total {
 		bar.ChangeMax64(ev.Total)
 	}
-	if ev.Phase == "copy" && ev.Rows > 0 {
-		bar.Describe(fmt.Sprintf("shard %d: copy (~%d rows)", ev.Shard, ev.Rows))
+	switch {
+	case ev.Phase == "copy" && ev.Rows > 0:
+		bar.Describe(fmt.Sprintf("%s (~%d rows)", phaseName(ev), ev.Rows))
+	case ev.WriteRate > 0 || ev.ApplyRate > 0:
+		// A target falling behind shows why the move waits: the source's
+		// write rate against the rate the target applies.
+		bar.Describe(fmt.Sprintf("%s (written %s/s, applied %s/s)", phaseName(ev), bytesPerSec(ev.WriteRate), bytesPerSec(ev.ApplyRate)))
 	}
 	_ = bar.Set64(ev.Done)
+}
+
+// phaseName is the bar's title for a phase of a shard's move.
+func phaseName(ev rebalance.Progress) string {
+	switch ev.Phase {
+	case "catchup":
+		return fmt.Sprintf("shard %d: catch-up", ev.Shard)
+	case "gate":
+		return fmt.Sprintf("shard %d: lag gate", ev.Shard)
+	default:
+		return fmt.Sprintf("shard %d: %s", ev.Shard, ev.Phase)
+	}
+}
+
+// bytesPerSec writes a rate in bytes for people: 1.5 MiB.
+func bytesPerSec(b float64) string {
+	units := []string{"B", "KiB", "MiB", "GiB"}
+	i := 0
+	for b >= 1024 && i < len(units)-1 {
+		b /= 1024
+		i++
+	}
+	return fmt.Sprintf("%.1f %s", b, units[i])
 }
