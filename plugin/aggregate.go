@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shardkit/shardkit/internal/sqlcond"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
 	"gorm.io/gorm/clause"
@@ -157,7 +159,7 @@ func selectText(stmt *gorm.Statement) (text string, distinct, explicit bool, err
 				if col.Raw {
 					parts = append(parts, col.Name)
 				} else {
-					parts = append(parts, quoteIdent(col.Name))
+					parts = append(parts, sqlcond.QuoteIdent(col.Name))
 				}
 			}
 			return strings.Join(parts, ", "), e.Distinct, len(parts) > 0, nil
@@ -185,22 +187,20 @@ func selectText(stmt *gorm.Statement) (text string, distinct, explicit bool, err
 		parts[i] = s
 		if stmt.Schema != nil {
 			if f := stmt.Schema.LookUpField(s); f != nil {
-				parts[i] = quoteIdent(f.DBName)
+				parts[i] = sqlcond.QuoteIdent(f.DBName)
 			}
 		}
 	}
 	return strings.Join(parts, ", "), stmt.Distinct, true, nil
 }
 
-func quoteIdent(s string) string { return `"` + strings.ReplaceAll(s, `"`, `""`) + `"` }
-
 // plainColumn reads a column of the model's table: name, "name", table.name.
 func plainColumn(stmt *gorm.Statement, m *model, s string) (string, error) {
-	toks, _, ok := lex(strings.TrimSpace(s), false, nil)
+	toks, _, ok := sqlcond.Lex(strings.TrimSpace(s), false, nil)
 	if !ok {
 		return "", errNotColumn
 	}
-	col, n := columnAt(toks, 0)
+	col, n := sqlcond.ColumnAt(toks, 0)
 	if n != len(toks) || col == "" {
 		return "", errNotColumn
 	}
@@ -209,21 +209,9 @@ func plainColumn(stmt *gorm.Statement, m *model, s string) (string, error) {
 
 var errNotColumn = fmt.Errorf("not a column")
 
-// columnAt reads name or table.name at toks[i], returning the column and
-// the index after it (i when there is none).
-func columnAt(toks []token, i int) (string, int) {
-	if i >= len(toks) || toks[i].kind != tIdent {
-		return "", i
-	}
-	if i+2 < len(toks) && toks[i+1].kind == tDot && toks[i+2].kind == tIdent {
-		return toks[i+2].text, i + 3
-	}
-	return toks[i].text, i + 1
-}
-
 // ownColumn checks that a column reference names a column of the model.
-func ownColumn(stmt *gorm.Statement, m *model, ref []token, col string) (string, error) {
-	if len(ref) == 3 && !m.ownTable(stmt, ref[0].text) {
+func ownColumn(stmt *gorm.Statement, m *model, ref []sqlcond.Token, col string) (string, error) {
+	if len(ref) == 3 && !m.ownTable(stmt, ref[0].Text) {
 		return "", errNotColumn
 	}
 	if f := m.schema.LookUpField(col); f == nil || f.DBName != col {
@@ -245,18 +233,18 @@ func (ap *aggPlan) addKey(col string) int {
 // parseItems reads the select list: plain columns and count, sum, min,
 // max, avg over a column, each with an optional alias.
 func (ap *aggPlan) parseItems(stmt *gorm.Statement, m *model, text string) error {
-	toks, _, ok := lex(text, false, nil)
+	toks, _, ok := sqlcond.Lex(text, false, nil)
 	if !ok || len(toks) == 0 {
 		return refuseAgg("select list %q cannot be read to merge it across shards; scope the query to one shard", text)
 	}
-	var items [][]token
+	var items [][]sqlcond.Token
 	start := 0
 	for i := 0; i <= len(toks); i++ {
-		if i < len(toks) && toks[i].kind == tLParen {
-			i = toks[i].match
+		if i < len(toks) && toks[i].Kind == sqlcond.LParen {
+			i = toks[i].Match
 			continue
 		}
-		if i == len(toks) || toks[i].kind == tComma {
+		if i == len(toks) || toks[i].Kind == sqlcond.Comma {
 			items = append(items, toks[start:i])
 			start = i + 1
 		}
@@ -309,42 +297,42 @@ func (ap *aggPlan) parseItems(stmt *gorm.Statement, m *model, text string) error
 	return nil
 }
 
-func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []token) (aggItem, error) {
-	src := tokText(t)
+func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []sqlcond.Token) (aggItem, error) {
+	src := sqlcond.Text(t)
 	var it aggItem
 	n := 0
-	if len(t) >= 3 && t[0].kind == tIdent && !t[0].quoted && t[1].kind == tLParen {
-		fn, known := aggNames[t[0].text]
-		end := closing(t, 1)
+	if len(t) >= 3 && t[0].Kind == sqlcond.Ident && !t[0].Quoted && t[1].Kind == sqlcond.LParen {
+		fn, known := aggNames[t[0].Text]
+		end := sqlcond.Closing(t, 1)
 		if !known {
 			return it, refuseAgg("%s in the select list: across shards only count, sum, min, max and avg of a column (and grouped columns) are merged exactly; compute it from those, or scope the query to one shard", src)
 		}
 		arg := t[2:end]
 		switch {
-		case len(arg) == 1 && arg[0].kind == tOp && arg[0].text == "*" && fn == aggCount:
-		case len(arg) == 1 && arg[0].kind == tNumber && fn == aggCount:
-			if v, err := strconv.ParseFloat(arg[0].text, 64); err != nil || v != 1 {
+		case len(arg) == 1 && arg[0].Kind == sqlcond.Op && arg[0].Text == "*" && fn == aggCount:
+		case len(arg) == 1 && arg[0].Kind == sqlcond.Number && fn == aggCount:
+			if v, err := strconv.ParseFloat(arg[0].Text, 64); err != nil || v != 1 {
 				return it, refuseAgg("%s across shards: count a column or count(*)", src)
 			}
-		case len(arg) >= 1 && arg[0].kind == tIdent && !arg[0].quoted && arg[0].text == "distinct":
+		case len(arg) >= 1 && arg[0].Kind == sqlcond.Ident && !arg[0].Quoted && arg[0].Text == "distinct":
 			return it, refuseAgg("%s across shards: a distinct count does not add up from per-shard counts; read the distinct values (Distinct(col).Pluck) and count them, or scope the query to one shard", src)
 		default:
-			col, k := columnAt(arg, 0)
+			col, k := sqlcond.ColumnAt(arg, 0)
 			if col == "" || k != len(arg) {
 				return it, refuseAgg("%s across shards: only an aggregate of a plain column is merged exactly; scope the query to one shard", src)
 			}
 			c, err := ownColumn(stmt, m, arg, col)
 			if err != nil {
-				return it, refuseAgg("%s across shards: %s is not a column of %s", src, tokText(arg), m.table)
+				return it, refuseAgg("%s across shards: %s is not a column of %s", src, sqlcond.Text(arg), m.table)
 			}
 			it.col = c
 		}
 		it.fn = fn
-		it.name = t[0].text
-		it.sig = t[0].text + "(" + it.col + ")"
+		it.name = t[0].Text
+		it.sig = t[0].Text + "(" + it.col + ")"
 		n = end + 1
 	} else {
-		col, k := columnAt(t, 0)
+		col, k := sqlcond.ColumnAt(t, 0)
 		if col == "" {
 			return it, refuseAgg("%s in the select list cannot be merged across shards: select plain columns and count, sum, min, max or avg of a column", src)
 		}
@@ -357,64 +345,14 @@ func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []token) (aggItem
 	}
 	switch {
 	case n == len(t):
-	case n+2 == len(t) && t[n].kind == tIdent && !t[n].quoted && t[n].text == "as" && t[n+1].kind == tIdent:
-		it.name = t[n+1].text
-	case n+1 == len(t) && t[n].kind == tIdent && t[n].text != "over" && t[n].text != "filter":
-		it.name = t[n].text
+	case n+2 == len(t) && t[n].Kind == sqlcond.Ident && !t[n].Quoted && t[n].Text == "as" && t[n+1].Kind == sqlcond.Ident:
+		it.name = t[n+1].Text
+	case n+1 == len(t) && t[n].Kind == sqlcond.Ident && t[n].Text != "over" && t[n].Text != "filter":
+		it.name = t[n].Text
 	default:
 		return it, refuseAgg("%s in the select list cannot be merged across shards (window functions, FILTER and expressions work per shard); scope the query to one shard", src)
 	}
 	return it, nil
-}
-
-// closing returns the index of the parenthesis closing t[i] (token
-// match indexes are those of the whole statement, not of a slice).
-func closing(t []token, i int) int {
-	depth := 0
-	for j := i; j < len(t); j++ {
-		switch t[j].kind {
-		case tLParen:
-			depth++
-		case tRParen:
-			depth--
-			if depth == 0 {
-				return j
-			}
-		}
-	}
-	return len(t) - 1
-}
-
-// tokText prints tokens back, for messages.
-func tokText(t []token) string {
-	var b strings.Builder
-	for i, k := range t {
-		call := i > 0 && k.kind == tLParen && t[i-1].kind == tIdent && t[i-1].text != "over" && t[i-1].text != "filter" && t[i-1].text != "as"
-		if i > 0 && !call && k.kind != tRParen && k.kind != tComma && k.kind != tDot && t[i-1].kind != tLParen && t[i-1].kind != tDot {
-			b.WriteByte(' ')
-		}
-		switch k.kind {
-		case tLParen:
-			b.WriteByte('(')
-		case tRParen:
-			b.WriteByte(')')
-		case tComma:
-			b.WriteByte(',')
-		case tDot:
-			b.WriteByte('.')
-		case tParam:
-			b.WriteByte('?')
-		case tString:
-			b.WriteString("'" + k.text + "'")
-		default:
-			if k.quoted {
-				b.WriteString(quoteIdent(k.text))
-			} else {
-				b.WriteString(k.text)
-			}
-		}
-	}
-	return b.String()
 }
 
 // parseOrder resolves the ORDER BY terms against the combined rows: an
@@ -439,25 +377,25 @@ func (ap *aggPlan) parseOrder(stmt *gorm.Statement, m *model) error {
 			if table == clause.CurrentTable {
 				table = m.table
 			}
-			text = quoteIdent(name)
+			text = sqlcond.QuoteIdent(name)
 			if table != "" {
-				text = quoteIdent(table) + "." + text
+				text = sqlcond.QuoteIdent(table) + "." + text
 			}
 			if col.Desc {
 				text += " DESC"
 			}
 		}
-		toks, _, ok := lex(text, false, nil)
+		toks, _, ok := sqlcond.Lex(text, false, nil)
 		if !ok {
 			return refuseAgg("ORDER BY %q cannot be applied to rows merged across shards", text)
 		}
 		start := 0
 		for i := 0; i <= len(toks); i++ {
-			if i < len(toks) && toks[i].kind == tLParen {
-				i = toks[i].match
+			if i < len(toks) && toks[i].Kind == sqlcond.LParen {
+				i = toks[i].Match
 				continue
 			}
-			if i == len(toks) || toks[i].kind == tComma {
+			if i == len(toks) || toks[i].Kind == sqlcond.Comma {
 				if err := ap.orderTerm(stmt, m, toks[start:i]); err != nil {
 					return err
 				}
@@ -468,18 +406,18 @@ func (ap *aggPlan) parseOrder(stmt *gorm.Statement, m *model) error {
 	return nil
 }
 
-func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []token) error {
-	src := tokText(t)
+func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []sqlcond.Token) error {
+	src := sqlcond.Text(t)
 	o := aggOrder{out: -1, key: -1}
 	// trailing ASC/DESC and NULLS FIRST/LAST
 	n := len(t)
 	nulls := ""
-	if n >= 2 && t[n-2].kind == tIdent && !t[n-2].quoted && t[n-2].text == "nulls" && t[n-1].kind == tIdent && !t[n-1].quoted {
-		nulls = t[n-1].text
+	if n >= 2 && t[n-2].Kind == sqlcond.Ident && !t[n-2].Quoted && t[n-2].Text == "nulls" && t[n-1].Kind == sqlcond.Ident && !t[n-1].Quoted {
+		nulls = t[n-1].Text
 		n -= 2
 	}
-	if n >= 1 && t[n-1].kind == tIdent && !t[n-1].quoted && (t[n-1].text == "asc" || t[n-1].text == "desc") {
-		o.desc = t[n-1].text == "desc"
+	if n >= 1 && t[n-1].Kind == sqlcond.Ident && !t[n-1].Quoted && (t[n-1].Text == "asc" || t[n-1].Text == "desc") {
+		o.desc = t[n-1].Text == "desc"
 		n--
 	}
 	o.nullsFirst = o.desc
@@ -494,16 +432,16 @@ func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []token) error {
 	}
 	e := t[:n]
 	switch {
-	case len(e) == 1 && e[0].kind == tNumber:
-		pos, err := strconv.Atoi(e[0].text)
+	case len(e) == 1 && e[0].Kind == sqlcond.Number:
+		pos, err := strconv.Atoi(e[0].Text)
 		if err != nil || pos < 1 || pos > len(ap.items) {
 			return refuseAgg("ORDER BY %s: no such output column", src)
 		}
 		o.out = pos - 1
 		ap.noPush = true
-	case len(e) == 1 && e[0].kind == tIdent:
+	case len(e) == 1 && e[0].Kind == sqlcond.Ident:
 		for i, it := range ap.items {
-			if it.name == e[0].text {
+			if it.name == e[0].Text {
 				if o.out >= 0 {
 					return refuseAgg("ORDER BY %s is ambiguous", src)
 				}
@@ -516,9 +454,9 @@ func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []token) error {
 		if ap.items[o.out].name != ap.items[o.out].col {
 			ap.noPush = true // an alias: the shards' select list has none
 		}
-	case len(e) == 3 && e[1].kind == tDot:
+	case len(e) == 3 && e[1].Kind == sqlcond.Dot:
 		return ap.orderByColumn(stmt, m, e, o, src)
-	case len(e) >= 3 && e[0].kind == tIdent && e[1].kind == tLParen && closing(e, 1) == len(e)-1:
+	case len(e) >= 3 && e[0].Kind == sqlcond.Ident && e[1].Kind == sqlcond.LParen && sqlcond.Closing(e, 1) == len(e)-1:
 		probe := aggPlan{}
 		it, err := probe.parseItem(stmt, m, e)
 		if err == nil {
@@ -542,8 +480,8 @@ func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []token) error {
 
 // orderByColumn resolves an ORDER BY input column: a selected plain
 // column, or (grouped) a grouped column.
-func (ap *aggPlan) orderByColumn(stmt *gorm.Statement, m *model, e []token, o aggOrder, src string) error {
-	col, k := columnAt(e, 0)
+func (ap *aggPlan) orderByColumn(stmt *gorm.Statement, m *model, e []sqlcond.Token, o aggOrder, src string) error {
+	col, k := sqlcond.ColumnAt(e, 0)
 	c, err := ownColumn(stmt, m, e[:k], col)
 	if err != nil || k != len(e) {
 		return refuseAgg("ORDER BY %s is not a column of %s", src, m.table)
@@ -578,7 +516,7 @@ func (ap *aggPlan) partialSQL() string {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString(quoteIdent(k))
+		b.WriteString(sqlcond.QuoteIdent(k))
 	}
 	for _, it := range ap.items {
 		if it.fn == aggNone {
@@ -589,7 +527,7 @@ func (ap *aggPlan) partialSQL() string {
 		}
 		arg := "*"
 		if it.col != "" {
-			arg = quoteIdent(it.col)
+			arg = sqlcond.QuoteIdent(it.col)
 		}
 		switch it.fn {
 		case aggCount:

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/shardkit/shardkit/internal/sqlcond"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -394,13 +396,13 @@ func (m *model) tableExpr(stmt *gorm.Statement, hint *int) error {
 	if te == nil {
 		return nil
 	}
-	if toks, _, ok := lex(te.SQL, false, nil); ok && len(te.Vars) == 0 {
+	if toks, _, ok := sqlcond.Lex(te.SQL, false, nil); ok && len(te.Vars) == 0 {
 		switch {
-		case len(toks) == 1 && toks[0].kind == tIdent && toks[0].text == m.table:
+		case len(toks) == 1 && toks[0].Kind == sqlcond.Ident && toks[0].Text == m.table:
 			stmt.TableExpr = nil
 			return nil
-		case len(toks) == 3 && toks[0].kind == tIdent && toks[1].kind == tDot && toks[2].kind == tIdent && toks[2].text == m.table:
-			if s, err := router.ParseSchemaName(toks[0].text); err == nil && (*hint < 0 || *hint == s) {
+		case len(toks) == 3 && toks[0].Kind == sqlcond.Ident && toks[1].Kind == sqlcond.Dot && toks[2].Kind == sqlcond.Ident && toks[2].Text == m.table:
+			if s, err := router.ParseSchemaName(toks[0].Text); err == nil && (*hint < 0 || *hint == s) {
 				*hint = s
 				stmt.TableExpr = nil
 				return nil
