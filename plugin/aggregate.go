@@ -9,7 +9,6 @@ import (
 	"github.com/shardkit/shardkit/internal/sqlcond"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/callbacks"
 	"gorm.io/gorm/clause"
 )
 
@@ -557,75 +556,4 @@ func (ap *aggPlan) shardClauses(base map[string]clause.Clause) map[string]clause
 		delete(out, "LIMIT")
 	}
 	return out
-}
-
-// fanoutAggregate runs each shard's partial statement (one per server
-// batch, as UNION ALL, where the text allows) and merges the partials
-// into the statement's destination.
-func (p *Plugin) fanoutAggregate(db *gorm.DB, f *decision, ap *aggPlan, s saved) {
-	base := ap.shardClauses(s.clauses)
-	units := f.units(unionShards)
-	if !unionable(db.Statement) {
-		units = f.units(1)
-	}
-	parts := make([]partials, len(units))
-	runUnit := func(db *gorm.DB, u int) bool {
-		stmt := db.Statement
-		unit := units[u]
-		read := func(i int, union []int) (ok, unioned bool) {
-			if err := p.prepare(db, f, i, base); err != nil {
-				fail(db, f.m, f.shards[i], err)
-				return false, false
-			}
-			var tmp []map[string]any
-			stmt.Dest, stmt.ReflectValue = &tmp, reflect.ValueOf(&tmp).Elem()
-			if len(union) > 1 && p.unionSQL(db, f, union, nil, -1, false, false) {
-				unioned = true
-			} else {
-				callbacks.BuildQuerySQL(db)
-			}
-			if db.Error != nil {
-				return false, unioned
-			}
-			if db.DryRun {
-				return true, unioned
-			}
-			p.bounded(db, func(db *gorm.DB) {
-				if err := parts[u].read(db.Statement); err != nil {
-					db.AddError(err)
-				}
-			})
-			return db.Error == nil, unioned
-		}
-		rest := unit
-		if len(unit) > 1 && !db.DryRun {
-			ok, unioned := read(unit[0], unit)
-			if !ok || unioned {
-				return ok
-			}
-			rest = unit[1:]
-		}
-		for _, i := range rest {
-			if ok, _ := read(i, nil); !ok {
-				return false
-			}
-		}
-		return true
-	}
-	for _, u := range p.fanoutByServer(db, f, units, partialOf(db.Statement), runUnit) {
-		parts[u] = partials{} // a server that did not answer (Partial): none of its groups
-	}
-	if db.Error != nil || db.DryRun {
-		return
-	}
-	stmt := db.Statement
-	ap.table = f.m.table
-	ap.textColl = f.m.anyTextCollation(stmt.Context)
-	rows, err := ap.merge(parts)
-	if err != nil {
-		fail(db, f.m, -1, err)
-		return
-	}
-	stmt.Dest, stmt.ReflectValue = s.dest, s.rv
-	p.scanMerged(db, rows)
 }

@@ -30,6 +30,11 @@ type Plugin struct {
 	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
 	atomics  atomicCounters
 	log      logger.Interface // the gorm.DB's, for what happens after a commit returns
+
+	// unionBatch is the most shards one statement of a multi-shard read
+	// covers; 0: the package's unionBatch. Tests and benchmarks set it
+	// (1: one statement per shard) to compare the ways of reading.
+	unionBatch int
 }
 
 // originals are GORM's own callbacks that the plugin wraps.

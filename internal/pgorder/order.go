@@ -10,6 +10,7 @@ package pgorder
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -115,6 +116,8 @@ func Of(k Kind, x any) Value {
 			v.s = s
 		case []byte:
 			v.b, v.kind = s, Bytes
+		case fmt.Stringer:
+			v.s = s.String()
 		default:
 			return Value{}
 		}
