@@ -40,9 +40,6 @@ func (d *decision) placement(i int) router.Placement {
 // Build is part of clause.Expression; the decision adds no SQL.
 func (*decision) Build(clause.Builder) {}
 
-// planName is the statement clause holding a multi-shard decision.
-const planName = "shardkit:plan"
-
 // shardsOf finds the shards a query, update, delete or row statement may
 // touch: its WHERE clause, and the primary keys GORM adds from the model
 // value when the clause is a plain AND.

@@ -45,9 +45,6 @@ import (
 // and 2 can be robbed by a concurrent reclaimer (its owner row does not
 // exist yet): it then fails with ErrDuplicateLookup and writes nothing.
 
-// lookupSettings is the statement setting holding a write's reservation.
-const lookupSettings = "shardkit:lookup"
-
 // lookupCleanupTimeout bounds the clean-up after a write (dropping
 // orphans), which runs even when the statement's context has ended.
 const lookupCleanupTimeout = 10 * time.Second

@@ -28,26 +28,6 @@ const (
 
 func (o op) read() bool { return o == opQuery || o == opRow }
 
-// begin wraps gorm:begin_transaction: a transaction GORM starts around one
-// statement is marked so that it may span that statement's shards.
-// A sharded statement whose connection another plugin switched (a
-// dbresolver registered before this plugin picks the default source) gets
-// the plugin's connection back first, so that its transaction is one the
-// plugin can route.
-func (p *Plugin) begin(db *gorm.DB) {
-	stmt := db.Statement
-	_, wasTx := stmt.ConnPool.(gorm.TxCommitter)
-	if !wasTx && !p.ours(stmt.ConnPool) {
-		if m, _, _ := p.lookup(stmt); m != nil {
-			stmt.ConnPool = p.root
-		}
-	}
-	p.orig.begin(db)
-	if t := txOf(stmt.ConnPool); t != nil && !wasTx {
-		t.statement = true
-	}
-}
-
 // ours reports whether a connection is the plugin's own (possibly under
 // GORM's PrepareStmt wrapper).
 func (p *Plugin) ours(cp gorm.ConnPool) bool {
@@ -215,54 +195,52 @@ func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *route
 	}
 }
 
-// route returns shardkit:route for one kind of statement. It decides,
-// once, where the statement runs (see decision), then points a one-shard
+// route is shardkit:route for one kind of statement. It decides, once,
+// where the statement runs (see decision), then points a one-shard
 // statement at its shard's schema and server (or the transaction's part
 // there), or leaves a multi-shard decision for the executor.
-func (p *Plugin) route(o op) func(*gorm.DB) {
-	return func(db *gorm.DB) {
-		observed := p.observed.Load()
+func (p *Plugin) route(db *gorm.DB, o op) {
+	observed := p.observed.Load()
+	if observed {
+		db.Statement.Settings.Delete(routedKey) // a record copied from an earlier statement
+	}
+	if db.Error != nil {
+		return
+	}
+	stmt := db.Statement
+	if o == opRaw || stmt.SQL.Len() > 0 {
+		delete(stmt.Clauses, planName) // a plan left by a failed earlier run
+		p.routeRaw(db)
 		if observed {
-			db.Statement.Settings.Delete(routedKey) // a record copied from an earlier statement
+			p.recordRaw(db)
 		}
-		if db.Error != nil {
-			return
+		return
+	}
+	// The decision lives on this frame; only a multi-shard one, which
+	// the executor reads, is copied to the heap.
+	var d decision
+	sharded, err := p.decide(db, o, &d)
+	if err == nil && sharded && len(d.shards) == 1 {
+		err = p.bind(db, &d, 0)
+	}
+	if observed && (sharded || err != nil) {
+		record(stmt, &d)
+	}
+	if err != nil {
+		shard := -1
+		if len(d.shards) == 1 {
+			shard = d.shards[0]
 		}
-		stmt := db.Statement
-		if o == opRaw || stmt.SQL.Len() > 0 {
-			delete(stmt.Clauses, planName) // a plan left by a failed earlier run
-			p.routeRaw(db)
-			if observed {
-				p.recordRaw(db)
-			}
-			return
+		if o == opCreate && errors.Is(err, ErrCrossShard) {
+			err = fmt.Errorf("%w%s", err, createAcrossHint)
 		}
-		// The decision lives on this frame; only a multi-shard one, which
-		// the executor reads, is copied to the heap.
-		var d decision
-		sharded, err := p.decide(db, o, &d)
-		if err == nil && sharded && len(d.shards) == 1 {
-			err = p.bind(db, &d, 0)
-		}
-		if observed && (sharded || err != nil) {
-			record(stmt, &d)
-		}
-		if err != nil {
-			shard := -1
-			if len(d.shards) == 1 {
-				shard = d.shards[0]
-			}
-			if o == opCreate && errors.Is(err, ErrCrossShard) {
-				err = fmt.Errorf("%w%s", err, createAcrossHint)
-			}
-			failRow(db, o, d.m, shard, err)
-			return
-		}
-		if sharded && len(d.shards) > 1 {
-			plan := new(decision)
-			*plan = d
-			stmt.Clauses[planName] = clause.Clause{Expression: plan}
-		}
+		failRow(db, o, d.m, shard, err)
+		return
+	}
+	if sharded && len(d.shards) > 1 {
+		plan := new(decision)
+		*plan = d
+		stmt.Clauses[planName] = clause.Clause{Expression: plan}
 	}
 }
 
@@ -531,9 +509,6 @@ func (p *Plugin) conn(stmt *gorm.Statement, srv *serverDB, read bool) gorm.ConnP
 	}
 	return p.cfg.ReplicaPolicy.Resolve(srv.replicas)
 }
-
-// dbresolverWrite is the statement setting dbresolver.Write stores.
-const dbresolverWrite = "gorm:db_resolver:write"
 
 // waitFence holds a write to a fenced shard until the map shows it
 // unfenced, or FenceWait passes. It wakes on each new snapshot the router
