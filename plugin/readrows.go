@@ -12,6 +12,9 @@ import (
 	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
+// What a multi-shard read of rows may join, select and order by, so that
+// the merge of the shards' rows is the answer one table would give.
+
 // colocatedJoins allows joins in a multi-shard read only where each
 // shard's join finds all its pairs in that shard: a belongs-to
 // association through the model's shard:"id" field, whose target lives
