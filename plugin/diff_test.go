@@ -201,6 +201,9 @@ func (d *diffEnv) outcome(c dcase, kind string) {
 	if c.Pins {
 		d.stats["pin, "+kind]++
 	}
+	if strings.HasPrefix(c.Order, "score") {
+		d.stats["ordered by a float with NaN and NULL, "+kind]++
+	}
 	if c.Agg != nil {
 		d.stats["aggregate, "+kind]++
 		if c.All {

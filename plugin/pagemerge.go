@@ -17,7 +17,7 @@ import (
 // of their units in the plan (then their order within the unit), so the
 // answer does not depend on which server answers first: it is the answer
 // of concatenating every unit's rows in plan order, sorting stably and
-// cutting, which is what a read held before it merged as it went.
+// cutting (the specification pagemerge_test.go checks it against).
 //
 // Without an ORDER BY, any LIMIT rows are a right answer: once the page
 // is full, the units not yet sent are skipped (full).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/shardkit/shardkit/internal/memrows"
 	"github.com/shardkit/shardkit/internal/sqlcond"
 
 	"gorm.io/gorm"
@@ -48,6 +49,19 @@ func fail(db *gorm.DB, m *model, shard int, err error) {
 		return
 	}
 	db.AddError(&ShardError{Shard: shard, Table: m.table, Err: err})
+}
+
+// failRow records err and, for a Row statement, leaves an error row as
+// its result: GORM's Row() returns a nil *sql.Row when a callback failed,
+// and Row().Scan would then panic; the error row's Scan reports the
+// refusal.
+func failRow(db *gorm.DB, o op, m *model, shard int, err error) {
+	fail(db, m, shard, err)
+	if o == opRow {
+		if v, ok := db.Get("rows"); ok && v == false {
+			db.Statement.Dest = memrows.ErrRow(db.Error)
+		}
+	}
 }
 
 // route is shardkit:route for one kind of statement. It decides, once,

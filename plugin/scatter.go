@@ -21,25 +21,24 @@ import (
 // variables, and a given shard set always gives the same text, so the
 // statement is prepared once per connection like any other.
 
-// unionBatch is the most shards one statement reads. A server's prepared
-// statement is planned once per connection; after that, larger batches
-// save round trips and rows (each batch returns up to LIMIT+OFFSET rows
-// to merge) until the statement's own size dominates. Of 100, 250 and
-// 500 measured (README → Performance), 250 saved 1–3 ms of a 12–15 ms
-// warm read of 2000 shards but cost 25–40 ms more on the first read of
-// a statement text on a connection (Postgres 15 plans a statement of 250
-// tables in more than twice the time of 100), so batches stay at 100.
+// unionBatch is the most shards one statement reads. A server plans a
+// prepared statement once per connection; after that, larger batches save
+// round trips and rows (each batch returns up to LIMIT+OFFSET rows to
+// merge) until the statement's own size dominates: Postgres plans a
+// statement of n tables in time that grows faster than n, which the
+// first read of a statement text on each connection pays. 100 is where
+// the warm saving of a larger batch stops paying for that (the figures
+// and their commands: README → Performance).
 const unionBatch = 100
 
 // foldGroup is the most branches Postgres folds into one append. The
-// executor runs a folded branch for about three quarters of the CPU of
-// a branch planned as a subquery of its own, but Postgres 15 plans one
-// append of n tables in time that grows faster than n (for 100 tables,
-// twice the time of 100 subqueries; for 250, three times), so a
-// statement folds its branches in groups, each ordered and limited (or
-// counted) on its own, and merges the groups: planned in about the time
-// of the subqueries, run in the time of the folded tables (measured with
-// EXPLAIN (SUMMARY) and pgbench; README → Performance).
+// executor runs a folded branch for less CPU than a branch planned as a
+// subquery of its own, but Postgres plans one append of n tables in time
+// that grows faster than n, so a statement folds its branches in groups,
+// each ordered and limited (or counted) on its own, and merges the
+// groups: planned in about the time of the subqueries, run in the time
+// of the folded tables (EXPLAIN (SUMMARY) and pgbench figures: README →
+// Performance).
 const foldGroup = 25
 
 // units splits a decision's shards into groups of one server each, at
