@@ -34,7 +34,7 @@ type Pin struct {
 	Caption   string
 	Likes     int
 	CreatedAt time.Time
-	Slug      *string `shard:"lookup"`
+	Slug      *string  `shard:"lookup"`
 	Score     *float64 // NaN, infinities and NULL ordered across shards (scoreOrders)
 }
 
