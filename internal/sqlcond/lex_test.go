@@ -125,3 +125,18 @@ func FuzzLex(f *testing.F) {
 		_ = Text(toks)
 	})
 }
+
+// BenchmarkLex lexes a WHERE clause as GORM builds it, reusing the token
+// buffer as the plugin's routing does.
+func BenchmarkLex(b *testing.B) {
+	b.ReportAllocs()
+	sql := `"photos"."user_id" = $1 AND ("photos"."id" IN ($2,$3,$4) OR "photos"."likes" > $5) AND "photos"."deleted_at" IS NULL`
+	var buf []Token
+	for b.Loop() {
+		toks, _, ok := Lex(sql, false, buf)
+		if !ok {
+			b.Fatal("not lexed")
+		}
+		buf = toks
+	}
+}
