@@ -129,8 +129,9 @@ package plugin
 //   - GORM's entry: callbacks.go (every callback registered, each entry
 //     point, the statement keys), plugin.go (Register, Initialize),
 //     config.go, errors.go, clauses.go, observe.go, retry.go.
-//   - Routing: route.go (the route callback, placing and binding a
-//     decision), decide.go (a statement's shards), analyze.go and
+//   - Routing: route.go (the route callback, binding a decision to a
+//     shard), decide.go (the decision: a statement's shards and their
+//     homes), analyze.go and
 //     condread.go (reading WHERE conditions; the lexer is
 //     internal/sqlcond), shardset.go, subquery.go, raw.go, assign.go
 //     (IDs of new rows), models.go.
