@@ -41,6 +41,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzParseSchemaName -fuzztime 20s ./router
 	$(GO) test -run '^$$' -fuzz FuzzParseID -fuzztime 20s ./cmd/shardctl
 	$(GO) test -run '^$$' -fuzz FuzzConditionReader -fuzztime 20s ./plugin
+	$(GO) test -run '^$$' -fuzz FuzzLex -fuzztime 20s ./internal/sqlcond
+	$(GO) test -run '^$$' -fuzz FuzzCompareNumeric -fuzztime 20s ./internal/pgorder
 	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime 60s -fuzzminimizetime 0 -parallel 1 ./plugin
 	$(GO) test -run '^$$' -fuzz FuzzFlagValues -fuzztime 20s ./cmd/shardctl
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./examples/photos/api

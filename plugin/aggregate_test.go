@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math/big"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/internal/pgorder"
 	"github.com/shardkit/shardkit/internal/pgtest"
 )
 
@@ -269,11 +269,11 @@ func checkDiv(t *testing.T, ctx context.Context, conn *pgx.Conn, a string, b int
 	if err := conn.QueryRow(ctx, "SELECT ($1::numeric / $2::bigint::numeric)::text", a, b).Scan(&want); err != nil {
 		t.Fatal(err)
 	}
-	d, err := parseNumeric(a)
+	d, err := pgorder.ParseDecimal(a)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := d.div(decimal{u: big.NewInt(b)}).String(); got != want {
+	if got := d.Div(pgorder.DecimalOf(b)).String(); got != want {
 		t.Errorf("%s / %d = %s, Postgres says %s", a, b, got, want)
 	}
 }

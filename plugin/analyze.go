@@ -6,9 +6,10 @@ import (
 	"reflect"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/shardkit/shardkit/internal/sqlcond"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -149,7 +150,7 @@ func (m *model) textShards(stmt *gorm.Statement, w clause.Where, snap *router.Sn
 	if tmp.Error != nil {
 		return shardSet{}, nil // GORM will report it when it builds the statement
 	}
-	toks, _, ok := lex(s.SQL.String(), false, nil)
+	toks, _, ok := sqlcond.Lex(s.SQL.String(), false, nil)
 	if !ok {
 		return shardSet{}, nil
 	}
@@ -159,7 +160,7 @@ func (m *model) textShards(stmt *gorm.Statement, w clause.Where, snap *router.Sn
 
 // fragment is a condition string as a caller wrote it, lexed once.
 type fragment struct {
-	toks   []token
+	toks   []sqlcond.Token
 	params int
 	simple bool // no AND/OR/NOT, no literals: one comparison
 	eq     bool // exactly `column = ?`, the most common fragment
@@ -182,18 +183,18 @@ func fragmentOf(sql string) *fragment {
 		return f
 	}
 	f = &fragment{}
-	toks, params, ok := lex(sql, true, nil)
+	toks, params, ok := sqlcond.Lex(sql, true, nil)
 	if ok {
 		f.toks, f.params, f.simple = toks, params, true
 		for _, t := range toks {
-			if t.kind == tString || t.keyword("and") || t.keyword("or") || t.keyword("not") ||
-				t.keyword("between") || t.keyword("case") || t.keyword("select") {
+			if t.Kind == sqlcond.String || t.Keyword("and") || t.Keyword("or") || t.Keyword("not") ||
+				t.Keyword("between") || t.Keyword("case") || t.Keyword("select") {
 				f.simple = false
 				break
 			}
 		}
-		f.eq = f.simple && len(toks) == 3 && toks[0].kind == tIdent && !isReserved(toks[0]) &&
-			toks[1].kind == tOp && toks[1].text == "=" && toks[2].kind == tParam
+		f.eq = f.simple && len(toks) == 3 && toks[0].Kind == sqlcond.Ident && !sqlcond.IsReserved(toks[0]) &&
+			toks[1].Kind == sqlcond.Op && toks[1].Text == "=" && toks[2].Kind == sqlcond.Param
 	}
 	fragments.Lock()
 	if len(fragments.m) < maxCached {
@@ -258,13 +259,13 @@ func (m *model) columnKind(name string) keyKind {
 // names to lower case), into table and column.
 func splitColumn(s string) (string, string) {
 	if strings.ContainsAny(s, "\" ") {
-		toks, _, ok := lex(s, false, nil)
+		toks, _, ok := sqlcond.Lex(s, false, nil)
 		switch {
 		case !ok:
-		case len(toks) == 1 && toks[0].kind == tIdent:
-			return "", toks[0].text
-		case len(toks) == 3 && toks[0].kind == tIdent && toks[1].kind == tDot && toks[2].kind == tIdent:
-			return toks[0].text, toks[2].text
+		case len(toks) == 1 && toks[0].Kind == sqlcond.Ident:
+			return "", toks[0].Text
+		case len(toks) == 3 && toks[0].Kind == sqlcond.Ident && toks[1].Kind == sqlcond.Dot && toks[2].Kind == sqlcond.Ident:
+			return toks[0].Text, toks[2].Text
 		}
 		return "?", "" // matches no table
 	}
@@ -371,79 +372,4 @@ func scalarShards(k keyKind, v any, snap *router.Snapshot) (shardSet, error) {
 		return shardSet{}, err
 	}
 	return one(s), nil
-}
-
-// condReader reads the shard constraints of a lexed condition (see
-// sqlcond.go) for one model.
-type condReader struct {
-	toks []token
-	m    *model
-	stmt *gorm.Statement
-	snap *router.Snapshot
-	vars []any // bind variables: tParam n is vars[n]
-}
-
-// column reports whether a column reference names the model's primary
-// key or shard field.
-func (r *condReader) column(parts []token) keyKind {
-	var names [3]string
-	n := 0
-	for _, t := range parts {
-		if t.kind == tIdent {
-			if n == len(names) {
-				return 0
-			}
-			names[n] = t.text
-			n++
-		}
-	}
-	switch n {
-	case 1:
-	case 2:
-		if !r.m.ownTable(r.stmt, names[0]) {
-			return 0
-		}
-	case 3: // "shard_0005"."photos"."id"
-		if _, err := router.ParseSchemaName(names[0]); err != nil || names[1] != r.m.table {
-			return 0
-		}
-	default:
-		return 0
-	}
-	return r.m.columnKind(names[n-1])
-}
-
-// values maps the values of an equality or IN list to shards.
-func (r *condReader) values(k keyKind, vals []token) (shardSet, error) {
-	var list []int
-	if len(vals) > 1 {
-		list = make([]int, 0, len(vals))
-	}
-	for _, t := range vals {
-		var v any
-		switch t.kind {
-		case tParam:
-			if t.num >= len(r.vars) {
-				return shardSet{}, nil
-			}
-			v = r.vars[t.num]
-		case tNumber:
-			n, err := strconv.ParseInt(t.text, 10, 64)
-			if err != nil {
-				return shardSet{}, nil
-			}
-			v = n
-		case tString:
-			v = t.text
-		}
-		s, err := valueShards(k, v, r.snap)
-		if err != nil || !s.known || len(vals) == 1 {
-			return s, err
-		}
-		list = append(list, s.list...)
-	}
-	if len(list) == 0 {
-		return none, nil
-	}
-	return setOf(list), nil
 }

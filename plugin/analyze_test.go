@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/shardkit/shardkit/internal/sqlcond"
+
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -148,7 +150,7 @@ func FuzzConditionReader(f *testing.F) {
 	}
 	stmt := &gorm.Statement{DB: db, Table: "photos"}
 	f.Fuzz(func(t *testing.T, sql string) {
-		toks, params, ok := lex(sql, true, nil)
+		toks, params, ok := sqlcond.Lex(sql, true, nil)
 		if !ok {
 			return
 		}

@@ -129,7 +129,7 @@ FROM generate_series(1, %d) AS g`
 			name  string
 			batch int
 		}{{"union_100", 100}, {"union_250", 250}, {"union_500", 500}, {"per_shard", 1}} {
-			unionShards = mode.batch
+			e.p.unionBatch = mode.batch
 			for range 3 {
 				_ = r.fn(all)
 				_ = r.fn(plain)
@@ -164,7 +164,7 @@ FROM generate_series(1, %d) AS g`
 			})
 		}
 	}
-	unionShards = unionBatch
+	e.p.unionBatch = 0
 	_ = ctx
 }
 

@@ -7,10 +7,6 @@ import (
 	"gorm.io/gorm/clause"
 )
 
-// scopeName is the statement clause under which a scope is kept. It is
-// never built into SQL.
-const scopeName = "shardkit:scope"
-
 type scopeKind uint8
 
 const (

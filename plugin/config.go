@@ -22,6 +22,17 @@ const (
 	DefaultStatementTimeout = 30 * time.Second
 )
 
+// DefaultStatementCacheCapacity is a per-connection prepared statement
+// cache for Config.StatementCacheCapacity, for those who opt in to named
+// prepared statements: pgx's default of 512 would be evicted and
+// re-prepared constantly with 2000 shards, each with its own
+// schema-qualified SQL text.
+const DefaultStatementCacheCapacity = 4096
+
+// DefaultCopyWorkers is how many parts of one CopyFrom run at once on
+// each server unless CopyWorkers says otherwise.
+const DefaultCopyWorkers = 4
+
 // IDSource issues IDs for new rows. *idgen.Generator satisfies it. When Next
 // fails with an error for which NoSlot reports true, the row takes its key
 // from the column's DEFAULT next_id() instead.

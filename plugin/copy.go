@@ -81,10 +81,6 @@ func CopyFrom(ctx context.Context, db *gorm.DB, rows any, opts ...CopyOption) (*
 	return p.runCopy(ctx, l, cfg)
 }
 
-// DefaultCopyWorkers is how many parts of one CopyFrom run at once on
-// each server unless CopyWorkers says otherwise.
-const DefaultCopyWorkers = 4
-
 // CopyOption configures one CopyFrom.
 type CopyOption func(*copyConfig)
 

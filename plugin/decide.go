@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -10,6 +11,7 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 
+	"github.com/shardkit/shardkit/internal/sqlcond"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -40,8 +42,170 @@ func (d *decision) placement(i int) router.Placement {
 // Build is part of clause.Expression; the decision adds no SQL.
 func (*decision) Build(clause.Builder) {}
 
-// planName is the statement clause holding a multi-shard decision.
-const planName = "shardkit:plan"
+// decide computes a statement's routing decision into d. It reports
+// false for a statement on an unsharded table (left on the default
+// connection).
+func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
+	stmt := db.Statement
+	cs := scanClauses(stmt)
+	m, hint, err := p.lookup(stmt)
+	if err != nil {
+		return false, err
+	}
+	if m == nil {
+		if err := p.checkUnshardedJoins(stmt); err != nil {
+			return false, err
+		}
+		if err := p.checkSubqueries(stmt, nil, nil, nil); err != nil {
+			return false, err
+		}
+		return false, p.unsharded(stmt)
+	}
+	*d = decision{m: m, read: o.read(), tx: txOf(stmt.ConnPool)}
+	if err := m.tableExpr(stmt, &hint); err != nil {
+		return true, err
+	}
+	d.snap = p.router.Snapshot()
+	var set shardSet
+	plainWhere := true
+	if o == opCreate {
+		set, d.rows, err = m.createShards(db, d.snap, p.ownShard(stmt, cs.scope, cs.hasScope, m, d.snap))
+	} else {
+		set, plainWhere, err = m.shardsAndShape(db, o, cs, d.snap)
+		if err == nil && !set.known && hint < 0 && !cs.hasScope && len(m.lookups) > 0 {
+			set, err = p.lookupShards(db, m, cs, d.snap) // a lookup column's equality
+		}
+	}
+	if err == nil && hint >= 0 {
+		set = set.and(one(hint))
+	}
+	if err == nil {
+		set, err = p.scoped(cs.scope, cs.hasScope, set, d.snap)
+	}
+	if err != nil {
+		return true, err
+	}
+	pinned := -1
+	if d.tx != nil && !d.tx.statement {
+		pinned, _ = d.tx.pinned()
+	}
+	switch {
+	case !set.known && pinned >= 0:
+		d.shards = one(pinned).list
+	case !set.known:
+		return true, ErrMissingShardKey
+	case set.all:
+		d.shards = make([]int, d.snap.Shards)
+		for i := range d.shards {
+			d.shards[i] = i
+		}
+	case len(set.list) > 0:
+		d.shards = set.list
+	case pinned >= 0:
+		d.shards = one(pinned).list
+	case d.tx != nil && !d.tx.spans():
+		return true, fmt.Errorf("%w: the statement's conditions name no shard that can hold a row; a transaction needs a shard", ErrIDShardMismatch)
+	default:
+		// No row can match. Running the statement on one shard, where it
+		// finds nothing, gives GORM's own result for "nothing".
+		d.shards = one(0).list
+	}
+	if len(d.shards) > 1 {
+		if d.tx != nil && !d.tx.spans() {
+			return true, fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(d.shards))
+		}
+		if o == opRow {
+			return true, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL)
+		}
+	}
+	if cs.partial && o != opQuery {
+		return true, fmt.Errorf("%w: plugin.Partial applies to reads (Find, First, Take, Count, Pluck); a write either reaches every shard it names or fails", ErrUnroutableSQL)
+	}
+	if o == opUpdate {
+		if err := m.checkAssignments(db, d.shards, d.snap); err != nil {
+			return true, err
+		}
+	}
+	if !plainWhere || !simpleClauses(stmt, cs) {
+		if err := p.checkSubqueries(stmt, m, d.shards, d.snap); err != nil {
+			return true, err
+		}
+	}
+	return true, p.place(stmt.Context, d)
+}
+
+// place finds each shard's home; a write to a fenced shard waits for the
+// move to finish (see waitFence) and takes the new home.
+func (p *Plugin) place(ctx context.Context, d *decision) error {
+	if len(d.shards) > 1 {
+		d.places = make([]router.Placement, len(d.shards))
+	}
+	for i, s := range d.shards {
+		pl, err := d.snap.Placement(s)
+		if err != nil {
+			return err
+		}
+		if !d.read && pl.State == router.StateFenced {
+			start := time.Now()
+			snap, fresh, err := p.waitFence(ctx, s)
+			d.fenced += time.Since(start)
+			if err != nil {
+				return err
+			}
+			pl, d.snap = fresh, snap
+		}
+		if d.places == nil {
+			d.one = pl
+		} else {
+			d.places[i] = pl
+		}
+	}
+	return nil
+}
+
+// tableExpr accepts a Table() that names the model's table, bare or in a
+// shard's schema (a hint), and drops it so that the plugin's qualified
+// name is used. Any other table expression is refused: it would be sent
+// as written, whatever shard the statement routes to.
+func (m *model) tableExpr(stmt *gorm.Statement, hint *int) error {
+	te := stmt.TableExpr
+	if te == nil {
+		return nil
+	}
+	if toks, _, ok := sqlcond.Lex(te.SQL, false, nil); ok && len(te.Vars) == 0 {
+		switch {
+		case len(toks) == 1 && toks[0].Kind == sqlcond.Ident && toks[0].Text == m.table:
+			stmt.TableExpr = nil
+			return nil
+		case len(toks) == 3 && toks[0].Kind == sqlcond.Ident && toks[1].Kind == sqlcond.Dot && toks[2].Kind == sqlcond.Ident && toks[2].Text == m.table:
+			if s, err := router.ParseSchemaName(toks[0].Text); err == nil && (*hint < 0 || *hint == s) {
+				*hint = s
+				stmt.TableExpr = nil
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: Table(%q) on sharded model %s; leave the table to the plugin, or name it %q", ErrUnroutableSQL, te.SQL, m.schema.Name, m.table)
+}
+
+// scoped applies the statement's Shard, ShardOfID or AllShards scope.
+func (p *Plugin) scoped(sc scope, ok bool, set shardSet, snap *router.Snapshot) (shardSet, error) {
+	if !ok {
+		return set, nil
+	}
+	if sc.kind == scopeAll {
+		return set.and(shardSet{known: true, all: true}), nil
+	}
+	s, err := p.shardOfScope(sc, snap)
+	if err != nil {
+		return set, err
+	}
+	out := set.and(one(s))
+	if set.known && len(set.list) > 0 && len(out.list) == 0 {
+		return out, fmt.Errorf("%w: the statement is scoped to shard %d, its rows or conditions are in shard %d", ErrCrossShard, s, set.list[0])
+	}
+	return out, nil
+}
 
 // shardsOf finds the shards a query, update, delete or row statement may
 // touch: its WHERE clause, and the primary keys GORM adds from the model

@@ -201,6 +201,9 @@ func (d *diffEnv) outcome(c dcase, kind string) {
 	if c.Pins {
 		d.stats["pin, "+kind]++
 	}
+	if strings.HasPrefix(c.Order, "score") {
+		d.stats["ordered by a float with NaN and NULL, "+kind]++
+	}
 	if c.Agg != nil {
 		d.stats["aggregate, "+kind]++
 		if c.All {
@@ -383,10 +386,10 @@ func runDifferential(t *testing.T, d *diffEnv, n int) {
 	// (a server's 32 shards in units of 5: seven statements whose pages
 	// the client merges; in units of 30: a folded group of 25 and one of
 	// 5, then a unit of 2), so that every case's merge meets several units.
-	defer func() { unionShards = unionBatch }()
+	defer func() { d.e.p.unionBatch = 0 }()
 	batches := []int{unionBatch, 5, 30}
 	for i := 0; i < n; i++ {
-		unionShards = batches[i%len(batches)]
+		d.e.p.unionBatch = batches[i%len(batches)]
 		input := make([]byte, 48)
 		for j := range input {
 			input[j] = byte(rng.UintN(256))

@@ -1,5 +1,11 @@
 package plugin
 
+import (
+	"math"
+	"slices"
+	"strconv"
+)
+
 // The generator of the differential test: a case is a small value that
 // describes one GORM statement (where tree, select list, order, limit,
 // destination, operation), so that it can be run on both sides, printed
@@ -414,4 +420,69 @@ func (g *gen) photoCase() dcase {
 		}
 	}
 	return c
+}
+
+// scoreOrders order pins by their float column, whose seeded values
+// hold NaN, both infinities, ties and NULL: the merge of the shards' rows
+// must put each where Postgres's sort of one table puts it.
+var scoreOrders = []string{"score, id", "score desc, id", "score desc, likes, id", "score"}
+
+// seedScores are the seeded pins' scores, in turn; every fifth is NULL.
+var seedScores = []float64{math.NaN(), 1.5, math.Inf(1), -2, 0, math.Inf(-1), 1.5, 7, math.NaN()}
+
+// seedScore is the score of the i-th seeded pin.
+func seedScore(i int) *float64 {
+	if i%5 == 3 {
+		return nil
+	}
+	v := seedScores[i%len(seedScores)]
+	return &v
+}
+
+// scoreOrder orders two pin reads in three into pins (Find, First,
+// Last) by the float column, selecting it where the case selects
+// columns (else the plugin refuses the order it cannot merge). Half of
+// those read every shard, half of these every row, so that the merge
+// meets many shards' NaNs, infinities and NULLs.
+func (g *gen) scoreOrder(c *dcase) {
+	if c.Agg != nil || c.Op != dFind && c.Op != dFirst && c.Op != dLast || g.pick(3) == 0 {
+		return
+	}
+	c.Order = scoreOrders[g.pick(len(scoreOrders))]
+	if c.Select != nil && g.pick(4) != 0 {
+		c.Select = append(slices.Clone(c.Select), "score")
+	}
+	if g.coin() {
+		c.All = true
+		if g.coin() {
+			c.Calls = nil
+		}
+	}
+}
+
+// floatLit is a float8 as SQL text: NULL, NaN and the infinities
+// included.
+func floatLit(f *float64) string {
+	switch {
+	case f == nil:
+		return "NULL"
+	case math.IsNaN(*f), math.IsInf(*f, 0):
+		return "'" + floatText(f) + "'::float8"
+	}
+	return strconv.FormatFloat(*f, 'g', -1, 64)
+}
+
+// floatText prints a float8 as Postgres does, NULL for nil.
+func floatText(f *float64) string {
+	switch {
+	case f == nil:
+		return "NULL"
+	case math.IsNaN(*f):
+		return "NaN"
+	case math.IsInf(*f, 1):
+		return "Infinity"
+	case math.IsInf(*f, -1):
+		return "-Infinity"
+	}
+	return strconv.FormatFloat(*f, 'g', -1, 64)
 }

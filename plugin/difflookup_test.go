@@ -34,7 +34,8 @@ type Pin struct {
 	Caption   string
 	Likes     int
 	CreatedAt time.Time
-	Slug      *string `shard:"lookup"`
+	Slug      *string  `shard:"lookup"`
+	Score     *float64 // NaN, infinities and NULL ordered across shards (scoreOrders)
 }
 
 // pinsDDL is the pins table and its lookup table in a shard schema (the
@@ -45,7 +46,8 @@ const pinsDDL = `CREATE TABLE pins (
     caption    text   NOT NULL DEFAULT '',
     likes      integer NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT now(),
-    slug       text
+    slug       text,
+    score      double precision
 );
 CREATE TABLE pins_slug_lookup (
     value    text   PRIMARY KEY,
@@ -60,7 +62,8 @@ const plainPinsDDL = `CREATE TABLE pins (
     caption    text   NOT NULL DEFAULT '',
     likes      integer NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL DEFAULT now(),
-    slug       text UNIQUE
+    slug       text UNIQUE,
+    score      double precision
 )`
 
 // createPins adds the pins tables to every shard schema of every server,
@@ -241,6 +244,7 @@ func (g *gen) pinify(c *dcase) {
 		if c.Order != "" && c.Agg == nil && g.pick(3) == 0 {
 			c.Order = []string{"slug, id", "slug desc, id", "slug"}[g.pick(3)]
 		}
+		g.scoreOrder(c)
 	}
 	// The photo IDs become their pin twins' (fresh IDs stay fresh).
 	pin := func(id int64) int64 {
@@ -447,7 +451,7 @@ func pinRows(ps []Pin) []string {
 		if p.Slug != nil {
 			slug = fmt.Sprintf("%q", *p.Slug)
 		}
-		out[i] = fmt.Sprintf("pin id=%d user=%d caption=%q likes=%d at=%s slug=%s", p.ID, p.UserID, p.Caption, p.Likes, normTime(p.CreatedAt), slug)
+		out[i] = fmt.Sprintf("pin id=%d user=%d caption=%q likes=%d at=%s slug=%s score=%s", p.ID, p.UserID, p.Caption, p.Likes, normTime(p.CreatedAt), slug, floatText(p.Score))
 	}
 	return out
 }
@@ -460,7 +464,7 @@ func (d *diffEnv) addPins(t testing.TB) {
 	t.Helper()
 	d.data.pinOf = map[int64]int64{}
 	for i, p := range d.seedRows {
-		pin := Pin{UserID: p.UserID, Caption: p.Caption, Likes: p.Likes, CreatedAt: p.CreatedAt}
+		pin := Pin{UserID: p.UserID, Caption: p.Caption, Likes: p.Likes, CreatedAt: p.CreatedAt, Score: seedScore(i)}
 		if i%3 != 2 {
 			s := fmt.Sprintf("s%02d", i)
 			pin.Slug = &s
@@ -497,7 +501,7 @@ func (d *diffEnv) pinState(t testing.TB, ctx context.Context, srv string, st *st
 	conn := d.conn(t, d.e.dsn[srv])
 	var pins, looks []string
 	for _, s := range d.schemas[srv] {
-		pins = append(pins, fmt.Sprintf("SELECT %s::text, id, user_id, caption, likes, created_at, slug FROM %s",
+		pins = append(pins, fmt.Sprintf("SELECT %s::text, id, user_id, caption, likes, created_at, slug, score FROM %s",
 			quoteLiteral(s), pgx.Identifier{s, "pins"}.Sanitize()))
 		looks = append(looks, fmt.Sprintf("SELECT %s::text, value, owner_id FROM %s",
 			quoteLiteral(s), pgx.Identifier{s, "pins_slug_lookup"}.Sanitize()))
@@ -511,7 +515,7 @@ func (d *diffEnv) pinState(t testing.TB, ctx context.Context, srv string, st *st
 	}
 	var p Pin
 	var schema string
-	_, err = pgx.ForEachRow(rows, []any{&schema, &p.ID, &p.UserID, &p.Caption, &p.Likes, &p.CreatedAt, &p.Slug}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&schema, &p.ID, &p.UserID, &p.Caption, &p.Likes, &p.CreatedAt, &p.Slug, &p.Score}, func() error {
 		st.sharded = append(st.sharded, pinRows([]Pin{p})[0])
 		want := router.SchemaName(int(p.UserID % diffShards))
 		idShard, _ := d.layout.ShardOf(p.ID)
@@ -548,12 +552,12 @@ func (d *diffEnv) pinState(t testing.TB, ctx context.Context, srv string, st *st
 // plainPins reads the plain side's pins into st.
 func (d *diffEnv) plainPins(t testing.TB, ctx context.Context, st *state) {
 	t.Helper()
-	rows, err := d.conn(t, d.plainDSN).Query(ctx, `SELECT id, user_id, caption, likes, created_at, slug FROM pins`)
+	rows, err := d.conn(t, d.plainDSN).Query(ctx, `SELECT id, user_id, caption, likes, created_at, slug, score FROM pins`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var p Pin
-	if _, err := pgx.ForEachRow(rows, []any{&p.ID, &p.UserID, &p.Caption, &p.Likes, &p.CreatedAt, &p.Slug}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&p.ID, &p.UserID, &p.Caption, &p.Likes, &p.CreatedAt, &p.Slug, &p.Score}, func() error {
 		st.plain = append(st.plain, pinRows([]Pin{p})[0])
 		return nil
 	}); err != nil {
@@ -618,7 +622,7 @@ func (d *diffEnv) resetPins(b *strings.Builder, schema, srv string) {
 
 func insertPinsSQL(table string, rows []Pin) string {
 	var b strings.Builder
-	b.WriteString("INSERT INTO " + table + " (id, user_id, caption, likes, created_at, slug) VALUES ")
+	b.WriteString("INSERT INTO " + table + " (id, user_id, caption, likes, created_at, slug, score) VALUES ")
 	for i, p := range rows {
 		if i > 0 {
 			b.WriteString(", ")
@@ -627,7 +631,7 @@ func insertPinsSQL(table string, rows []Pin) string {
 		if p.Slug != nil {
 			slug = quoteLiteral(*p.Slug)
 		}
-		fmt.Fprintf(&b, "(%d, %d, %s, %d, %s::timestamptz, %s)", p.ID, p.UserID, quoteLiteral(p.Caption), p.Likes, quoteLiteral(p.CreatedAt.UTC().Format(time.RFC3339Nano)), slug)
+		fmt.Fprintf(&b, "(%d, %d, %s, %d, %s::timestamptz, %s, %s)", p.ID, p.UserID, quoteLiteral(p.Caption), p.Likes, quoteLiteral(p.CreatedAt.UTC().Format(time.RFC3339Nano)), slug, floatLit(p.Score))
 	}
 	b.WriteString(";\n")
 	return b.String()

@@ -63,7 +63,9 @@
 // Several shards fan out: creates are split per shard and server; reads
 // send one UNION ALL statement per server and batch of 100 of its shards,
 // to all servers at once, and merge the answers — ORDER BY, LIMIT and
-// OFFSET apply to the merged rows; counts add up; COUNT, SUM, MIN, MAX,
+// OFFSET apply to the merged rows, in the order Postgres gives (NaN above
+// every number, NULLs last ascending and first descending, text only
+// under a byte-order collation); counts add up; COUNT, SUM, MIN, MAX,
 // AVG, GROUP BY and DISTINCT are combined exactly, with Postgres's
 // arithmetic and types; RETURNING rows are collected from every shard.
 // A read scoped with [Partial] returns what the reachable servers hold
@@ -121,3 +123,28 @@
 // The manual, with the GORM compatibility table, is docs/plugin.md in the
 // repository.
 package plugin
+
+// How the code is laid out, by concern:
+//
+//   - GORM's entry: callbacks.go (every callback registered, each entry
+//     point, the statement keys), plugin.go (Register, Initialize),
+//     config.go, errors.go, clauses.go, observe.go, retry.go.
+//   - Routing: route.go (the route callback, binding a decision to a
+//     shard), decide.go (the decision: a statement's shards and their
+//     homes), analyze.go and
+//     condread.go (reading WHERE conditions; the lexer is
+//     internal/sqlcond), shardset.go, subquery.go, raw.go, assign.go
+//     (IDs of new rows), models.go.
+//   - Execution: exec.go (writes across shards, moved-shard retries).
+//   - Scatter and merge: readplan.go (plan), fanout.go (execute),
+//     scatter.go (one UNION ALL statement per server batch),
+//     readrows.go and pagemerge.go (merging rows); every merge orders
+//     values with internal/pgorder.
+//   - Aggregates: aggplan.go, aggparse.go, aggmerge.go (partials combined
+//     and served to GORM's scanning through internal/memrows).
+//   - Lookups: lookup.go, lookupread.go, lookupupdate.go, lookupwrite.go,
+//     lookupclaim.go.
+//   - Connections and transactions: pool.go, connector.go, health.go,
+//     tx.go, savepoint.go, atomic.go.
+//   - Start-up checks: checks.go, collation.go, warm.go.
+//   - Bulk import: copy.go, copywire.go.

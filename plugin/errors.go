@@ -84,6 +84,34 @@ var (
 	ErrInvalidModel = errors.New("invalid sharded model")
 )
 
+// Errors of lookup columns.
+var (
+	// ErrDuplicateLookup reports a Create or Update that gives a lookup
+	// column (shard:"lookup") a value another row already holds, on any
+	// shard. When Postgres reported it, the *pgconn.PgError (unique
+	// violation, 23505) is wrapped too. Pick another value.
+	ErrDuplicateLookup = errors.New("value is taken: a lookup column is unique across all shards; pick another value")
+	// ErrLookupUnroutable reports a statement whose only way to a shard
+	// is a condition on a lookup column that the plugin cannot route by:
+	// inside OR or NOT, compared other than by = or IN, or with a value
+	// of the wrong type. Write it as `column = ?` or `column IN ?` AND-ed
+	// with the other conditions, or add the shard key or the ID.
+	ErrLookupUnroutable = errors.New("condition on a lookup column cannot be routed; use `column = ?` or `column IN ?` AND-ed with the rest, or add the shard key or ID")
+	// ErrLookupInTransaction reports a Create, or an Update that sets a
+	// lookup column, inside a transaction: the lookup row lives on
+	// another shard, and its reservation must outlast the owner row's
+	// commit, which a transaction holds back. Run the write outside the
+	// transaction (CreateInBatches opens one: use a Session with
+	// SkipDefaultTransaction).
+	ErrLookupInTransaction = errors.New("a write that sets a lookup column cannot run inside a transaction; run it on its own")
+	// ErrLookupWrite reports a write the plugin cannot keep its lookup
+	// tables consistent with: an Update that sets a lookup column
+	// without naming one row by its ID through its model
+	// (db.Model(&row).Update(...)), an upsert (ON CONFLICT), or a Create
+	// whose ID the database would choose.
+	ErrLookupWrite = errors.New("write on a model with lookup columns that the plugin cannot keep its lookup tables consistent with")
+)
+
 // ShardError carries where a statement was going when it failed.
 type ShardError struct {
 	Shard  int    // logical shard, -1 when unknown

@@ -15,17 +15,6 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-// takePlan removes and returns a statement's multi-shard decision.
-func takePlan(stmt *gorm.Statement) *decision {
-	c, ok := stmt.Clauses[planName]
-	if !ok {
-		return nil
-	}
-	delete(stmt.Clauses, planName)
-	d, _ := c.Expression.(*decision)
-	return d
-}
-
 // saved is the part of a statement a fan-out changes per shard.
 type saved struct {
 	table   string
@@ -55,13 +44,9 @@ func (p *Plugin) prepare(db *gorm.DB, d *decision, i int, base map[string]clause
 	return p.bind(db, d, i)
 }
 
-// execCreate replaces gorm:create: one INSERT per shard of the rows.
-func (p *Plugin) execCreate(db *gorm.DB) {
-	d := takePlan(db.Statement)
-	if d == nil {
-		p.runWrite(db, p.orig.create)
-		return
-	}
+// createAcross runs a Create whose rows belong to several shards: one
+// INSERT per shard of the rows.
+func (p *Plugin) createAcross(db *gorm.DB, d *decision) {
 	defer p.atomically(db, d)()
 	stmt := db.Statement
 	s := save(stmt)
@@ -89,62 +74,55 @@ func (p *Plugin) execCreate(db *gorm.DB) {
 	db.RowsAffected = total
 }
 
-// execWrite replaces gorm:update and gorm:delete: the same statement on
-// each shard, rows affected summed. Rows a RETURNING clause reads back
-// are collected per shard and joined, so that one shard's rows never
-// become the next shard's conditions (GORM reads the keys of the rows in
-// the destination as conditions).
-func (p *Plugin) execWrite(orig func(*gorm.DB), del bool) func(*gorm.DB) {
-	return func(db *gorm.DB) {
-		d := takePlan(db.Statement)
-		if d == nil {
-			p.runWrite(db, orig)
-			return
-		}
-		defer p.atomically(db, d)()
-		stmt := db.Statement
-		s := save(stmt)
-		defer s.restore(stmt)
-		returning, err := returnInto(stmt, s.rv)
-		if err != nil {
-			fail(db, d.m, -1, err)
-			return
-		}
-		var acc reflect.Value
-		if returning {
-			acc = reflect.MakeSlice(s.rv.Type(), 0, s.rv.Len())
-		}
-		var total int64
-		for i, shard := range d.shards {
-			if err := p.prepare(db, d, i, s.clauses); err != nil {
-				fail(db, d.m, shard, err)
-				return
-			}
-			stmt.Dest, stmt.ReflectValue = s.dest, s.rv
-			var part reflect.Value
-			if returning {
-				part = reflect.New(s.rv.Type())
-				part.Elem().Set(reflect.AppendSlice(reflect.MakeSlice(s.rv.Type(), 0, s.rv.Len()), s.rv))
-				stmt.ReflectValue = part.Elem()
-				if del {
-					stmt.Dest = part.Interface()
-				}
-			}
-			p.runWrite(db, orig)
-			if db.Error != nil {
-				p.outcome(db)
-				return
-			}
-			total += db.RowsAffected
-			if returning {
-				acc = reflect.AppendSlice(acc, part.Elem())
-			}
-		}
-		if returning {
-			s.rv.Set(acc)
-		}
-		db.RowsAffected = total
+// writeAcross runs an UPDATE or DELETE (orig, GORM's own) on several
+// shards: the same statement on each, rows affected summed. Rows a
+// RETURNING clause reads back are collected per shard and joined, so
+// that one shard's rows never become the next shard's conditions (GORM
+// reads the keys of the rows in the destination as conditions).
+func (p *Plugin) writeAcross(db *gorm.DB, d *decision, orig func(*gorm.DB), del bool) {
+	defer p.atomically(db, d)()
+	stmt := db.Statement
+	s := save(stmt)
+	defer s.restore(stmt)
+	returning, err := returnInto(stmt, s.rv)
+	if err != nil {
+		fail(db, d.m, -1, err)
+		return
 	}
+	var acc reflect.Value
+	if returning {
+		acc = reflect.MakeSlice(s.rv.Type(), 0, s.rv.Len())
+	}
+	var total int64
+	for i, shard := range d.shards {
+		if err := p.prepare(db, d, i, s.clauses); err != nil {
+			fail(db, d.m, shard, err)
+			return
+		}
+		stmt.Dest, stmt.ReflectValue = s.dest, s.rv
+		var part reflect.Value
+		if returning {
+			part = reflect.New(s.rv.Type())
+			part.Elem().Set(reflect.AppendSlice(reflect.MakeSlice(s.rv.Type(), 0, s.rv.Len()), s.rv))
+			stmt.ReflectValue = part.Elem()
+			if del {
+				stmt.Dest = part.Interface()
+			}
+		}
+		p.runWrite(db, orig)
+		if db.Error != nil {
+			p.outcome(db)
+			return
+		}
+		total += db.RowsAffected
+		if returning {
+			acc = reflect.AppendSlice(acc, part.Elem())
+		}
+	}
+	if returning {
+		s.rv.Set(acc)
+	}
+	db.RowsAffected = total
 }
 
 // atomically gives a multi-shard write that runs in no transaction
@@ -305,19 +283,6 @@ func serverOf(cp gorm.ConnPool) string {
 		return c.server
 	}
 	return ""
-}
-
-// execQuery replaces gorm:query: one shard as usual (inside a read-only
-// transaction with the shard's search_path when the query joins other
-// tables), or each shard of a fan-out with the results merged.
-func (p *Plugin) execQuery(db *gorm.DB) {
-	d := takePlan(db.Statement)
-	if d == nil {
-		p.bounded(db, p.runQuery)
-		p.rerouteRead(db)
-		return
-	}
-	p.fanoutQuery(db, d)
 }
 
 // rerouteRead runs a one-shard read once more on the shard's home when it

@@ -327,9 +327,6 @@ func (r *PartialResult) add(e *ServerError) {
 	slices.Sort(r.Missing)
 }
 
-// partialName is the statement clause holding a Partial scope.
-const partialName = "shardkit:partial"
-
 type partial struct{ r *PartialResult }
 
 // Partial lets a multi-shard read return the rows of the servers that

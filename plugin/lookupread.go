@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/shardkit/shardkit/internal/sqlcond"
+
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -48,11 +50,11 @@ func (p *Plugin) lookupShards(db *gorm.DB, m *model, cs clauseScan, snap *router
 	if tmp.Error != nil {
 		return shardSet{}, nil // GORM reports it when it builds the statement
 	}
-	toks, _, ok := lex(s.SQL.String(), false, nil)
+	toks, _, ok := sqlcond.Lex(s.SQL.String(), false, nil)
 	var mentioned *lookupCol
 	for _, t := range toks {
-		if t.kind == tIdent {
-			if c := m.lookupOf(t.text); c != nil {
+		if t.Kind == sqlcond.Ident {
+			if c := m.lookupOf(t.Text); c != nil {
 				mentioned = c
 				break
 			}
@@ -87,10 +89,10 @@ func (p *Plugin) lookupShards(db *gorm.DB, m *model, cs clauseScan, snap *router
 
 // conjunctive reports a condition with no OR, NOT, CASE, BETWEEN or
 // sub-query: an AND of atoms, however parenthesized.
-func conjunctive(toks []token) bool {
+func conjunctive(toks []sqlcond.Token) bool {
 	for _, t := range toks {
 		for _, k := range [...]string{"or", "not", "case", "between", "select"} {
-			if t.keyword(k) {
+			if t.Keyword(k) {
 				return false
 			}
 		}
@@ -101,17 +103,17 @@ func conjunctive(toks []token) bool {
 // atoms appends the [lo, hi) token ranges of a conjunctive condition's
 // atoms: it splits at AND outside parentheses, and looks inside a
 // parenthesized whole.
-func atoms(toks []token, lo, hi int, out [][2]int) [][2]int {
-	for lo < hi && toks[lo].kind == tLParen && toks[lo].match == hi-1 {
+func atoms(toks []sqlcond.Token, lo, hi int, out [][2]int) [][2]int {
+	for lo < hi && toks[lo].Kind == sqlcond.LParen && toks[lo].Match == hi-1 {
 		lo, hi = lo+1, hi-1
 	}
 	start := lo
 	split := false
 	for i := lo; i < hi; i++ {
 		switch {
-		case toks[i].kind == tLParen:
-			i = toks[i].match
-		case toks[i].keyword("and"):
+		case toks[i].Kind == sqlcond.LParen:
+			i = toks[i].Match
+		case toks[i].Keyword("and"):
 			out = atoms(toks, start, i, out)
 			start, split = i+1, true
 		}
@@ -125,13 +127,13 @@ func atoms(toks []token, lo, hi int, out [][2]int) [][2]int {
 // lookupAtom reads toks[lo:hi] as `col = $n` or `col IN ($n, …)` on a
 // lookup column of the model's table (col, table.col or
 // "shard_NNNN".table.col).
-func (m *model) lookupAtom(stmt *gorm.Statement, toks []token, lo, hi int, vars []any) (*lookupCol, []any, bool) {
+func (m *model) lookupAtom(stmt *gorm.Statement, toks []sqlcond.Token, lo, hi int, vars []any) (*lookupCol, []any, bool) {
 	i := lo
 	var names []string
-	for i < hi && toks[i].kind == tIdent {
-		names = append(names, toks[i].text)
+	for i < hi && toks[i].Kind == sqlcond.Ident {
+		names = append(names, toks[i].Text)
 		i++
-		if i+1 < hi && toks[i].kind == tDot {
+		if i+1 < hi && toks[i].Kind == sqlcond.Dot {
 			i++
 			continue
 		}
@@ -154,21 +156,21 @@ func (m *model) lookupAtom(stmt *gorm.Statement, toks []token, lo, hi int, vars 
 	if lc == nil {
 		return nil, nil, false
 	}
-	param := func(t token) (any, bool) {
-		if t.kind != tParam || t.num >= len(vars) || inline(vars[t.num]) {
+	param := func(t sqlcond.Token) (any, bool) {
+		if t.Kind != sqlcond.Param || t.Num >= len(vars) || inline(vars[t.Num]) {
 			return nil, false
 		}
-		return vars[t.num], true
+		return vars[t.Num], true
 	}
 	switch {
-	case i+2 == hi && toks[i].kind == tOp && toks[i].text == "=":
+	case i+2 == hi && toks[i].Kind == sqlcond.Op && toks[i].Text == "=":
 		v, ok := param(toks[i+1])
 		return lc, []any{v}, ok
-	case i+3 < hi && toks[i].keyword("in") && toks[i+1].kind == tLParen && toks[i+1].match == hi-1:
+	case i+3 < hi && toks[i].Keyword("in") && toks[i+1].Kind == sqlcond.LParen && toks[i+1].Match == hi-1:
 		var vs []any
 		for j := i + 2; j < hi-1; j++ {
 			if (j-i)%2 == 1 {
-				if toks[j].kind != tComma {
+				if toks[j].Kind != sqlcond.Comma {
 					return nil, nil, false
 				}
 				continue

@@ -36,9 +36,6 @@ type RouteInfo struct {
 	FenceWait time.Duration
 }
 
-// routedKey is the statement setting holding a *routeRecord.
-const routedKey = "shardkit:routed"
-
 // routeRecord is a decision as kept for Routed: only what it reads.
 type routeRecord struct {
 	table   string

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+
+	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
 // pageMerger merges the rows of a multi-shard read as each unit (one
@@ -15,7 +17,7 @@ import (
 // of their units in the plan (then their order within the unit), so the
 // answer does not depend on which server answers first: it is the answer
 // of concatenating every unit's rows in plan order, sorting stably and
-// cutting, which is what a read held before it merged as it went.
+// cutting (the specification pagemerge_test.go checks it against).
 //
 // Without an ORDER BY, any LIMIT rows are a right answer: once the page
 // is full, the units not yet sent are skipped (full).
@@ -29,7 +31,7 @@ type pageMerger struct {
 	// LIMIT the page stays sorted and each unit's rows are merged into
 	// it in one pass, instead of sorting the page again by reflection
 	// for every unit.
-	kv [][]reflect.Value
+	kv [][]pgorder.Value
 }
 
 func newPageMerger(sliceTyp reflect.Type, keys []orderKey, keep int) *pageMerger {
@@ -55,7 +57,7 @@ func (m *pageMerger) add(u int, part reflect.Value) {
 	// page, which is sorted by keys, then unit: rows of different units
 	// that tie go in unit order, rows of this unit that tie keep theirs.
 	n := part.Len()
-	pk := make([][]reflect.Value, n)
+	pk := make([][]pgorder.Value, n)
 	for i := range n {
 		pk[i] = rowKeys(part.Index(i), m.keys)
 	}
@@ -68,7 +70,7 @@ func (m *pageMerger) add(u int, part reflect.Value) {
 	size := min(m.keep, have+n)
 	rows := reflect.MakeSlice(m.rows.Type(), 0, max(size, m.rows.Cap()))
 	units := make([]int, 0, size)
-	kv := make([][]reflect.Value, 0, size)
+	kv := make([][]pgorder.Value, 0, size)
 	i, j := 0, 0
 	for len(units) < size {
 		take := j == n
@@ -128,7 +130,7 @@ func (m *pageMerger) sort() {
 // unit each row came from (units is permuted with the rows).
 func sortRows(rows reflect.Value, keys []orderKey, units []int) {
 	n := rows.Len()
-	kv := make([][]reflect.Value, n)
+	kv := make([][]pgorder.Value, n)
 	for i := range kv {
 		kv[i] = rowKeys(rows.Index(i), keys)
 	}
@@ -165,34 +167,29 @@ func sortRows(rows reflect.Value, keys []orderKey, units []int) {
 	}
 }
 
-// rowKeys reads a row's ORDER BY values (an invalid Value where a map row
-// lacks the key).
-func rowKeys(row reflect.Value, keys []orderKey) []reflect.Value {
+// rowKeys reads a row's ORDER BY values (NULL where a map row lacks
+// the key).
+func rowKeys(row reflect.Value, keys []orderKey) []pgorder.Value {
 	row = reflect.Indirect(row)
-	out := make([]reflect.Value, len(keys))
+	out := make([]pgorder.Value, len(keys))
 	for i, k := range keys {
 		switch {
 		case k.scalar:
-			out[i] = row
+			out[i] = pgorder.FromReflect(row)
 		case row.Kind() == reflect.Struct && k.field != nil:
-			out[i] = reflect.Indirect(row.FieldByIndex(k.field.StructField.Index))
+			out[i] = pgorder.FromReflect(row.FieldByIndex(k.field.StructField.Index))
 		case row.Kind() == reflect.Map:
-			if v := row.MapIndex(reflect.ValueOf(k.name)); v.IsValid() {
-				out[i] = reflect.Indirect(reflect.ValueOf(v.Interface()))
-			}
+			out[i] = pgorder.FromReflect(row.MapIndex(reflect.ValueOf(k.name)))
 		}
 	}
 	return out
 }
 
-// compareKeys orders two rows' ORDER BY values: negative when a comes
-// first.
-func compareKeys(a, b []reflect.Value, keys []orderKey) int {
+// compareKeys orders two rows' ORDER BY values as Postgres does
+// (pgorder.Compare): negative when a comes first.
+func compareKeys(a, b []pgorder.Value, keys []orderKey) int {
 	for i, k := range keys {
-		if c := compare(a[i], b[i]); c != 0 {
-			if k.desc {
-				return -c
-			}
+		if c := pgorder.Compare(a[i], b[i], pgorder.Default(k.desc)); c != 0 {
 			return c
 		}
 	}

@@ -30,6 +30,11 @@ type Plugin struct {
 	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
 	atomics  atomicCounters
 	log      logger.Interface // the gorm.DB's, for what happens after a commit returns
+
+	// unionBatch is the most shards one statement of a multi-shard read
+	// covers; 0: the package's unionBatch. Tests and benchmarks set it
+	// (1: one statement per shard) to compare the ways of reading.
+	unionBatch int
 }
 
 // originals are GORM's own callbacks that the plugin wraps.
@@ -109,72 +114,9 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 	return p.registerCallbacks(db)
 }
 
-// poison makes every statement on db fail with the plugin's set-up error.
-func poison(db *gorm.DB, cause error) {
-	err := fmt.Errorf("shardkit: %w: %w", ErrNotInitialized, cause)
-	fail := func(db *gorm.DB) { db.AddError(err) }
-	cb := db.Callback()
-	_ = cb.Create().Before("*").Register("shardkit:not_initialized", fail)
-	_ = cb.Query().Before("*").Register("shardkit:not_initialized", fail)
-	_ = cb.Update().Before("*").Register("shardkit:not_initialized", fail)
-	_ = cb.Delete().Before("*").Register("shardkit:not_initialized", fail)
-	_ = cb.Row().Before("*").Register("shardkit:not_initialized", fail)
-	_ = cb.Raw().Before("*").Register("shardkit:not_initialized", fail)
-}
-
 // Close closes the pools of the physical servers. The default connection
 // belongs to the caller.
 func (p *Plugin) Close() error { return errors.Join(p.pools.close(), p.lookups.close()) }
-
-func (p *Plugin) registerCallbacks(db *gorm.DB) error {
-	cb := db.Callback()
-	p.orig = originals{
-		begin:  cb.Create().Get("gorm:begin_transaction"),
-		create: cb.Create().Get("gorm:create"),
-		query:  cb.Query().Get("gorm:query"),
-		update: cb.Update().Get("gorm:update"),
-		delete: cb.Delete().Get("gorm:delete"),
-	}
-	if p.orig.begin == nil || p.orig.create == nil || p.orig.query == nil || p.orig.update == nil || p.orig.delete == nil {
-		return errors.New("shardkit: GORM's default callbacks are missing; register the plugin on a gorm.DB from gorm.Open")
-	}
-	steps := []struct {
-		name string
-		err  error
-	}{
-		{"create begin", cb.Create().Replace("gorm:begin_transaction", p.begin)},
-		{"update begin", cb.Update().Replace("gorm:begin_transaction", p.begin)},
-		{"delete begin", cb.Delete().Replace("gorm:begin_transaction", p.begin)},
-		{"assign_id", cb.Create().After("gorm:before_create").Before("gorm:save_before_associations").Register("shardkit:assign_id", p.assignID)},
-		{"create route", cb.Create().After("shardkit:assign_id").Before("gorm:create").Register("shardkit:route", p.route(opCreate))},
-		{"create", cb.Create().Replace("gorm:create", p.execCreate)},
-		{"query route", cb.Query().Before("gorm:query").Register("shardkit:route", p.route(opQuery))},
-		{"query", cb.Query().Replace("gorm:query", p.execQuery)},
-		{"update route", cb.Update().After("gorm:before_update").Before("gorm:update").Register("shardkit:route", p.route(opUpdate))},
-		{"update", cb.Update().Replace("gorm:update", p.execWrite(p.orig.update, false))},
-		{"delete route", cb.Delete().After("gorm:before_delete").Before("gorm:delete").Register("shardkit:route", p.route(opDelete))},
-		{"delete", cb.Delete().Replace("gorm:delete", p.execWrite(p.orig.delete, true))},
-		{"row route", cb.Row().Before("gorm:row").Register("shardkit:route", p.route(opRow))},
-		{"raw route", cb.Raw().Before("gorm:raw").Register("shardkit:route", p.route(opRaw))},
-		{"create lookup reserve", cb.Create().After("shardkit:assign_id").Before("shardkit:route").Register("shardkit:lookup_reserve", p.lookupReserveCreate)},
-		{"update lookup reserve", cb.Update().After("gorm:before_update").Before("shardkit:route").Register("shardkit:lookup_reserve", p.lookupReserveUpdate)},
-		{"create lookup release", cb.Create().After("*").Register("shardkit:lookup_release", p.lookupRelease)},
-		{"update lookup release", cb.Update().After("*").Register("shardkit:lookup_release", p.lookupRelease)},
-		{"delete lookup release", cb.Delete().After("*").Register("shardkit:lookup_release", p.lookupCleanupDelete)},
-		{"create outcome", cb.Create().After("gorm:create").Register("shardkit:outcome", p.outcome)},
-		{"query outcome", cb.Query().After("gorm:query").Register("shardkit:outcome", p.outcome)},
-		{"update outcome", cb.Update().After("gorm:update").Register("shardkit:outcome", p.outcome)},
-		{"delete outcome", cb.Delete().After("gorm:delete").Register("shardkit:outcome", p.outcome)},
-		{"row outcome", cb.Row().After("gorm:row").Register("shardkit:outcome", p.outcome)},
-		{"raw outcome", cb.Raw().After("gorm:raw").Register("shardkit:outcome", p.outcome)},
-	}
-	for _, s := range steps {
-		if s.err != nil {
-			return fmt.Errorf("shardkit: register %s callback: %w", s.name, s.err)
-		}
-	}
-	return nil
-}
 
 // lookup returns the registered model of a statement's table, and the
 // shard named by a schema-qualified table ("shard_0042.photos"), or -1.

@@ -130,13 +130,6 @@ func (ps *pools) close() error {
 	return errors.Join(errs...)
 }
 
-// DefaultStatementCacheCapacity is a per-connection prepared statement
-// cache for Config.StatementCacheCapacity, for those who opt in to named
-// prepared statements: pgx's default of 512 would be evicted and
-// re-prepared constantly with 2000 shards, each with its own
-// schema-qualified SQL text.
-const DefaultStatementCacheCapacity = 4096
-
 // rootPool wraps the gorm.DB's own connection pool (the default
 // connection). Unsharded statements pass through it unchanged; BeginTx
 // returns a shardTx so that transactions open on the server their first

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/shardkit/shardkit/internal/sqlcond"
+
 	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/router"
@@ -56,10 +58,10 @@ func otherSchema(sql string, shard int) string {
 		}
 		j += i
 		end := j + len("shard_")
-		for end < len(lower) && wordByte(lower[end]) {
+		for end < len(lower) && sqlcond.IsIdentByte(lower[end]) {
 			end++
 		}
-		if (j == 0 || !wordByte(lower[j-1])) && end > j+len("shard_") && isDigit(lower[j+len("shard_")]) {
+		if (j == 0 || !sqlcond.IsIdentByte(lower[j-1])) && end > j+len("shard_") && sqlcond.IsDigit(lower[j+len("shard_")]) {
 			if s, err := router.ParseSchemaName(lower[j:end]); err != nil || s != shard {
 				return lower[j:end]
 			}
@@ -84,15 +86,11 @@ func (p *Plugin) mentions(sql string) string {
 			}
 			j += i
 			end := j + len(n)
-			if (j == 0 || !wordByte(lower[j-1])) && (end == len(lower) || !wordByte(lower[end])) {
+			if (j == 0 || !sqlcond.IsIdentByte(lower[j-1])) && (end == len(lower) || !sqlcond.IsIdentByte(lower[end])) {
 				return name
 			}
 			i = j + 1
 		}
 	}
 	return ""
-}
-
-func wordByte(c byte) bool {
-	return c == '_' || c == '$' || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c >= 0x80
 }

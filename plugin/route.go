@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"time"
+
+	"github.com/shardkit/shardkit/internal/memrows"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -25,26 +26,6 @@ const (
 )
 
 func (o op) read() bool { return o == opQuery || o == opRow }
-
-// begin wraps gorm:begin_transaction: a transaction GORM starts around one
-// statement is marked so that it may span that statement's shards.
-// A sharded statement whose connection another plugin switched (a
-// dbresolver registered before this plugin picks the default source) gets
-// the plugin's connection back first, so that its transaction is one the
-// plugin can route.
-func (p *Plugin) begin(db *gorm.DB) {
-	stmt := db.Statement
-	_, wasTx := stmt.ConnPool.(gorm.TxCommitter)
-	if !wasTx && !p.ours(stmt.ConnPool) {
-		if m, _, _ := p.lookup(stmt); m != nil {
-			stmt.ConnPool = p.root
-		}
-	}
-	p.orig.begin(db)
-	if t := txOf(stmt.ConnPool); t != nil && !wasTx {
-		t.statement = true
-	}
-}
 
 // ours reports whether a connection is the plugin's own (possibly under
 // GORM's PrepareStmt wrapper).
@@ -69,370 +50,72 @@ func fail(db *gorm.DB, m *model, shard int, err error) {
 	db.AddError(&ShardError{Shard: shard, Table: m.table, Err: err})
 }
 
-// assignID is shardkit:assign_id. It runs after the user's BeforeCreate
-// hooks: it reads each new row's shard field and fills a zero primary key
-// from the ID source, or checks a given one against the row's shard.
-func (p *Plugin) assignID(db *gorm.DB) {
+// failRow records err and, for a Row statement, leaves an error row as
+// its result: GORM's Row() returns a nil *sql.Row when a callback failed,
+// and Row().Scan would then panic; the error row's Scan reports the
+// refusal.
+func failRow(db *gorm.DB, o op, m *model, shard int, err error) {
+	fail(db, m, shard, err)
+	if o == opRow {
+		if v, ok := db.Get("rows"); ok && v == false {
+			db.Statement.Dest = memrows.ErrRow(db.Error)
+		}
+	}
+}
+
+// route is shardkit:route for one kind of statement. It decides, once,
+// where the statement runs (see decision), then points a one-shard
+// statement at its shard's schema and server (or the transaction's part
+// there), or leaves a multi-shard decision for the executor.
+func (p *Plugin) route(db *gorm.DB, o op) {
+	observed := p.observed.Load()
+	if observed {
+		db.Statement.Settings.Delete(routedKey) // a record copied from an earlier statement
+	}
 	if db.Error != nil {
 		return
 	}
-	m, _, err := p.lookup(db.Statement)
-	if err != nil {
-		db.AddError(err)
-		return
-	}
-	if m == nil {
-		return
-	}
-	if m.key != m.pk && !writes(db.Statement, m.key.DBName) {
-		fail(db, m, -1, fmt.Errorf("%w: Create of %s leaves out the shard key %s (Select/Omit); the row would be stored without its key", ErrUnroutableSQL, m.schema.Name, m.key.DBName))
-		return
-	}
-	snap := p.router.Snapshot()
-	rv := db.Statement.ReflectValue
-	// With the ID column left out by Select/Omit, the database's
-	// DEFAULT next_id() gives the ID (read back with RETURNING), so that
-	// the struct and the row agree.
-	var sc scope
-	hasScope := false
-	if m.key == m.pk {
-		sc, hasScope = scopeOf(db.Statement)
-	}
-	n := idCounts{dbOnly: !writes(db.Statement, m.pk.DBName), own: p.ownShard(db.Statement, sc, hasScope, m, snap)}
-	switch rv.Kind() {
-	case reflect.Struct:
-		p.assignRow(db, m, rv, snap, &n)
-	case reflect.Slice, reflect.Array:
-		for i := 0; i < rv.Len() && db.Error == nil; i++ {
-			p.assignRow(db, m, reflect.Indirect(rv.Index(i)), snap, &n)
-		}
-	default:
-		fail(db, m, -1, fmt.Errorf("%w: Create from a %s; create from a struct or a slice of structs", ErrUnroutableSQL, rv.Kind()))
-	}
-	if n.fallback > 0 {
-		p.dbIDs.Add(int64(n.fallback))
-	}
-	if db.Error == nil && n.given > 0 && n.dbOnly {
-		fail(db, m, -1, fmt.Errorf("%w: Create of %s with IDs set leaves out the ID column %s (Select/Omit); the database would give the rows other IDs", ErrUnroutableSQL, m.schema.Name, m.pk.DBName))
-		return
-	}
-	if db.Error == nil && n.fallback > 0 && n.dbOnly {
-		db.Statement.AddClause(clause.Returning{Columns: []clause.Column{{Name: m.pk.DBName}}})
-	}
-	if db.Error == nil && n.fallback > 0 && !n.dbOnly && !m.pk.HasDefaultValue {
-		// GORM would insert the zero key of a primary key declared
-		// without a database default (autoIncrement:false): leave the
-		// column out and read the DEFAULT next_id() back.
-		if n.given > 0 {
-			fail(db, m, -1, fmt.Errorf("%w: no ID slot, and rows with and without IDs in one Create of %s; create them separately", ErrUnroutableSQL, m.schema.Name))
-			return
-		}
-		db.Statement.Omits = append(db.Statement.Omits, m.pk.DBName)
-		db.Statement.AddClause(clause.Returning{Columns: []clause.Column{{Name: m.pk.DBName}}})
-	}
-}
-
-// idCounts counts a Create's rows that came with an ID and rows left to
-// the database's next_id().
-type idCounts struct {
-	given, fallback int
-	dbOnly          bool // the INSERT leaves the ID column out
-	own             int  // shard of new rows whose shard key is their own ID, or -1
-}
-
-// ownShard returns the shard of new rows of a model whose shard key is
-// its own primary key (shard:"id" on the ID): the statement's Shard or
-// ShardOfID scope, or the shard its transaction is pinned to; -1 if
-// neither names one (or the model has another key).
-func (p *Plugin) ownShard(stmt *gorm.Statement, sc scope, ok bool, m *model, snap *router.Snapshot) int {
-	if m.key != m.pk {
-		return -1
-	}
-	if ok && sc.kind != scopeAll {
-		if s, err := p.shardOfScope(sc, snap); err == nil {
-			return s
-		}
-	}
-	if t := txOf(stmt.ConnPool); t != nil && !t.statement {
-		s, _ := t.pinned()
-		return s
-	}
-	return -1
-}
-
-func (p *Plugin) assignRow(db *gorm.DB, m *model, row reflect.Value, snap *router.Snapshot, n *idCounts) {
-	ctx := db.Statement.Context
-	shard, err := m.shardOfRow(db, row, snap)
-	if errors.Is(err, errZeroKey) && n.own >= 0 {
-		shard, err = n.own, nil // a new row keyed by its own ID, in the scope's shard
-	}
-	if err != nil {
-		if errors.Is(err, errZeroKey) {
-			err = ErrMissingShardKey
-		}
-		fail(db, m, -1, err)
-		return
-	}
-	pk := m.pk.ReflectValueOf(ctx, row)
-	if !pk.IsZero() {
-		id := intOf(pk)
-		if s, err := shardOfID(id, snap); err != nil || s != shard {
-			fail(db, m, shard, fmt.Errorf("%w: ID %d is in shard %d, the row's %s is in shard %d", ErrIDShardMismatch, id, s, m.key.Name, shard))
-		}
-		n.given++
-		return
-	}
-	if n.dbOnly || p.cfg.IDs == nil && len(m.lookups) == 0 {
-		n.fallback++
-		return // DEFAULT next_id(), read back with RETURNING
-	}
-	if !pk.CanSet() {
-		fail(db, m, shard, fmt.Errorf("%w: Create needs a pointer to the row (or to a slice of rows) to fill its ID", ErrInvalidModel))
-		return
-	}
-	var id int64
-	err = errNoIDSource
-	if p.cfg.IDs != nil {
-		id, err = p.cfg.IDs.Next(ctx, shard)
-	}
-	if err != nil && (errors.Is(err, errNoIDSource) || p.cfg.NoSlot(err)) && len(m.lookups) > 0 {
-		id, err = p.nextIDFromDB(ctx, snap, m, shard) // lookup rows need the ID first
-	}
-	if err != nil {
-		if p.cfg.NoSlot(err) {
-			n.fallback++
-			return
-		}
-		fail(db, m, shard, fmt.Errorf("new ID: %w", err))
-		return
-	}
-	if pk.Kind() == reflect.Int64 || pk.Kind() == reflect.Int {
-		pk.SetInt(id)
-	} else {
-		pk.SetUint(uint64(id))
-	}
-}
-
-// route returns shardkit:route for one kind of statement. It decides,
-// once, where the statement runs (see decision), then points a one-shard
-// statement at its shard's schema and server (or the transaction's part
-// there), or leaves a multi-shard decision for the executor.
-func (p *Plugin) route(o op) func(*gorm.DB) {
-	return func(db *gorm.DB) {
-		observed := p.observed.Load()
-		if observed {
-			db.Statement.Settings.Delete(routedKey) // a record copied from an earlier statement
-		}
-		if db.Error != nil {
-			return
-		}
-		stmt := db.Statement
-		if o == opRaw || stmt.SQL.Len() > 0 {
-			delete(stmt.Clauses, planName) // a plan left by a failed earlier run
-			p.routeRaw(db)
-			if observed {
-				p.recordRaw(db)
-			}
-			return
-		}
-		// The decision lives on this frame; only a multi-shard one, which
-		// the executor reads, is copied to the heap.
-		var d decision
-		sharded, err := p.decide(db, o, &d)
-		if err == nil && sharded && len(d.shards) == 1 {
-			err = p.bind(db, &d, 0)
-		}
-		if observed && (sharded || err != nil) {
-			record(stmt, &d)
-		}
-		if err != nil {
-			shard := -1
-			if len(d.shards) == 1 {
-				shard = d.shards[0]
-			}
-			if o == opCreate && errors.Is(err, ErrCrossShard) {
-				err = fmt.Errorf("%w%s", err, createAcrossHint)
-			}
-			failRow(db, o, d.m, shard, err)
-			return
-		}
-		if sharded && len(d.shards) > 1 {
-			plan := new(decision)
-			*plan = d
-			stmt.Clauses[planName] = clause.Clause{Expression: plan}
-		}
-	}
-}
-
-// decide computes a statement's routing decision into d. It reports
-// false for a statement on an unsharded table (left on the default
-// connection).
-func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 	stmt := db.Statement
-	cs := scanClauses(stmt)
-	m, hint, err := p.lookup(stmt)
-	if err != nil {
-		return false, err
-	}
-	if m == nil {
-		if err := p.checkUnshardedJoins(stmt); err != nil {
-			return false, err
+	if o == opRaw || stmt.SQL.Len() > 0 {
+		delete(stmt.Clauses, planName) // a plan left by a failed earlier run
+		p.routeRaw(db)
+		if observed {
+			p.recordRaw(db)
 		}
-		if err := p.checkSubqueries(stmt, nil, nil, nil); err != nil {
-			return false, err
-		}
-		return false, p.unsharded(stmt)
+		return
 	}
-	*d = decision{m: m, read: o.read(), tx: txOf(stmt.ConnPool)}
-	if err := m.tableExpr(stmt, &hint); err != nil {
-		return true, err
+	// The decision lives on this frame; only a multi-shard one, which
+	// the executor reads, is copied to the heap.
+	var d decision
+	sharded, err := p.decide(db, o, &d)
+	if err == nil && sharded && len(d.shards) == 1 {
+		err = p.bind(db, &d, 0)
 	}
-	d.snap = p.router.Snapshot()
-	var set shardSet
-	plainWhere := true
-	if o == opCreate {
-		set, d.rows, err = m.createShards(db, d.snap, p.ownShard(stmt, cs.scope, cs.hasScope, m, d.snap))
-	} else {
-		set, plainWhere, err = m.shardsAndShape(db, o, cs, d.snap)
-		if err == nil && !set.known && hint < 0 && !cs.hasScope && len(m.lookups) > 0 {
-			set, err = p.lookupShards(db, m, cs, d.snap) // a lookup column's equality
-		}
-	}
-	if err == nil && hint >= 0 {
-		set = set.and(one(hint))
-	}
-	if err == nil {
-		set, err = p.scoped(cs.scope, cs.hasScope, set, d.snap)
+	if observed && (sharded || err != nil) {
+		record(stmt, &d)
 	}
 	if err != nil {
-		return true, err
-	}
-	pinned := -1
-	if d.tx != nil && !d.tx.statement {
-		pinned, _ = d.tx.pinned()
-	}
-	switch {
-	case !set.known && pinned >= 0:
-		d.shards = one(pinned).list
-	case !set.known:
-		return true, ErrMissingShardKey
-	case set.all:
-		d.shards = make([]int, d.snap.Shards)
-		for i := range d.shards {
-			d.shards[i] = i
+		shard := -1
+		if len(d.shards) == 1 {
+			shard = d.shards[0]
 		}
-	case len(set.list) > 0:
-		d.shards = set.list
-	case pinned >= 0:
-		d.shards = one(pinned).list
-	case d.tx != nil && !d.tx.spans():
-		return true, fmt.Errorf("%w: the statement's conditions name no shard that can hold a row; a transaction needs a shard", ErrIDShardMismatch)
-	default:
-		// No row can match. Running the statement on one shard, where it
-		// finds nothing, gives GORM's own result for "nothing".
-		d.shards = one(0).list
-	}
-	if len(d.shards) > 1 {
-		if d.tx != nil && !d.tx.spans() {
-			return true, fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(d.shards))
+		if o == opCreate && errors.Is(err, ErrCrossShard) {
+			err = fmt.Errorf("%w%s", err, createAcrossHint)
 		}
-		if o == opRow {
-			return true, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL)
-		}
+		failRow(db, o, d.m, shard, err)
+		return
 	}
-	if cs.partial && o != opQuery {
-		return true, fmt.Errorf("%w: plugin.Partial applies to reads (Find, First, Take, Count, Pluck); a write either reaches every shard it names or fails", ErrUnroutableSQL)
+	if sharded && len(d.shards) > 1 {
+		plan := new(decision)
+		*plan = d
+		stmt.Clauses[planName] = clause.Clause{Expression: plan}
 	}
-	if o == opUpdate {
-		if err := m.checkAssignments(db, d.shards, d.snap); err != nil {
-			return true, err
-		}
-	}
-	if !plainWhere || !simpleClauses(stmt, cs) {
-		if err := p.checkSubqueries(stmt, m, d.shards, d.snap); err != nil {
-			return true, err
-		}
-	}
-	return true, p.place(stmt.Context, d)
-}
-
-// place finds each shard's home; a write to a fenced shard waits for the
-// move to finish (see waitFence) and takes the new home.
-func (p *Plugin) place(ctx context.Context, d *decision) error {
-	if len(d.shards) > 1 {
-		d.places = make([]router.Placement, len(d.shards))
-	}
-	for i, s := range d.shards {
-		pl, err := d.snap.Placement(s)
-		if err != nil {
-			return err
-		}
-		if !d.read && pl.State == router.StateFenced {
-			start := time.Now()
-			snap, fresh, err := p.waitFence(ctx, s)
-			d.fenced += time.Since(start)
-			if err != nil {
-				return err
-			}
-			pl, d.snap = fresh, snap
-		}
-		if d.places == nil {
-			d.one = pl
-		} else {
-			d.places[i] = pl
-		}
-	}
-	return nil
-}
-
-// tableExpr accepts a Table() that names the model's table, bare or in a
-// shard's schema (a hint), and drops it so that the plugin's qualified
-// name is used. Any other table expression is refused: it would be sent
-// as written, whatever shard the statement routes to.
-func (m *model) tableExpr(stmt *gorm.Statement, hint *int) error {
-	te := stmt.TableExpr
-	if te == nil {
-		return nil
-	}
-	if toks, _, ok := lex(te.SQL, false, nil); ok && len(te.Vars) == 0 {
-		switch {
-		case len(toks) == 1 && toks[0].kind == tIdent && toks[0].text == m.table:
-			stmt.TableExpr = nil
-			return nil
-		case len(toks) == 3 && toks[0].kind == tIdent && toks[1].kind == tDot && toks[2].kind == tIdent && toks[2].text == m.table:
-			if s, err := router.ParseSchemaName(toks[0].text); err == nil && (*hint < 0 || *hint == s) {
-				*hint = s
-				stmt.TableExpr = nil
-				return nil
-			}
-		}
-	}
-	return fmt.Errorf("%w: Table(%q) on sharded model %s; leave the table to the plugin, or name it %q", ErrUnroutableSQL, te.SQL, m.schema.Name, m.table)
 }
 
 // createAcrossHint ends ErrCrossShard for a Create in a transaction: the
 // usual cause is CreateInBatches, which wraps its batches in one.
 const createAcrossHint = "; to create rows of several shards, create them outside a transaction " +
 	"(for CreateInBatches, which opens one around its batches: db.Session(&gorm.Session{SkipDefaultTransaction: true}).CreateInBatches(...))"
-
-// scoped applies the statement's Shard, ShardOfID or AllShards scope.
-func (p *Plugin) scoped(sc scope, ok bool, set shardSet, snap *router.Snapshot) (shardSet, error) {
-	if !ok {
-		return set, nil
-	}
-	if sc.kind == scopeAll {
-		return set.and(shardSet{known: true, all: true}), nil
-	}
-	s, err := p.shardOfScope(sc, snap)
-	if err != nil {
-		return set, err
-	}
-	out := set.and(one(s))
-	if set.known && len(set.list) > 0 && len(out.list) == 0 {
-		return out, fmt.Errorf("%w: the statement is scoped to shard %d, its rows or conditions are in shard %d", ErrCrossShard, s, set.list[0])
-	}
-	return out, nil
-}
 
 // txOf returns the shardTx behind a statement's connection, if any.
 func txOf(cp gorm.ConnPool) *shardTx {
@@ -529,9 +212,6 @@ func (p *Plugin) conn(stmt *gorm.Statement, srv *serverDB, read bool) gorm.ConnP
 	}
 	return p.cfg.ReplicaPolicy.Resolve(srv.replicas)
 }
-
-// dbresolverWrite is the statement setting dbresolver.Write stores.
-const dbresolverWrite = "gorm:db_resolver:write"
 
 // waitFence holds a write to a fenced shard until the map shows it
 // unfenced, or FenceWait passes. It wakes on each new snapshot the router

@@ -21,30 +21,25 @@ import (
 // variables, and a given shard set always gives the same text, so the
 // statement is prepared once per connection like any other.
 
-// unionBatch is the most shards one statement reads. A server's prepared
-// statement is planned once per connection; after that, larger batches
-// save round trips and rows (each batch returns up to LIMIT+OFFSET rows
-// to merge) until the statement's own size dominates. Of 100, 250 and
-// 500 measured (README → Performance), 250 saved 1–3 ms of a 12–15 ms
-// warm read of 2000 shards but cost 25–40 ms more on the first read of
-// a statement text on a connection (Postgres 15 plans a statement of 250
-// tables in more than twice the time of 100), so batches stay at 100.
+// unionBatch is the most shards one statement reads. A server plans a
+// prepared statement once per connection; after that, larger batches save
+// round trips and rows (each batch returns up to LIMIT+OFFSET rows to
+// merge) until the statement's own size dominates: Postgres plans a
+// statement of n tables in time that grows faster than n, which the
+// first read of a statement text on each connection pays. 100 is where
+// the warm saving of a larger batch stops paying for that (the figures
+// and their commands: README → Performance).
 const unionBatch = 100
 
 // foldGroup is the most branches Postgres folds into one append. The
-// executor runs a folded branch for about three quarters of the CPU of
-// a branch planned as a subquery of its own, but Postgres 15 plans one
-// append of n tables in time that grows faster than n (for 100 tables,
-// twice the time of 100 subqueries; for 250, three times), so a
-// statement folds its branches in groups, each ordered and limited (or
-// counted) on its own, and merges the groups: planned in about the time
-// of the subqueries, run in the time of the folded tables (measured with
-// EXPLAIN (SUMMARY) and pgbench; README → Performance).
+// executor runs a folded branch for less CPU than a branch planned as a
+// subquery of its own, but Postgres plans one append of n tables in time
+// that grows faster than n, so a statement folds its branches in groups,
+// each ordered and limited (or counted) on its own, and merges the
+// groups: planned in about the time of the subqueries, run in the time
+// of the folded tables (EXPLAIN (SUMMARY) and pgbench figures: README →
+// Performance).
 const foldGroup = 25
-
-// unionShards is the batch in use: the benchmarks set it to 1 to measure
-// one statement per shard against it.
-var unionShards = unionBatch
 
 // units splits a decision's shards into groups of one server each, at
 // most batch shards per group, in plan order.
@@ -69,21 +64,43 @@ func (d *decision) units(batch int) [][]int {
 // its built SQL, when the text cannot be repeated safely (a literal that
 // might hold the table name, or no table name to replace).
 //
-// With rows set (a read of rows or a count, not an aggregate's
-// partials), the branches are plain per-schema SELECTs that the
-// statement orders and limits (or counts) as a whole, in groups of
-// foldGroup: Postgres folds a group's branches into one append of the
-// tables (for an ORDER BY, a Merge Append straight over each table's
-// index) and runs no Limit, Sort or Aggregate per branch; the groups
-// keep planning time growing with the branches instead of faster (see
-// foldGroup). Otherwise each branch is the shard's whole statement.
-func (p *Plugin) unionSQL(db *gorm.DB, d *decision, idx []int, keys []orderKey, limit int, count, rows bool) bool {
+// For a read of rows or a count (not an aggregate's partials), the
+// branches are plain per-schema SELECTs that the statement orders and
+// limits (or counts) as a whole, in groups of foldGroup: Postgres folds
+// a group's branches into one append of the tables (for an ORDER BY, a
+// Merge Append straight over each table's index) and runs no Limit, Sort
+// or Aggregate per branch; the groups keep planning time growing with
+// the branches instead of faster (see foldGroup). An aggregate's
+// branches are each the shard's whole statement.
+func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) bool {
 	stmt := db.Statement
-	fold := rows && (!count || countsRows(stmt))
+	u := union{keys: rp.keys, limit: rp.pushed, count: rp.shape == shapeCount, q: stmt.DB.Dialector}
+	u.fold = rp.shape != shapeAggregate && (!u.count || countsRows(stmt))
+	branch, ok := buildBranch(db, u.fold, u.count)
+	first := rp.d.m.quoted[rp.d.shards[idx[0]]]
+	if !ok || strings.Contains(branch, "'") || strings.Contains(branch, "$$") || !strings.Contains(branch, first) {
+		return false
+	}
+	u.pieces = strings.Split(branch, first)
+	u.names = make([]string, len(idx))
+	for j, i := range idx {
+		u.names[j] = rp.d.m.quoted[rp.d.shards[i]]
+	}
+	u.b.Grow((len(branch) + 16) * len(idx))
+	u.write()
+	stmt.SQL.Reset()
+	stmt.SQL.WriteString(u.b.String())
+	return true
+}
+
+// buildBranch builds the statement's SELECT with GORM, as one shard
+// would run it. A folded read's branch has no ORDER BY and LIMIT (the
+// union applies them), and a folded count's branch selects 1; the
+// clauses come back for a statement that falls back to one shard at a
+// time.
+func buildBranch(db *gorm.DB, fold, count bool) (string, bool) {
+	stmt := db.Statement
 	if fold {
-		// Built without ORDER BY and LIMIT (and a count's branches
-		// select 1); the clauses come back for a statement that falls
-		// back to one shard at a time.
 		saved := maps.Clone(stmt.Clauses)
 		defer func() { stmt.Clauses = saved }()
 		stmt.Clauses = maps.Clone(saved)
@@ -96,97 +113,103 @@ func (p *Plugin) unionSQL(db *gorm.DB, d *decision, idx []int, keys []orderKey, 
 		}
 	}
 	callbacks.BuildQuerySQL(db)
-	if db.Error != nil {
-		return false
-	}
-	branch := stmt.SQL.String()
-	first := d.m.quoted[d.shards[idx[0]]]
-	if strings.Contains(branch, "'") || strings.Contains(branch, "$$") || !strings.Contains(branch, first) {
-		return false
-	}
-	pieces := strings.Split(branch, first)
-	var b strings.Builder
-	b.Grow((len(branch) + 16) * len(idx))
-	branches := func(idx []int) {
-		for j, i := range idx {
-			if j > 0 {
-				b.WriteString(" UNION ALL ")
-			}
-			b.WriteByte('(')
-			name := d.m.quoted[d.shards[i]]
-			for k, piece := range pieces {
-				if k > 0 {
-					b.WriteString(name)
-				}
-				b.WriteString(piece)
-			}
-			b.WriteByte(')')
-		}
-	}
-	orderLimit := func() {
-		for j, k := range keys {
-			if j == 0 {
-				b.WriteString(" ORDER BY ")
-			} else {
-				b.WriteString(", ")
-			}
-			stmt.DB.Dialector.QuoteTo(&b, k.name)
-			if k.desc {
-				b.WriteString(" DESC")
-			}
-		}
-		if limit >= 0 {
-			b.WriteString(" LIMIT ")
-			b.WriteString(strconv.Itoa(limit))
-		}
-	}
-	if fold && len(idx) <= foldGroup { // one group: the statement is the group
-		if count {
-			b.WriteString("SELECT count(*) FROM (")
-			branches(idx)
-			b.WriteString(") AS g")
+	return stmt.SQL.String(), db.Error == nil
+}
+
+// union writes the text of a one-statement read of several schemas.
+type union struct {
+	b      strings.Builder
+	pieces []string // the branch's text around the first schema's name
+	names  []string // the quoted schema of each branch
+	keys   []orderKey
+	limit  int // -1: none
+	count  bool
+	fold   bool
+	q      interface{ QuoteTo(clause.Writer, string) }
+}
+
+// write writes the whole statement: one group of branches, or the groups
+// of foldGroup, each ordered and limited (or counted), under the read's
+// ORDER BY and LIMIT (or the sum of the groups' counts).
+func (u *union) write() {
+	if u.fold && len(u.names) <= foldGroup { // one group: the statement is the group
+		if u.count {
+			u.b.WriteString("SELECT count(*) FROM (")
+			u.branches(u.names)
+			u.b.WriteString(") AS g")
 		} else {
-			branches(idx)
-			orderLimit()
+			u.branches(u.names)
+			u.orderLimit()
 		}
-		stmt.SQL.Reset()
-		stmt.SQL.WriteString(b.String())
-		return true
+		return
 	}
-	if count {
-		b.WriteString("SELECT COALESCE(sum(n), 0)::bigint FROM (")
+	if u.count {
+		u.b.WriteString("SELECT COALESCE(sum(n), 0)::bigint FROM (")
 	}
-	if !fold {
-		branches(idx)
+	if !u.fold {
+		u.branches(u.names)
 	}
-	for g := 0; fold && g < len(idx); g += foldGroup {
+	for g := 0; u.fold && g < len(u.names); g += foldGroup {
 		if g > 0 {
-			b.WriteString(" UNION ALL ")
+			u.b.WriteString(" UNION ALL ")
 		}
-		if count {
-			b.WriteString("(SELECT count(*) FROM (")
+		if u.count {
+			u.b.WriteString("(SELECT count(*) FROM (")
 		} else {
-			b.WriteString("(SELECT * FROM (")
+			u.b.WriteString("(SELECT * FROM (")
 		}
-		branches(idx[g:min(g+foldGroup, len(idx))])
-		b.WriteString(") AS g")
+		u.branches(u.names[g:min(g+foldGroup, len(u.names))])
+		u.b.WriteString(") AS g")
 		switch {
-		case count:
-		case len(keys) == 0 && limit < 0:
-			b.WriteString(" OFFSET 0") // kept a group of its own: not folded into the statement's append
+		case u.count:
+		case len(u.keys) == 0 && u.limit < 0:
+			u.b.WriteString(" OFFSET 0") // kept a group of its own: not folded into the statement's append
 		default:
-			orderLimit()
+			u.orderLimit()
 		}
-		b.WriteByte(')')
+		u.b.WriteByte(')')
 	}
-	if count {
-		b.WriteString(") AS u(n)")
+	if u.count {
+		u.b.WriteString(") AS u(n)")
 	} else {
-		orderLimit()
+		u.orderLimit()
 	}
-	stmt.SQL.Reset()
-	stmt.SQL.WriteString(b.String())
-	return true
+}
+
+// branches writes the branch once per schema, joined by UNION ALL.
+func (u *union) branches(names []string) {
+	for j, name := range names {
+		if j > 0 {
+			u.b.WriteString(" UNION ALL ")
+		}
+		u.b.WriteByte('(')
+		for k, piece := range u.pieces {
+			if k > 0 {
+				u.b.WriteString(name)
+			}
+			u.b.WriteString(piece)
+		}
+		u.b.WriteByte(')')
+	}
+}
+
+// orderLimit writes the read's ORDER BY and its LIMIT+OFFSET.
+func (u *union) orderLimit() {
+	for j, k := range u.keys {
+		if j == 0 {
+			u.b.WriteString(" ORDER BY ")
+		} else {
+			u.b.WriteString(", ")
+		}
+		u.q.QuoteTo(&u.b, k.name)
+		if k.desc {
+			u.b.WriteString(" DESC")
+		}
+	}
+	if u.limit >= 0 {
+		u.b.WriteString(" LIMIT ")
+		u.b.WriteString(strconv.Itoa(u.limit))
+	}
 }
 
 // countsRows reports whether a count reads count(*) of every row the

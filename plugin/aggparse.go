@@ -1,0 +1,305 @@
+package plugin
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/shardkit/shardkit/internal/sqlcond"
+)
+
+// Reading an aggregate read's select list and ORDER BY into its aggPlan.
+
+// plainColumn reads a column of the model's table: name, "name", table.name.
+func plainColumn(stmt *gorm.Statement, m *model, s string) (string, error) {
+	toks, _, ok := sqlcond.Lex(strings.TrimSpace(s), false, nil)
+	if !ok {
+		return "", errNotColumn
+	}
+	col, n := sqlcond.ColumnAt(toks, 0)
+	if n != len(toks) || col == "" {
+		return "", errNotColumn
+	}
+	return ownColumn(stmt, m, toks[0:n], col)
+}
+
+var errNotColumn = fmt.Errorf("not a column")
+
+// ownColumn checks that a column reference names a column of the model.
+func ownColumn(stmt *gorm.Statement, m *model, ref []sqlcond.Token, col string) (string, error) {
+	if len(ref) == 3 && !m.ownTable(stmt, ref[0].Text) {
+		return "", errNotColumn
+	}
+	if f := m.schema.LookUpField(col); f == nil || f.DBName != col {
+		return "", errNotColumn
+	}
+	return col, nil
+}
+
+func (ap *aggPlan) addKey(col string) int {
+	for i, k := range ap.keys {
+		if k == col {
+			return i
+		}
+	}
+	ap.keys = append(ap.keys, col)
+	return len(ap.keys) - 1
+}
+
+// parseItems reads the select list: plain columns and count, sum, min,
+// max, avg over a column, each with an optional alias.
+func (ap *aggPlan) parseItems(stmt *gorm.Statement, m *model, text string) error {
+	toks, _, ok := sqlcond.Lex(text, false, nil)
+	if !ok || len(toks) == 0 {
+		return refuseAgg("select list %q cannot be read to merge it across shards; scope the query to one shard", text)
+	}
+	hasAgg := false
+	for _, it := range sqlcond.Items(toks) {
+		item, err := ap.parseItem(stmt, m, it)
+		if err != nil {
+			return err
+		}
+		if item.fn != aggNone {
+			hasAgg = true
+		}
+		ap.items = append(ap.items, item)
+	}
+	if hasAgg {
+		ap.grouped = true
+	}
+	for i := range ap.items {
+		it := &ap.items[i]
+		if it.fn != aggNone {
+			continue
+		}
+		if ap.grouped {
+			k := -1
+			for j, key := range ap.keys {
+				if key == it.col {
+					k = j
+				}
+			}
+			if k < 0 {
+				return refuseAgg("column %s is selected with aggregates but not grouped; across shards every selected column must be in Group (and Postgres requires it)", it.col)
+			}
+			it.key = k
+		} else {
+			it.key = ap.addKey(it.col)
+		}
+	}
+	for i := range ap.items {
+		it := &ap.items[i]
+		if it.fn == aggNone {
+			continue
+		}
+		it.part = ap.nparts
+		ap.nparts++
+		if it.fn == aggAvg {
+			ap.nparts++
+		}
+	}
+	return nil
+}
+
+func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []sqlcond.Token) (aggItem, error) {
+	src := sqlcond.Text(t)
+	var it aggItem
+	n := 0
+	if len(t) >= 3 && t[0].Kind == sqlcond.Ident && !t[0].Quoted && t[1].Kind == sqlcond.LParen {
+		fn, known := aggNames[t[0].Text]
+		end := sqlcond.Closing(t, 1)
+		if !known {
+			return it, refuseAgg("%s in the select list: across shards only count, sum, min, max and avg of a column (and grouped columns) are merged exactly; compute it from those, or scope the query to one shard", src)
+		}
+		arg := t[2:end]
+		switch {
+		case len(arg) == 1 && arg[0].Kind == sqlcond.Op && arg[0].Text == "*" && fn == aggCount:
+		case len(arg) == 1 && arg[0].Kind == sqlcond.Number && fn == aggCount:
+			if v, err := strconv.ParseFloat(arg[0].Text, 64); err != nil || v != 1 {
+				return it, refuseAgg("%s across shards: count a column or count(*)", src)
+			}
+		case len(arg) >= 1 && arg[0].Kind == sqlcond.Ident && !arg[0].Quoted && arg[0].Text == "distinct":
+			return it, refuseAgg("%s across shards: a distinct count does not add up from per-shard counts; read the distinct values (Distinct(col).Pluck) and count them, or scope the query to one shard", src)
+		default:
+			col, k := sqlcond.ColumnAt(arg, 0)
+			if col == "" || k != len(arg) {
+				return it, refuseAgg("%s across shards: only an aggregate of a plain column is merged exactly; scope the query to one shard", src)
+			}
+			c, err := ownColumn(stmt, m, arg, col)
+			if err != nil {
+				return it, refuseAgg("%s across shards: %s is not a column of %s", src, sqlcond.Text(arg), m.table)
+			}
+			it.col = c
+		}
+		it.fn = fn
+		it.name = t[0].Text
+		it.sig = t[0].Text + "(" + it.col + ")"
+		n = end + 1
+	} else {
+		col, k := sqlcond.ColumnAt(t, 0)
+		if col == "" {
+			return it, refuseAgg("%s in the select list cannot be merged across shards: select plain columns and count, sum, min, max or avg of a column", src)
+		}
+		c, err := ownColumn(stmt, m, t[:k], col)
+		if err != nil {
+			return it, refuseAgg("%s in the select list is not a column of %s", src, m.table)
+		}
+		it.col, it.name, it.sig = c, c, c
+		n = k
+	}
+	switch {
+	case n == len(t):
+	case n+2 == len(t) && t[n].Kind == sqlcond.Ident && !t[n].Quoted && t[n].Text == "as" && t[n+1].Kind == sqlcond.Ident:
+		it.name = t[n+1].Text
+	case n+1 == len(t) && t[n].Kind == sqlcond.Ident && t[n].Text != "over" && t[n].Text != "filter":
+		it.name = t[n].Text
+	default:
+		return it, refuseAgg("%s in the select list cannot be merged across shards (window functions, FILTER and expressions work per shard); scope the query to one shard", src)
+	}
+	return it, nil
+}
+
+// parseOrder resolves the ORDER BY terms against the combined rows: an
+// output column (by name, position or the same aggregate), else a
+// grouped column.
+func (ap *aggPlan) parseOrder(stmt *gorm.Statement, m *model) error {
+	c, ok := stmt.Clauses["ORDER BY"]
+	if !ok {
+		return nil
+	}
+	ob, ok := c.Expression.(clause.OrderBy)
+	if !ok || ob.Expression != nil {
+		return refuseAgg("this ORDER BY cannot be applied to rows merged across shards; order by selected columns")
+	}
+	for _, col := range ob.Columns {
+		text := col.Column.Name
+		if !col.Column.Raw {
+			name, table := col.Column.Name, col.Column.Table
+			if name == clause.PrimaryKey {
+				name = m.pk.DBName // First and Last order by the primary key
+			}
+			if table == clause.CurrentTable {
+				table = m.table
+			}
+			text = sqlcond.QuoteIdent(name)
+			if table != "" {
+				text = sqlcond.QuoteIdent(table) + "." + text
+			}
+			if col.Desc {
+				text += " DESC"
+			}
+		}
+		toks, _, ok := sqlcond.Lex(text, false, nil)
+		if !ok {
+			return refuseAgg("ORDER BY %q cannot be applied to rows merged across shards", text)
+		}
+		for _, term := range sqlcond.Items(toks) {
+			if err := ap.orderTerm(stmt, m, term); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []sqlcond.Token) error {
+	src := sqlcond.Text(t)
+	o := aggOrder{out: -1, key: -1}
+	// trailing ASC/DESC and NULLS FIRST/LAST
+	n := len(t)
+	nulls := ""
+	if n >= 2 && t[n-2].Kind == sqlcond.Ident && !t[n-2].Quoted && t[n-2].Text == "nulls" && t[n-1].Kind == sqlcond.Ident && !t[n-1].Quoted {
+		nulls = t[n-1].Text
+		n -= 2
+	}
+	if n >= 1 && t[n-1].Kind == sqlcond.Ident && !t[n-1].Quoted && (t[n-1].Text == "asc" || t[n-1].Text == "desc") {
+		o.desc = t[n-1].Text == "desc"
+		n--
+	}
+	o.nullsFirst = o.desc
+	switch nulls {
+	case "":
+	case "first":
+		o.nullsFirst = true
+	case "last":
+		o.nullsFirst = false
+	default:
+		return refuseAgg("ORDER BY %s cannot be applied to rows merged across shards", src)
+	}
+	e := t[:n]
+	switch {
+	case len(e) == 1 && e[0].Kind == sqlcond.Number:
+		pos, err := strconv.Atoi(e[0].Text)
+		if err != nil || pos < 1 || pos > len(ap.items) {
+			return refuseAgg("ORDER BY %s: no such output column", src)
+		}
+		o.out = pos - 1
+		ap.noPush = true
+	case len(e) == 1 && e[0].Kind == sqlcond.Ident:
+		for i, it := range ap.items {
+			if it.name == e[0].Text {
+				if o.out >= 0 {
+					return refuseAgg("ORDER BY %s is ambiguous", src)
+				}
+				o.out = i
+			}
+		}
+		if o.out < 0 {
+			return ap.orderByColumn(stmt, m, e, o, src)
+		}
+		if ap.items[o.out].name != ap.items[o.out].col {
+			ap.noPush = true // an alias: the shards' select list has none
+		}
+	case len(e) == 3 && e[1].Kind == sqlcond.Dot:
+		return ap.orderByColumn(stmt, m, e, o, src)
+	case len(e) >= 3 && e[0].Kind == sqlcond.Ident && e[1].Kind == sqlcond.LParen && sqlcond.Closing(e, 1) == len(e)-1:
+		probe := aggPlan{}
+		it, err := probe.parseItem(stmt, m, e)
+		if err == nil {
+			for i, x := range ap.items {
+				if x.fn == it.fn && x.sig == it.sig {
+					o.out = i
+					break
+				}
+			}
+		}
+		ap.noPush = true
+		if o.out < 0 {
+			return refuseAgg("ORDER BY %s across shards: order by an aggregate that is also in the Select list, or by its alias", src)
+		}
+	default:
+		return refuseAgg("ORDER BY %s cannot be applied to rows merged across shards; order by selected columns or aggregates", src)
+	}
+	ap.order = append(ap.order, o)
+	return nil
+}
+
+// orderByColumn resolves an ORDER BY input column: a selected plain
+// column, or (grouped) a grouped column.
+func (ap *aggPlan) orderByColumn(stmt *gorm.Statement, m *model, e []sqlcond.Token, o aggOrder, src string) error {
+	col, k := sqlcond.ColumnAt(e, 0)
+	c, err := ownColumn(stmt, m, e[:k], col)
+	if err != nil || k != len(e) {
+		return refuseAgg("ORDER BY %s is not a column of %s", src, m.table)
+	}
+	for i, it := range ap.items {
+		if it.fn == aggNone && it.col == c {
+			o.out = i
+			ap.order = append(ap.order, o)
+			return nil
+		}
+	}
+	if ap.grouped && !ap.distinct {
+		for i, key := range ap.keys {
+			if key == c {
+				o.key = i
+				ap.order = append(ap.order, o)
+				return nil
+			}
+		}
+	}
+	return refuseAgg("ORDER BY %s across shards: order by a selected or grouped column", src)
+}
