@@ -80,118 +80,27 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(log)
 
-	c, external, err := fromEnv()
+	c, err := servers(ctx, o, say)
 	if err != nil {
 		return err
-	}
-	if external {
-		say("using the servers in $%s: %s", envServers, serverNames(c.servers))
-	} else {
-		say("starting PostgreSQL with internal/pglocal: a catalog and 3 servers (wal_level=logical)")
-		if o.pooled {
-			say("each server behind a PgBouncer in transaction mode (internal/pgbouncer): the service's statements go through it, provisioning and moves connect directly")
-		}
-		if c, err = startLocal(ctx, 3, o.pooled); err != nil {
-			return err
-		}
 	}
 	defer c.stop()
 	cfg := app.Config{Addr: "127.0.0.1:0", Catalog: store.CatalogDSN(c.catalog), FenceWait: store.FenceWait(2 * time.Second),
 		Provision: true, Servers: c.servers, Shards: o.shards}
-	say("provisioning %d logical shards on %s", o.shards, serverNames(c.servers))
-	t := time.Now()
-	if err := app.Provision(ctx, cfg, log); err != nil {
-		return err
-	}
-	say("provisioned in %s", time.Since(t).Round(time.Millisecond))
-
-	a, cleanup, err := app.Initialize(ctx, cfg, log)
+	a, url, stopService, err := service(ctx, cfg, say, log)
 	if err != nil {
 		return err
 	}
-	defer cleanup()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	defer stopService()
+	s, err := loadAndMove(ctx, o, out, c, cfg, a, url, start, say, log)
 	if err != nil {
 		return err
 	}
-	sctx, stopServer := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- a.ServeListener(sctx, ln) }()
-	defer func() { stopServer(); <-served }()
-	url := "http://" + ln.Addr().String()
-	say("photo service on %s (admin page: %s/admin, metrics: %s/metrics)", url, url, url)
-
-	runner := loadgen.New(loadgen.Config{URL: url, Users: o.users, Workers: o.workers, Progress: out, ProgressEvery: 2 * time.Second})
-	say("load: creating %d users, their first photos and follows", o.users)
-	if err := runner.Setup(ctx); err != nil {
-		return err
-	}
-	idle := readResources(start)
-	say("idle before the load: %s", idle)
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	loadDone := make(chan loadgen.Result, 1)
-	go func() { loadDone <- runner.Run(loadCtx) }()
-	go func() { // resources every minute while the load runs
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			select {
-			case <-loadCtx.Done():
-				return
-			case <-t.C:
-				say("under load: %s", readResources(start))
-			}
-		}
-	}()
-	say("load: running (uploads, likes, follows, feed reads) with %d workers", o.workers)
-	if err := sleep(ctx, o.warmup); err != nil {
-		return err
-	}
-
-	warm := readResources(start)
-	say("after the warm-up: %s", warm)
-	say("after the warm-up: %s", serverBackends(ctx, a))
-	snapBefore := a.Router.Snapshot()
-	before, err := a.Stats.Rows(ctx, snapBefore)
-	if err != nil {
-		return err
-	}
-	mv, err := moveShards(ctx, o, c, cfg, a, runner, say, log)
-	if err != nil {
-		stopLoad()
-		<-loadDone
-		return err
-	}
-	if err := sleep(ctx, o.cooldown); err != nil {
-		return err
-	}
-	stopLoad()
-	res := <-loadDone
-	say("load stopped")
-	endBackends, err := readBackends(ctx, directDSNs(a.Router.Snapshot()))
-	if err != nil {
-		return err
-	}
-	say("at the end of the load: %s", endBackends)
-	if err := mv.finish(ctx, say); err != nil {
-		return err
-	}
-	end := settle(ctx, start, idle.goroutines+goroutineSlack, 30*time.Second)
-	say("after the load: %s (idle before it: %s)", end, idle)
 	if o.heapProfile != "" {
 		if err := writeHeapProfile(o.heapProfile); err != nil {
 			return err
 		}
 	}
-	snapAfter := a.Router.Snapshot()
-	after, err := a.Stats.Rows(ctx, snapAfter)
-	if err != nil {
-		return err
-	}
-	s := summary{before: before, after: after, versionBefore: snapBefore.Version, versionAfter: snapAfter.Version,
-		load: res, moves: mv.done, windowMaxWrite: runner.WindowMaxWrite(), fenceWaitMax: a.Metrics.MaxFenceWait(),
-		elapsed: time.Since(start), warm: warm, end: end, endBackends: endBackends}
 	s.print(out)
 	// For make figures; nothing unless SHARDKIT_FIGURES_OUT names a file.
 	name := "Demo"
@@ -201,18 +110,125 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err := benchout.Write(name, s.metrics()...); err != nil {
 		return err
 	}
-	if res.Errors > 0 {
-		return fmt.Errorf("%d requests failed", res.Errors)
+	return s.check(o.soak)
+}
+
+// servers starts the local clusters (or takes those $SHARDKIT_DEMO_SERVERS
+// names); the caller stops them.
+func servers(ctx context.Context, o options, say func(string, ...any)) (cluster, error) {
+	c, external, err := fromEnv()
+	if err != nil {
+		return c, err
 	}
-	if o.soak {
-		if err := leaked(idle, warm, end); err != nil {
-			return err
-		}
-		if endBackends.maxMB > backendLimitMB {
-			return fmt.Errorf("a server backend holds %.1f MB of private memory at the end of the load (more than %d MB)", endBackends.maxMB, backendLimitMB)
+	if external {
+		say("using the servers in $%s: %s", envServers, serverNames(c.servers))
+		return c, nil
+	}
+	say("starting PostgreSQL with internal/pglocal: a catalog and 3 servers (wal_level=logical)")
+	if o.pooled {
+		say("each server behind a PgBouncer in transaction mode (internal/pgbouncer): the service's statements go through it, provisioning and moves connect directly")
+	}
+	return startLocal(ctx, 3, o.pooled)
+}
+
+// service provisions the shards and serves the photo service on a free
+// port; stop shuts it down.
+func service(ctx context.Context, cfg app.Config, say func(string, ...any), log *slog.Logger) (a *app.App, url string, stop func(), err error) {
+	say("provisioning %d logical shards on %s", cfg.Shards, serverNames(cfg.Servers))
+	t := time.Now()
+	if err := app.Provision(ctx, cfg, log); err != nil {
+		return nil, "", nil, err
+	}
+	say("provisioned in %s", time.Since(t).Round(time.Millisecond))
+	a, cleanup, err := app.Initialize(ctx, cfg, log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cleanup()
+		return nil, "", nil, err
+	}
+	sctx, stopServer := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.ServeListener(sctx, ln) }()
+	url = "http://" + ln.Addr().String()
+	say("photo service on %s (admin page: %s/admin, metrics: %s/metrics)", url, url, url)
+	return a, url, func() { stopServer(); <-served; cleanup() }, nil
+}
+
+// loadAndMove runs the load, moves shards in the middle of it, and
+// returns what the summary prints.
+func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg app.Config, a *app.App, url string,
+	start time.Time, say func(string, ...any), log *slog.Logger) (summary, error) {
+	runner := loadgen.New(loadgen.Config{URL: url, Users: o.users, Workers: o.workers, Progress: out, ProgressEvery: 2 * time.Second})
+	say("load: creating %d users, their first photos and follows", o.users)
+	if err := runner.Setup(ctx); err != nil {
+		return summary{}, err
+	}
+	idle := readResources(start)
+	say("idle before the load: %s", idle)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	loadDone := make(chan loadgen.Result, 1)
+	go func() { loadDone <- runner.Run(loadCtx) }()
+	go sayResources(loadCtx, start, say)
+	say("load: running (uploads, likes, follows, feed reads) with %d workers", o.workers)
+	if err := sleep(ctx, o.warmup); err != nil {
+		return summary{}, err
+	}
+	warm := readResources(start)
+	say("after the warm-up: %s", warm)
+	say("after the warm-up: %s", serverBackends(ctx, a))
+	snapBefore := a.Router.Snapshot()
+	before, err := a.Stats.Rows(ctx, snapBefore)
+	if err != nil {
+		return summary{}, err
+	}
+	mv, err := moveShards(ctx, o, c, cfg, a, runner, say, log)
+	if err != nil {
+		stopLoad()
+		<-loadDone
+		return summary{}, err
+	}
+	if err := sleep(ctx, o.cooldown); err != nil {
+		return summary{}, err
+	}
+	stopLoad()
+	res := <-loadDone
+	say("load stopped")
+	endBackends, err := readBackends(ctx, directDSNs(a.Router.Snapshot()))
+	if err != nil {
+		return summary{}, err
+	}
+	say("at the end of the load: %s", endBackends)
+	if err := mv.finish(ctx, say); err != nil {
+		return summary{}, err
+	}
+	end := settle(ctx, start, idle.goroutines+goroutineSlack, 30*time.Second)
+	say("after the load: %s (idle before it: %s)", end, idle)
+	snapAfter := a.Router.Snapshot()
+	after, err := a.Stats.Rows(ctx, snapAfter)
+	if err != nil {
+		return summary{}, err
+	}
+	return summary{before: before, after: after, versionBefore: snapBefore.Version, versionAfter: snapAfter.Version,
+		load: res, moves: mv.done, windowMaxWrite: runner.WindowMaxWrite(), fenceWaitMax: a.Metrics.MaxFenceWait(),
+		elapsed: time.Since(start), idle: idle, warm: warm, end: end, endBackends: endBackends}, nil
+}
+
+// sayResources reports the process's resources every minute until ctx ends.
+func sayResources(ctx context.Context, start time.Time, say func(string, ...any)) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			say("under load: %s", readResources(start))
 		}
 	}
-	return nil
 }
 
 // serverBackends describes the servers' backends, or why they could not be read.

@@ -21,8 +21,26 @@ type summary struct {
 	windowMaxWrite              time.Duration // longest write request while moves ran (client side)
 	fenceWaitMax                time.Duration // longest wait of a write on a fenced shard (plugin)
 	elapsed                     time.Duration
-	warm, end                   resources // the process after the warm-up, and after the load
+	idle, warm, end             resources // the process before the load, after the warm-up, and after the load
 	endBackends                 backends  // the servers' backends at the end of the load
+}
+
+// check fails a run whose requests failed, and a soak whose process or
+// server backends grew past their bounds.
+func (s summary) check(soak bool) error {
+	if s.load.Errors > 0 {
+		return fmt.Errorf("%d requests failed", s.load.Errors)
+	}
+	if !soak {
+		return nil
+	}
+	if err := leaked(s.idle, s.warm, s.end); err != nil {
+		return err
+	}
+	if s.endBackends.maxMB > backendLimitMB {
+		return fmt.Errorf("a server backend holds %.1f MB of private memory at the end of the load (more than %d MB)", s.endBackends.maxMB, backendLimitMB)
+	}
+	return nil
 }
 
 func (s summary) print(w io.Writer) {
