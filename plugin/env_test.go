@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -87,10 +88,36 @@ type envOpts struct {
 	// beside registers other plugins on env.db before the shardkit
 	// plugin (dbresolver, …).
 	beside func(*gorm.DB) error
+	// serial keeps the test from running beside others: it measures
+	// what the whole process does (allocations) or changes package
+	// state.
+	serial bool
 }
+
+// parallel lets a top-level test run beside the package's other parallel
+// tests, on databases of its own, unless it must not: it asks so
+// (serial), it runs on a cluster of its own (which pgtest.Set.Add starts
+// and the test stops) or behind poolers it starts and counts, or it is a
+// subtest (whose siblings may share its state). Tests that change
+// package state (unionShards) are serial: Go runs every serial test
+// before the parallel ones start.
+func parallel(t testing.TB, o envOpts) {
+	tt, ok := t.(*testing.T)
+	if !ok || o.serial || o.dsnOf != nil || o.appDSN != nil || strings.Contains(t.Name(), "/") {
+		return
+	}
+	if _, again := parallelTests.LoadOrStore(tt, true); !again {
+		tt.Parallel()
+	}
+}
+
+// parallelTests are the tests parallel has made parallel (a test may
+// build two environments).
+var parallelTests sync.Map
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
+	parallel(t, o)
 	ctx := context.Background()
 	if o.shards == 0 {
 		o.shards = 16
