@@ -215,7 +215,11 @@ func TestKilledHolderIsFenced(t *testing.T) {
 		fi, err := os.Stat(out)
 		return err == nil && fi.Size() >= 8*64*100
 	})
-	time.Sleep(1500 * time.Millisecond) // past at least one renewal (every TTL/3)
+	leased := readSlot(t, cat, 1).expires
+	testkit.Eventually(t, testkit.Wait, func() bool { // past at least one renewal (every TTL/3)
+		r := readSlot(t, cat, 1)
+		return leased != nil && r.expires != nil && r.expires.After(*leased)
+	})
 	child.Kill()
 	killed := readSlot(t, cat, 1)
 	dead := readIDs(t, out)
