@@ -9,8 +9,8 @@
 // Provisioning is paid once per package and shape: the first test of a
 // shape provisions into template databases, and every test gets its own
 // copies of them (pgtest.CloneDatabase), with the catalog pointed at the
-// copies. A test sees exactly what provisioning its own databases would
-// have left, and nothing of other tests.
+// copies. A test sees what provisioning its own databases would have
+// left (but for the map version, see New), and nothing of other tests.
 package shardtest
 
 import (
@@ -59,7 +59,9 @@ type Env struct {
 }
 
 // New provisions an environment of spec (or copies one provisioned
-// before) for the test; its databases are dropped when the test ends.
+// before) for the test; its databases are dropped when the test ends. A
+// copied catalog's map version is past the provisioned one, by one for
+// each server whose DSN it changed to the copy's.
 func New(t testing.TB, spec Spec) *Env {
 	t.Helper()
 	if spec.Used == 0 {
@@ -107,13 +109,26 @@ func New(t testing.TB, spec Spec) *Env {
 		e.DSN[name] = pgtest.CloneDatabase(t, clusters[i], ts.servers[i])
 	}
 	e.register(spec)
-	// The copied catalog names the template databases; it is pointed at
-	// the test's copies as provisioning them would have recorded.
-	for _, s := range e.Servers {
-		pgtest.Exec(t, e.CatalogDSN, `UPDATE shardkit.servers SET dsn = $2, admin_dsn = nullif(nullif($3, ''), $2) WHERE name = $1`,
-			s.Name, s.DSN, s.AdminDSN)
-	}
 	e.open(t)
+	// The copied catalog names the template databases; it is pointed at
+	// the test's copies as an operator moves a server's DSN (which takes
+	// a map version for each server: tests compare versions, they do not
+	// count them from 1).
+	err := e.Catalog.Update(context.Background(), func(ctx context.Context, tx *catalog.Tx) error {
+		for _, s := range e.Servers {
+			admin := s.AdminDSN
+			if admin == "" {
+				admin = s.DSN
+			}
+			if err := tx.SetServerDSN(ctx, s.Name, s.DSN, admin); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("shardtest: point the catalog at the copies: %v", err)
+	}
 	return e
 }
 
