@@ -99,8 +99,8 @@ type envOpts struct {
 // (serial), it runs on a cluster of its own (which pgtest.Set.Add starts
 // and the test stops) or behind poolers it starts and counts, or it is a
 // subtest (whose siblings may share its state). Tests that change
-// package state (unionShards) are serial: Go runs every serial test
-// before the parallel ones start.
+// package state (unionShards: the differential tests) are serial, and Go
+// runs every serial test before the parallel ones start.
 func parallel(t testing.TB, o envOpts) {
 	tt, ok := t.(*testing.T)
 	if !ok || o.serial || o.dsnOf != nil || o.appDSN != nil || strings.Contains(t.Name(), "/") {
