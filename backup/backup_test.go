@@ -16,7 +16,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardtest"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -33,20 +33,8 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := testCtx(t)
-	catDSN := pgtest.NewDatabase(t, 0)
-	srv := pgtest.NewDatabase(t, 1)
-	cat, err := catalog.Open(ctx, catDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{
-		Servers: []migrations.ServerSpec{{Name: "one", DSN: srv}}, Shards: 4, ShardSQL: os.DirFS("testdata/shardsql")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{cat: cat, server: srv, layout: idgen.DefaultLayout()}
+	se := shardtest.New(t, shardtest.Spec{Servers: []string{"one"}, Clusters: []int{1}, Shards: 4, ShardSQL: os.DirFS("testdata/shardsql")})
+	return &env{cat: se.Catalog, server: se.DSN["one"], layout: idgen.DefaultLayout()}
 }
 
 func testCtx(t *testing.T) context.Context {

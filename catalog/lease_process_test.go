@@ -7,15 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // Child processes: the parent re-runs the test binary with these variables.
@@ -132,16 +131,11 @@ func startWaiting(ctx context.Context, cat *Catalog, lc LeaserConfig) (*idgen.Ge
 	}
 }
 
-func startChild(t *testing.T, mode, dsn, out string, count int) *exec.Cmd {
+// startChild runs the test binary again as a child process in mode (see
+// runChild), killed at the end of the test if it still runs.
+func startChild(t *testing.T, mode, dsn, out string, count int) *testkit.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childModeEnv+"="+mode, childDSNEnv+"="+dsn, childOutEnv+"="+out, childCountEnv+"="+strconv.Itoa(count))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd
+	return testkit.StartChild(t, "", childModeEnv+"="+mode, childDSNEnv+"="+dsn, childOutEnv+"="+out, childCountEnv+"="+strconv.Itoa(count))
 }
 
 func readIDs(t *testing.T, path string) []int64 {
@@ -170,7 +164,7 @@ func TestUniqueAcrossProcesses(t *testing.T) {
 	_, dsn := seedCatalog(t, 8, layout)
 	dir := t.TempDir()
 	start := time.Now()
-	var cmds []*exec.Cmd
+	var cmds []*testkit.Child
 	for i := range procs {
 		cmds = append(cmds, startChild(t, "generate", dsn, filepath.Join(dir, strconv.Itoa(i)), each))
 	}
@@ -224,19 +218,16 @@ func TestKilledHolderIsFenced(t *testing.T) {
 	ctx := testCtx(t)
 	out := filepath.Join(t.TempDir(), "held")
 	child := startChild(t, "hold", dsn, out, 0)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if fi, err := os.Stat(out); err == nil && fi.Size() >= 8*64*100 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("child issued no IDs")
-		}
-	}
-	time.Sleep(1500 * time.Millisecond) // past at least one renewal (every TTL/3)
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = child.Wait()
+	testkit.Eventually(t, testkit.Wait, func() bool { // the child issues IDs
+		fi, err := os.Stat(out)
+		return err == nil && fi.Size() >= 8*64*100
+	})
+	leased := readSlot(t, cat, 1).expires
+	testkit.Eventually(t, testkit.Wait, func() bool { // past at least one renewal (every TTL/3)
+		r := readSlot(t, cat, 1)
+		return leased != nil && r.expires != nil && r.expires.After(*leased)
+	})
+	child.Kill()
 	killed := readSlot(t, cat, 1)
 	dead := readIDs(t, out)
 

@@ -8,15 +8,14 @@ import (
 	"hash/maphash"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // reliabilityEnv turns on the long reliability tests (`make reliability`).
@@ -127,7 +126,7 @@ func TestReliabilityIDs(t *testing.T) {
 	start := time.Now()
 
 	type lane struct {
-		cmd     *exec.Cmd
+		child   *testkit.Child
 		running bool
 		files   []string
 	}
@@ -141,8 +140,8 @@ func TestReliabilityIDs(t *testing.T) {
 		l := lanes[i]
 		out := filepath.Join(dir, fmt.Sprintf("%d-%d", i, len(l.files)))
 		l.files = append(l.files, out)
-		l.cmd, l.running = startChild(t, "chaos", dsn, out, count), true
-		go func(c *exec.Cmd, n int) { exits <- exit{i, n, c.Wait()} }(l.cmd, len(l.files))
+		l.child, l.running = startChild(t, "chaos", dsn, out, count), true
+		go func(c *testkit.Child, n int) { exits <- exit{i, n, c.Wait()} }(l.child, len(l.files))
 	}
 	written := func(l *lane) int { // IDs in the lane's files so far
 		n := 0
@@ -165,7 +164,7 @@ func TestReliabilityIDs(t *testing.T) {
 		select {
 		case <-tick.C: // kill one running process; its lane goes on when it has exited
 			if l := lanes[rng.IntN(procs)]; l.running {
-				_ = l.cmd.Process.Signal(syscall.SIGKILL)
+				l.child.Kill() // its exit comes on exits
 			}
 		case e := <-exits:
 			l := lanes[e.lane]
@@ -173,11 +172,10 @@ func TestReliabilityIDs(t *testing.T) {
 				continue
 			}
 			l.running = false
-			var ee *exec.ExitError
 			switch {
 			case e.err == nil:
 				running--
-			case errors.As(e.err, &ee) && ee.ProcessState.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL:
+			case testkit.Killed(e.err):
 				kills++
 				if left := each - written(l); left > 0 {
 					spawn(e.lane, left)

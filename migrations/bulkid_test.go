@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // bulkChildEnv makes the test binary a bulk writer: "catalogDSN serverDSN rounds".
@@ -114,16 +114,9 @@ func TestBulkIDsUniqueAcrossProcessesAndRawSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	const procs, rounds = 4, 12
-	var cmds []*exec.Cmd
+	var cmds []*testkit.Child
 	for range procs {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), bulkChildEnv+"="+catDSN+" "+srvDSN+" "+strconv.Itoa(rounds))
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		cmds = append(cmds, cmd)
+		cmds = append(cmds, testkit.StartChild(t, "", bulkChildEnv+"="+catDSN+" "+srvDSN+" "+strconv.Itoa(rounds)))
 	}
 	done := make(chan struct{})
 	var raw [2]int

@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // countShardTables counts the tables in shard schemas of each server.
@@ -115,33 +114,17 @@ func TestProvisionSurvivesSIGKILL(t *testing.T) {
 	for _, s := range e.servers {
 		args = append(args, s.DSN)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+strings.Join(args, " "))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	child := testkit.StartChild(t, "", childEnv+"="+strings.Join(args, " "))
 	// Kill it once some, but not all, schemas exist.
 	conn := pgtest.Connect(t, e.servers[1].DSN)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.Eventually(t, time.Minute, func() bool { // the child makes progress (or ends)
 		var n int
 		err := conn.QueryRow(context.Background(), `SELECT count(*) FROM shardkit.shard_migrations`).Scan(&n)
-		if err == nil && n > 100 {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			t.Fatalf("the child made no progress in 60 s (last error %v)", err)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	if !cmd.ProcessState.Sys().(syscall.WaitStatus).Signaled() {
-		t.Fatalf("the child finished before the kill: %v", cmd.ProcessState)
+		return err == nil && n > 100 || child.Exited()
+	})
+	child.Kill()
+	if !child.Killed() {
+		t.Fatalf("the child finished before the kill: %v", child.Wait())
 	}
 	half := countShardTables(t, e.servers)
 	t.Logf("killed with %d of 2400 shard tables created", half)

@@ -16,7 +16,7 @@ func TestRoutingAllocations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs clusters")
 	}
-	e := newEnv(t, envOpts{shards: 64})
+	e := newEnv(t, envOpts{shards: 64, serial: true})
 	plain, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
 		t.Fatal(err)

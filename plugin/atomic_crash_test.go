@@ -1,16 +1,13 @@
 package plugin
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/resolver"
 	"github.com/shardkit/shardkit/router"
 )
@@ -62,37 +60,21 @@ func TestAtomicCrash(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- res.Run(ctx) }()
 
-			cmd := exec.Command(os.Args[0], "-test.run=^TestAtomicCrashChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), crashChildEnv+"="+st.step, crashCatEnv+"="+e.catDSN,
+			child := testkit.StartChild(t, "TestAtomicCrashChild", crashChildEnv+"="+st.step, crashCatEnv+"="+e.catDSN,
 				crashDefEnv+"="+e.def, crashUsersEnv+"="+fmt.Sprintf("%d,%d", ua, ub))
-			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			acked := map[int]bool{}
+			// The child prints "ACK k" for each acknowledged transaction
+			// and "STOP gid" at the step, where it waits to be killed.
+			var acked map[int]bool
 			stopped := ""
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				f := strings.Fields(sc.Text())
-				if len(f) == 2 && f[0] == "ACK" {
-					k, _ := strconv.Atoi(f[1])
-					acked[k] = true
-				}
-				if len(f) == 2 && f[0] == "STOP" {
-					stopped = f[1]
-					_ = cmd.Process.Signal(syscall.SIGKILL)
-					break
-				}
-			}
-			_ = cmd.Wait()
+			testkit.Eventually(t, time.Minute, func() bool {
+				acked, stopped = crashChildSaid(child.Output())
+				return stopped != "" || child.Exited()
+			})
+			child.Kill()
 			if stopped == "" {
-				t.Fatalf("the child never reached step %s", st.step)
+				t.Fatalf("the child never reached step %s: %v", st.step, child.Wait())
 			}
-			eventually(t, func() bool {
+			testkit.Eventually(t, time.Minute, func() bool {
 				rep := res.Last()
 				return !rep.At.IsZero() && len(rep.InDoubt) == 0 && len(rep.Errors) == 0 &&
 					prepared(t, e.dsn["a"])+prepared(t, e.dsn["b"])+prepared(t, e.def) == 0 &&
@@ -175,15 +157,22 @@ func TestAtomicCrashChild(t *testing.T) {
 	t.Fatal("the step was never reached")
 }
 
-// eventually waits for cond, checking it again as soon as it fails, for
-// at most a minute.
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in a minute")
+// crashChildSaid reads the child's output of TestAtomicCrash: the
+// transactions it acknowledged, and the gid it stopped at ("" before it
+// printed that line whole).
+func crashChildSaid(out string) (acked map[int]bool, stopped string) {
+	acked = map[int]bool{}
+	lines := strings.Split(out, "\n")
+	for _, line := range lines[:len(lines)-1] { // whole lines only
+
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == "ACK" {
+			k, _ := strconv.Atoi(f[1])
+			acked[k] = true
 		}
-		time.Sleep(10 * time.Millisecond)
+		if len(f) == 2 && f[0] == "STOP" {
+			return acked, f[1]
+		}
 	}
+	return acked, ""
 }

@@ -18,6 +18,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -290,7 +291,7 @@ func TestCopyFromMovedAndFenced(t *testing.T) {
 			before[s] = len(e.shardPhotos(t, s))
 		}
 		e.setShard(t, fenced, home, router.StateFenced)
-		waitFor(t, func() bool { pl, _ := e.r.Snapshot().Placement(fenced); return pl.State == router.StateFenced })
+		testkit.Eventually(t, testkit.Wait, func() bool { pl, _ := e.r.Snapshot().Placement(fenced); return pl.State == router.StateFenced })
 		rows := load()
 		done := make(chan struct{})
 		var rep *CopyReport
@@ -300,7 +301,7 @@ func TestCopyFromMovedAndFenced(t *testing.T) {
 			rep, err = CopyFrom(ctx, e.db, rows)
 		}()
 		// Every other part is written while the fenced one waits.
-		waitFor(t, func() bool {
+		testkit.Eventually(t, testkit.Wait, func() bool {
 			for s := range e.shards {
 				if s != fenced && len(e.shardPhotos(t, s)) != before[s]+10 {
 					return false

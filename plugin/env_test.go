@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardtest"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -87,10 +88,36 @@ type envOpts struct {
 	// beside registers other plugins on env.db before the shardkit
 	// plugin (dbresolver, …).
 	beside func(*gorm.DB) error
+	// serial keeps the test from running beside others: it measures
+	// what the whole process does (allocations) or changes package
+	// state.
+	serial bool
 }
+
+// parallel lets a top-level test run beside the package's other parallel
+// tests, on databases of its own, unless it must not: it asks so
+// (serial), it runs on a cluster of its own (which pgtest.Set.Add starts
+// and the test stops) or behind poolers it starts and counts, or it is a
+// subtest (whose siblings may share its state). Tests that change
+// package state (unionShards: the differential tests) are serial, and Go
+// runs every serial test before the parallel ones start.
+func parallel(t testing.TB, o envOpts) {
+	tt, ok := t.(*testing.T)
+	if !ok || o.serial || o.dsnOf != nil || o.appDSN != nil || strings.Contains(t.Name(), "/") {
+		return
+	}
+	if _, again := parallelTests.LoadOrStore(tt, true); !again {
+		tt.Parallel()
+	}
+}
+
+// parallelTests are the tests parallel has made parallel (a test may
+// build two environments).
+var parallelTests sync.Map
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
+	parallel(t, o)
 	ctx := context.Background()
 	if o.shards == 0 {
 		o.shards = 16
@@ -102,44 +129,22 @@ func newEnv(t testing.TB, o envOpts) *env {
 	if o.four {
 		e.servers = []string{"a", "b", "c", "d"}
 	}
-	e.catDSN = pgtest.NewDatabase(t, 0)
-	cat, err := catalog.Open(ctx, e.catDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	e.cat = cat
-	var specs []migrations.ServerSpec
-	for i, name := range e.servers {
-		if o.dsnOf != nil {
-			e.dsn[name] = o.dsnOf(name)
-		}
-		if e.dsn[name] == "" {
-			e.dsn[name] = pgtest.NewDatabase(t, i%2)
-		}
-		spec := migrations.ServerSpec{Name: name, DSN: e.dsn[name]}
-		if o.appDSN != nil {
-			// The plugin goes through the pooler (the server's DSN);
-			// provisioning connects directly (its admin DSN).
-			if app := o.appDSN(name, e.dsn[name]); app != "" {
-				spec.DSN, spec.AdminDSN = app, e.dsn[name]
-			}
-		}
-		specs = append(specs, spec)
-	}
-	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: specs, Shards: o.shards, ShardSQL: os.DirFS("testdata/shardsql")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Server i is on cluster i%2. The plugin goes through a pooler when
+	// appDSN gives one (the server's DSN); provisioning connects directly
+	// (its admin DSN).
+	se := shardtest.New(t, shardtest.Spec{Servers: e.servers, Shards: o.shards, ShardSQL: os.DirFS("testdata/shardsql"),
+		DSN: o.dsnOf, AppDSN: o.appDSN})
+	e.catDSN, e.cat, e.dsn = se.CatalogDSN, se.Catalog, se.DSN
+	var err error
 	if o.before != nil {
 		o.before(e)
 	}
-	if e.r, err = router.New(ctx, cat); err != nil {
+	if e.r, err = router.New(ctx, e.cat); err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{Router: e.r}
 	if !o.noIDs {
-		l, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
+		l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -41,7 +42,7 @@ func TestFencedShardWaitsThenFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.setShard(t, shard, home, router.StateFenced)
-	waitFor(t, func() bool { pl, _ := e.r.Snapshot().Placement(shard); return pl.State == router.StateFenced })
+	testkit.Eventually(t, testkit.Wait, func() bool { pl, _ := e.r.Snapshot().Placement(shard); return pl.State == router.StateFenced })
 
 	start := time.Now()
 	err := e.db.Create(&Photo{UserID: user}).Error
@@ -93,7 +94,7 @@ func TestFencedShardWaitsThenFails(t *testing.T) {
 	}
 	for round := 1; ; round++ {
 		e.setShard(t, shard, home, router.StateFenced)
-		waitFor(t, func() bool { pl, _ := e.r.Snapshot().Placement(shard); return pl.State == router.StateFenced })
+		testkit.Eventually(t, testkit.Wait, func() bool { pl, _ := e.r.Snapshot().Placement(shard); return pl.State == router.StateFenced })
 		routing = make(chan struct{})
 		changed, stop := e.r.Subscribe()
 		unfenced := make(chan time.Time, 1)
@@ -127,17 +128,6 @@ func TestFencedShardWaitsThenFails(t *testing.T) {
 		t.Logf("round %d: waited %v, went on %v after the map was unfenced", round, waited, done.Sub(at))
 		return
 	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 500; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("condition not met in 5s")
 }
 
 // otherServer names the test env's server that is not s (the env has a

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -185,17 +185,10 @@ func TestLookupChild(t *testing.T) {
 	}
 }
 
-func startLookupChild(t *testing.T, e *env, mode string, names []string, out string) *exec.Cmd {
+func startLookupChild(t *testing.T, e *env, mode string, names []string, out string) *testkit.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLookupChild$", "-test.count=1")
-	cmd.Env = append(os.Environ(), lookupChildEnv+"="+mode, lookupCatalogEnv+"="+e.catDSN,
+	return testkit.StartChild(t, "TestLookupChild", lookupChildEnv+"="+mode, lookupCatalogEnv+"="+e.catDSN,
 		lookupNamesEnv+"="+strings.Join(names, ","), lookupOutEnv+"="+out)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	return cmd
 }
 
 func readOutcomes(t *testing.T, path string) []signUpOutcome {
@@ -230,7 +223,7 @@ func TestLookupConcurrentSignUps(t *testing.T) {
 		names = append(names, fmt.Sprintf("user%02d", i))
 	}
 	var outs []string
-	var cmds []*exec.Cmd
+	var cmds []*testkit.Child
 	if !testing.Short() {
 		dir := t.TempDir()
 		for i := range 2 {
@@ -305,10 +298,8 @@ func TestLookupKilledSignUpIsReclaimed(t *testing.T) {
 	}
 	ctx := context.Background()
 	e := newLookupEnv(t)
-	cmd := startLookupChild(t, e, "kill", []string{"phoenix"}, "")
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+	child := startLookupChild(t, e, "kill", []string{"phoenix"}, "")
+	if err := child.Wait(); !testkit.Killed(err) {
 		t.Fatalf("child: %v, want killed by SIGKILL", err)
 	}
 	members, orphans := e.checkLookups(t)

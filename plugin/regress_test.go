@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm/logger"
 	"gorm.io/plugin/dbresolver"
 
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -309,7 +310,7 @@ func TestFenceInTransactionTakesTheNewHome(t *testing.T) {
 	shard := e.shardOf(user)
 	home := e.serverOf(t, shard)
 	e.setShard(t, shard, home, router.StateFenced)
-	waitFor(t, func() bool { pl, _ := e.r.Snapshot().Placement(shard); return pl.State == router.StateFenced })
+	testkit.Eventually(t, testkit.Wait, func() bool { pl, _ := e.r.Snapshot().Placement(shard); return pl.State == router.StateFenced })
 	var p Photo
 	started := make(chan struct{})
 	done := make(chan error, 1)

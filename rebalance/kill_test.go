@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -69,17 +69,14 @@ func runChild(t *testing.T, e *env, op string, shard int, target string, step St
 // and more of its environment (CHILD_CUTOVER_LAG: Config.CutoverLag).
 func runChildLease(t *testing.T, e *env, op string, shard int, target string, step Step, atEnd bool, lease time.Duration, env ...string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMoverChild$", "-test.count=1")
 	phase := "begin"
 	if atEnd {
 		phase = "end"
 	}
-	cmd.Env = append(os.Environ(), childEnv+"=1", "CHILD_CATALOG="+e.catalogDSN, "CHILD_OP="+op,
-		"CHILD_SHARD="+strconv.Itoa(shard), "CHILD_TARGET="+target, "CHILD_KILL="+string(step), "CHILD_PHASE="+phase, "CHILD_LEASE="+lease.String())
-	cmd.Env = append(cmd.Env, env...)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+	env = append([]string{childEnv + "=1", "CHILD_CATALOG=" + e.catalogDSN, "CHILD_OP=" + op,
+		"CHILD_SHARD=" + strconv.Itoa(shard), "CHILD_TARGET=" + target, "CHILD_KILL=" + string(step), "CHILD_PHASE=" + phase, "CHILD_LEASE=" + lease.String()}, env...)
+	out, err := testkit.RunChild(t, "TestMoverChild", env...)
+	if !testkit.Killed(err) {
 		t.Fatalf("child %s killed at %s/%s: want SIGKILL, got %v\n%s", op, step, phase, err, out)
 	}
 }

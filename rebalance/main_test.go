@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/shardtest"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -55,24 +56,12 @@ func newEnv(t testing.TB, n, used, shards int) *env {
 			pgtest.Exec(t, dsn, `SELECT pg_reload_conf()`)
 		}
 	})
-	e := &env{catalogDSN: pgtest.NewDatabase(t, 0), shards: shards, pools: map[string]*pgxpool.Pool{}}
-	cat, err := catalog.Open(ctx, e.catalogDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	e.cat = cat
+	var names []string
 	for i := range n {
-		e.servers = append(e.servers, migrations.ServerSpec{Name: fmt.Sprintf("s%d", i), DSN: pgtest.NewDatabase(t, i%4)})
+		names = append(names, fmt.Sprintf("s%d", i)) // on cluster i%4
 	}
-	if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: e.servers[:used], Shards: shards, ShardSQL: testSQL}); err != nil {
-		t.Fatal(err)
-	}
-	if used < n {
-		if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: e.servers, Shards: shards, ShardSQL: testSQL}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	se := shardtest.New(t, shardtest.Spec{Servers: names, Shards: shards, Used: used, ShardSQL: testSQL})
+	e := &env{catalogDSN: se.CatalogDSN, cat: se.Catalog, servers: se.Servers, shards: shards, pools: map[string]*pgxpool.Pool{}}
 	for _, s := range e.servers {
 		p, err := pgxpool.New(ctx, s.DSN)
 		if err != nil {

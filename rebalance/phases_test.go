@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // The phase gate: a cutover waits for a running copy, a copy waits for a
@@ -30,7 +32,7 @@ func TestPhaseGate(t *testing.T) {
 		entered <- release
 	}()
 	// Once the cutover waits, a new copy waits behind it.
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting == 1 })
+	testkit.Eventually(t, testkit.Wait, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting == 1 })
 	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	if _, err := g.heavyStep(short); !errors.Is(err, context.DeadlineExceeded) {
@@ -57,7 +59,7 @@ func TestPhaseGate(t *testing.T) {
 	gone, cancelGone := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { _, err := g.cutover(gone); done <- err }()
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting == 1 })
+	testkit.Eventually(t, testkit.Wait, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.waiting == 1 })
 	cancelGone()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled cutover: err = %v", err)
@@ -68,16 +70,4 @@ func TestPhaseGate(t *testing.T) {
 	}
 	end()
 	end2()
-}
-
-// waitFor polls cond until it holds (at most 10 s).
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 10 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }

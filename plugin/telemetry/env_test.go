@@ -17,7 +17,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardtest"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
@@ -60,28 +60,16 @@ func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	ctx := context.Background()
 	e := &env{shards: testShards}
-	cat, err := catalog.Open(ctx, pgtest.NewDatabase(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	e.cat = cat
-	dsnB := o.dsnB
-	if dsnB == "" {
-		dsnB = pgtest.NewDatabase(t, 1)
-	}
-	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{
-		Servers:  []migrations.ServerSpec{{Name: "a", DSN: pgtest.NewDatabase(t, 0)}, {Name: "b", DSN: dsnB}},
-		Shards:   testShards,
-		ShardSQL: os.DirFS("../testdata/shardsql"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e.r, err = router.New(ctx, cat); err != nil {
-		t.Fatal(err)
-	}
-	l, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
+	se := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: testShards, ShardSQL: os.DirFS("../testdata/shardsql"),
+		DSN: func(server string) string {
+			if server == "b" {
+				return o.dsnB // "" for one on cluster 1
+			}
+			return ""
+		}})
+	e.cat = se.Catalog
+	e.r = se.Router(t)
+	l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

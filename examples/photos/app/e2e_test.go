@@ -15,10 +15,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/examples/photos/app"
+	"github.com/shardkit/shardkit/examples/photos/shardsql"
 	"github.com/shardkit/shardkit/examples/photos/store"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardtest"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -49,24 +50,15 @@ func newFixtureShards(t testing.TB, shards int) *fixture { return newFixtureOn(t
 func newFixtureOn(t testing.TB, shards int, dsnOf func(server string) string) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	catDSN := pgtest.NewDatabase(t, 0)
-	cfg := app.Config{Catalog: store.CatalogDSN(catDSN), Shards: shards, FenceWait: store.FenceWait(2 * time.Second), Provision: true}
-	for i, name := range serverNames {
-		dsn := ""
-		if dsnOf != nil {
-			dsn = dsnOf(name)
-		}
-		if dsn == "" {
-			dsn = pgtest.NewDatabase(t, i+1)
-		}
-		cfg.Servers = append(cfg.Servers, migrations.ServerSpec{Name: name, DSN: dsn})
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// Provisioned as app.Provision does (the service's shard SQL), once
+	// per shape, each test getting copies; TestCatalogOutage runs
+	// app.Provision itself. alpha is on cluster 1, beta on cluster 2.
 	start := time.Now()
-	if err := app.Provision(ctx, cfg, log); err != nil {
-		t.Fatalf("provision: %v", err)
-	}
-	t.Logf("provisioned %d shards on 2 servers in %s", shards, time.Since(start).Round(time.Millisecond))
+	se := shardtest.New(t, shardtest.Spec{Servers: serverNames, Clusters: []int{1, 2}, Shards: shards, ShardSQL: shardsql.FS, DSN: dsnOf})
+	t.Logf("%d shards on 2 servers ready in %s", shards, time.Since(start).Round(time.Millisecond))
+	catDSN := se.CatalogDSN
+	cfg := app.Config{Catalog: store.CatalogDSN(catDSN), Shards: shards, FenceWait: store.FenceWait(2 * time.Second), Provision: true, Servers: se.Servers}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	a, cleanup, err := app.Initialize(ctx, cfg, log)
 	if err != nil {
 		t.Fatalf("initialize: %v", err)

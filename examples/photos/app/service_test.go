@@ -17,6 +17,7 @@ import (
 
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
@@ -303,7 +304,7 @@ func TestService(t *testing.T) {
 			}
 		}
 		setState("fenced")
-		waitFor(t, func() bool { p, _ := f.app.Router.Snapshot().Placement(shard); return p.State == "fenced" })
+		testkit.Eventually(t, testkit.Wait, func() bool { p, _ := f.app.Router.Snapshot().Placement(shard); return p.State == "fenced" })
 		time.AfterFunc(400*time.Millisecond, func() { setState("active") })
 		start := time.Now()
 		var p photoJSON
@@ -475,17 +476,6 @@ WHERE table_schema LIKE 'shard\_%' AND table_name IN ('users', 'photos', 'likes'
 		total += n
 	}
 	return total
-}
-
-// waitFor polls cond for up to five seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func cmpID(t *testing.T, a, b string) int {

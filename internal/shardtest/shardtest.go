@@ -1,0 +1,244 @@
+// Package shardtest builds what most of shardkit's database tests start
+// from: a catalog database, servers (a database each on the package's
+// test clusters) and shards provisioned on them by migrations.Provision.
+// Each package keeps a small wrapper for what is its own (models, a
+// plugin, movers).
+//
+//	e := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: 16, ShardSQL: os.DirFS("testdata/shardsql")})
+//
+// Provisioning is paid once per package and shape: the first test of a
+// shape provisions into template databases, and every test gets its own
+// copies of them (pgtest.CloneDatabase), with the catalog pointed at the
+// copies. A test sees what provisioning its own databases would have
+// left (but for the map version, see New), and nothing of other tests.
+package shardtest
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
+)
+
+// Spec is the shape of an environment.
+type Spec struct {
+	Servers []string // server names
+	// Clusters gives the cluster of each server's database, by index
+	// (nil: server i on cluster i modulo the clusters started). The
+	// catalog is on cluster 0.
+	Clusters []int
+	Shards   int
+	ShardSQL fs.FS // the per-shard SQL files
+	// Used provisions the shards onto the first Used servers only, and
+	// registers the others empty (0: all servers).
+	Used int
+	// DSN gives a server's database when it is not a fresh one on the
+	// shared clusters (a cluster of the test's own); "" or nil for those.
+	// An environment with such a server is provisioned in full, without a
+	// template.
+	DSN func(server string) string
+	// AppDSN gives the DSN application traffic reaches a server with (a
+	// pooler in front of it), from its direct DSN; "" or nil keeps the
+	// direct one. Provisioning and Env.DSN use the direct DSN.
+	AppDSN func(server, direct string) string
+}
+
+// Env is a provisioned catalog and its servers.
+type Env struct {
+	CatalogDSN string
+	Catalog    *catalog.Catalog        // closed when the test ends
+	Servers    []migrations.ServerSpec // as registered: DSN (application), AdminDSN (direct, when they differ)
+	DSN        map[string]string       // server name → direct DSN
+}
+
+// New provisions an environment of spec (or copies one provisioned
+// before) for the test; its databases are dropped when the test ends. A
+// copied catalog's map version is past the provisioned one, by one for
+// each server whose DSN it changed to the copy's.
+func New(t testing.TB, spec Spec) *Env {
+	t.Helper()
+	if spec.Used == 0 {
+		spec.Used = len(spec.Servers)
+	}
+	clusters := make([]int, len(spec.Servers))
+	for i := range spec.Servers {
+		if spec.Clusters != nil {
+			clusters[i] = spec.Clusters[i]
+		} else {
+			clusters[i] = i % len(pgtest.Set(t).Clusters)
+		}
+	}
+	own := map[string]string{}
+	if spec.DSN != nil {
+		for _, name := range spec.Servers {
+			if dsn := spec.DSN(name); dsn != "" {
+				own[name] = dsn
+			}
+		}
+	}
+	e := &Env{DSN: map[string]string{}}
+	var ts *templateSet
+	if len(own) == 0 {
+		ts = templatesFor(t, spec, clusters)
+	}
+	if ts == nil {
+		// Databases of the test's own clusters, or a shape met for the
+		// first time: provisioned here, without a template.
+		e.CatalogDSN = pgtest.NewDatabase(t, 0)
+		for i, name := range spec.Servers {
+			if e.DSN[name] = own[name]; e.DSN[name] == "" {
+				e.DSN[name] = pgtest.NewDatabase(t, clusters[i])
+			}
+		}
+		e.open(t)
+		e.register(spec)
+		if err := provision(context.Background(), e.Catalog, spec, e.Servers); err != nil {
+			t.Fatalf("shardtest: provision: %v", err)
+		}
+		return e
+	}
+	e.CatalogDSN = pgtest.CloneDatabase(t, 0, ts.catalog)
+	for i, name := range spec.Servers {
+		e.DSN[name] = pgtest.CloneDatabase(t, clusters[i], ts.servers[i])
+	}
+	e.register(spec)
+	e.open(t)
+	// The copied catalog names the template databases; it is pointed at
+	// the test's copies as an operator moves a server's DSN (which takes
+	// a map version for each server: tests compare versions, they do not
+	// count them from 1).
+	err := e.Catalog.Update(context.Background(), func(ctx context.Context, tx *catalog.Tx) error {
+		for _, s := range e.Servers {
+			admin := s.AdminDSN
+			if admin == "" {
+				admin = s.DSN
+			}
+			if err := tx.SetServerDSN(ctx, s.Name, s.DSN, admin); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("shardtest: point the catalog at the copies: %v", err)
+	}
+	return e
+}
+
+// register fills e.Servers from e.DSN and spec.AppDSN.
+func (e *Env) register(spec Spec) {
+	for _, name := range spec.Servers {
+		s := migrations.ServerSpec{Name: name, DSN: e.DSN[name]}
+		if spec.AppDSN != nil {
+			if app := spec.AppDSN(name, s.DSN); app != "" {
+				s.DSN, s.AdminDSN = app, e.DSN[name]
+			}
+		}
+		e.Servers = append(e.Servers, s)
+	}
+}
+
+func (e *Env) open(t testing.TB) {
+	t.Helper()
+	cat, err := catalog.Open(context.Background(), e.CatalogDSN)
+	if err != nil {
+		t.Fatalf("shardtest: %v", err)
+	}
+	t.Cleanup(cat.Close)
+	e.Catalog = cat
+}
+
+// Router is a router on the environment's catalog.
+func (e *Env) Router(t testing.TB) *router.Router {
+	t.Helper()
+	r, err := router.New(context.Background(), e.Catalog)
+	if err != nil {
+		t.Fatalf("shardtest: router: %v", err)
+	}
+	return r
+}
+
+// provision provisions the shards onto the used servers, then registers
+// the others.
+func provision(ctx context.Context, cat *catalog.Catalog, spec Spec, servers []migrations.ServerSpec) error {
+	opts := migrations.ProvisionOptions{Servers: servers[:spec.Used], Shards: spec.Shards, ShardSQL: spec.ShardSQL}
+	if err := migrations.Provision(ctx, cat, opts); err != nil {
+		return err
+	}
+	if spec.Used < len(servers) {
+		opts.Servers = servers
+		return migrations.Provision(ctx, cat, opts)
+	}
+	return nil
+}
+
+// templateSet is a provisioned catalog and its servers' databases, sealed
+// to be copied.
+type templateSet struct {
+	uses    int
+	catalog string   // database name on cluster 0
+	servers []string // database names, by server index
+	err     error
+}
+
+var (
+	mu        sync.Mutex
+	templates = map[string]*templateSet{}
+)
+
+// templatesFor returns the templates of spec, provisioning them on its
+// second use, or nil on the first: a shape that one test alone uses (2000
+// shards, say) is cheaper provisioned in place than provisioned and then
+// copied. Names and clusters matter to the copies (the catalog records the
+// names, the databases live on the clusters); the AppDSN does not: the
+// catalog is pointed at each test's DSNs after the copy.
+func templatesFor(t testing.TB, spec Spec, clusters []int) *templateSet {
+	t.Helper()
+	key := fmt.Sprintf("%q %v shards=%d used=%d sql=%T %v", spec.Servers, clusters, spec.Shards, spec.Used, spec.ShardSQL, spec.ShardSQL)
+	mu.Lock()
+	defer mu.Unlock()
+	ts := templates[key]
+	if ts == nil {
+		templates[key] = &templateSet{uses: 1}
+		return nil
+	}
+	if ts.uses++; ts.uses > 2 {
+		if ts.err != nil {
+			t.Fatalf("shardtest: the templates of this shape failed before: %v", ts.err)
+		}
+		return ts
+	}
+	ts.err = fmt.Errorf("an earlier test failed to provision them")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var catDSN string
+	ts.catalog, catDSN = pgtest.NewTemplate(t, 0)
+	var servers []migrations.ServerSpec
+	for i, name := range spec.Servers {
+		db, dsn := pgtest.NewTemplate(t, clusters[i])
+		ts.servers = append(ts.servers, db)
+		servers = append(servers, migrations.ServerSpec{Name: name, DSN: dsn})
+	}
+	cat, err := catalog.Open(ctx, catDSN)
+	if err == nil {
+		err = provision(ctx, cat, spec, servers)
+		cat.Close()
+	}
+	if err != nil {
+		ts.err = err
+		t.Fatalf("shardtest: provision the templates: %v", err)
+	}
+	pgtest.Seal(t, 0, ts.catalog)
+	for i, db := range ts.servers {
+		pgtest.Seal(t, clusters[i], db)
+	}
+	ts.err = nil
+	return ts
+}
