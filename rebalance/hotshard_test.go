@@ -52,8 +52,10 @@ func TestHotShardMove(t *testing.T) {
 		defer wg.Done()
 		for wctx.Err() == nil {
 			// 20 rows a statement, a pause between: several times what the
-			// target applies at 2ms a row.
-			_, err := e.pools["s0"].Exec(wctx, `INSERT INTO shard_0000.photos (user_id, caption) SELECT 0, 'hot' FROM generate_series(1, 20)`)
+			// target applies at 2ms a row. The statement runs on ctx, not
+			// wctx: stopping the writer lets a statement in flight finish,
+			// so every row that commits is counted.
+			_, err := e.pools["s0"].Exec(ctx, `INSERT INTO shard_0000.photos (user_id, caption) SELECT 0, 'hot' FROM generate_series(1, 20)`)
 			if err != nil {
 				return // fenced or moved: the writer stops, as a router would retry elsewhere
 			}
