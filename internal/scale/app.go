@@ -44,8 +44,8 @@ type appConfig struct {
 // appReport is what an app process reports when its stdin closes.
 type appReport struct {
 	Index     int
-	Path      string // "go": IDs made in Go with a leased slot; "db": next_id() with RETURNING
-	Startup   time.Duration
+	Path      string        // "go": IDs made in Go with a leased slot; "db": next_id() with RETURNING
+	Startup   time.Duration // spawn to the plugin ready (db.Use returned)
 	FirstRead time.Duration // 0 unless asked for
 	Writes    int
 	Reads     int

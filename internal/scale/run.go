@@ -171,8 +171,7 @@ func (r *run) spawn(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	r.res.AllReady = time.Since(start)
-	r.log.Info("app processes ready", "procs", r.o.Procs, "took", r.res.AllReady.Round(time.Millisecond))
+	r.log.Info("app processes ready", "procs", r.o.Procs, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
