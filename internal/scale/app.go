@@ -46,6 +46,8 @@ type appReport struct {
 	Index     int
 	Path      string        // "go": IDs made in Go with a leased slot; "db": next_id() with RETURNING
 	Startup   time.Duration // spawn to the plugin ready (db.Use returned)
+	Routed    time.Duration // spawn to every router loaded
+	Leased    time.Duration // spawn to the ID slot leased (or refused)
 	FirstRead time.Duration // 0 unless asked for
 	Writes    int
 	Reads     int
@@ -146,6 +148,7 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 		watchers.Go(func() { _ = r.WatchWith(wctx, router.WatchOptions{Poll: cfg.Poll}) })
 	}
 	rt := routers[0]
+	rep.Routed = time.Since(time.Unix(0, cfg.Spawned))
 
 	pcfg := plugin.Config{Router: rt, StatementTimeout: -1}
 	gen, release, err := catalog.StartGenerator(ctx, cats[0],
@@ -159,6 +162,7 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 		defer release()
 		pcfg.IDs = gen
 	}
+	rep.Leased = time.Since(time.Unix(0, cfg.Spawned))
 	switch cfg.WarmUp {
 	case "off":
 		pcfg.SkipWarmUp = true

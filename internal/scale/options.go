@@ -3,6 +3,8 @@ package scale
 import (
 	"fmt"
 	"time"
+
+	"github.com/shardkit/shardkit/router"
 )
 
 // Options configure one run of the harness (one size).
@@ -28,7 +30,7 @@ type Options struct {
 	// Every is the interval of each process's write-and-read. 0 means 500ms.
 	Every time.Duration
 	// Poll is the routers' map-version interval (router.WatchOptions.Poll).
-	// 0 means 250ms.
+	// 0 means router.DefaultPoll.
 	Poll time.Duration
 	// WarmUp is the plugin's start-up warm-up: "bounded" (the default,
 	// plugin.DefaultWarmUpTimeout), "background", "full" (no bound) or "off".
@@ -61,7 +63,7 @@ func (o Options) withDefaults() Options {
 	}
 	dur(&o.Load, 10*time.Second)
 	dur(&o.Every, 500*time.Millisecond)
-	dur(&o.Poll, 250*time.Millisecond)
+	dur(&o.Poll, router.DefaultPoll)
 	dur(&o.Ready, 5*time.Minute)
 	if o.WarmUp == "" {
 		o.WarmUp = "bounded"

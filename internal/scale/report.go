@@ -17,6 +17,7 @@ type Result struct {
 	Writes, Reads, Errors      int
 	ErrorSamples               []string
 	Startup                    []time.Duration // spawn to ready, each process
+	Routed, Leased             []time.Duration // spawn to the routers loaded, to the slot leased
 	AllReady                   time.Duration   // first spawn to the last process's start-up done
 	FirstRead                  []time.Duration // each process's first read across all shards
 	RSSStart, RSSEnd           []float64       // MB, each process
@@ -84,6 +85,7 @@ func (r *Result) summarise(procs []*proc, flips map[int64]int64) {
 			}
 		}
 		r.Startup = append(r.Startup, rep.Startup)
+		r.Routed, r.Leased = append(r.Routed, rep.Routed), append(r.Leased, rep.Leased)
 		r.AllReady = max(r.AllReady, p.spawned.Sub(first)+rep.Startup)
 		if rep.FirstRead > 0 {
 			r.FirstRead = append(r.FirstRead, rep.FirstRead)
@@ -119,6 +121,8 @@ func (r *Result) summarise(procs []*proc, flips map[int64]int64) {
 	}
 	slices.Sort(r.Propagation)
 	slices.Sort(r.Startup)
+	slices.Sort(r.Routed)
+	slices.Sort(r.Leased)
 	slices.Sort(r.FirstRead)
 }
 
@@ -168,6 +172,8 @@ func (r *Result) Table() string {
 	row("catalog CPU (cluster + pooler)", fmt.Sprintf("%.1f s in %.0f s = %.1f%% of a core; %.3f ms/s per router",
 		r.CatalogCPU, r.Window.Seconds(), 100*r.CatalogCPU/max(r.Window.Seconds(), 1e-9), perRouter), "routers")
 	row("start-up: spawn → plugin ready (p50 / max; first spawn → last ready)", fmt.Sprintf("%s / %s; %s", ms(quantile(r.Startup, 0.5)), ms(quantile(r.Startup, 1)), ms(r.AllReady)), "processes")
+	row("… of which routers loaded, slot leased (p50 / max)", fmt.Sprintf("%s / %s, %s / %s", ms(quantile(r.Routed, 0.5)), ms(quantile(r.Routed, 1)),
+		ms(quantile(r.Leased, 0.5)), ms(quantile(r.Leased, 1))), "processes")
 	if len(r.FirstRead) > 0 {
 		row("first read across all shards (p50 / max)", fmt.Sprintf("%s / %s", ms(quantile(r.FirstRead, 0.5)), ms(quantile(r.FirstRead, 1))), "processes")
 	}

@@ -27,7 +27,7 @@ func main() {
 	flag.IntVar(&o.Moves, "moves", 1, "shards moved in the middle of the load")
 	flag.DurationVar(&o.Load, "load", 0, "load before and after the moves, each (0: 10s)")
 	flag.DurationVar(&o.Every, "every", 0, "each process's write-and-read interval (0: 500ms)")
-	flag.DurationVar(&o.Poll, "poll", 0, "the routers' map-version interval (0: 250ms)")
+	flag.DurationVar(&o.Poll, "poll", 0, "the routers' map-version interval (0: router.DefaultPoll)")
 	flag.StringVar(&o.WarmUp, "warmup", "bounded", "the plugin's warm-up: bounded, background, full or off")
 	flag.BoolVar(&o.Direct, "direct", false, "connect the processes to the servers and the catalog directly, not through PgBouncers")
 	flag.BoolVar(&o.FirstRead, "first-read", false, "time each process's first read across all shards")
