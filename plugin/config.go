@@ -20,7 +20,7 @@ const (
 	DefaultConnectTimeout   = 5 * time.Second
 	DefaultServerRetry      = time.Second
 	DefaultStatementTimeout = 30 * time.Second
-	DefaultWarmUpTimeout    = 5 * time.Second
+	DefaultWarmUpTimeout    = 2 * time.Second
 )
 
 // IDSource issues IDs for new rows. *idgen.Generator satisfies it. When Next

@@ -37,7 +37,9 @@ type Result struct {
 	CatalogBackends int // most client backends seen on the catalog
 	CatalogClients  int // most client connections seen on its pooler; 0 when direct
 
-	// The shard servers' client backends.
+	// The shard servers' client backends, and their poolers' clients
+	// (most seen, all servers; 0 when direct).
+	ServerClients              int
 	BackendsStart, BackendsEnd backends
 	MoveTimes                  []time.Duration
 }
@@ -181,6 +183,9 @@ func (r *Result) Table() string {
 	row("process Go heap start → end (p50 / max)", mbStats(r.HeapStart)+" → "+mbStats(r.HeapEnd), "processes")
 	row("server backends start → end (count, private MB total / largest)", fmt.Sprintf("%d, %.0f / %.1f → %d, %.0f / %.1f",
 		r.BackendsStart.Count, r.BackendsStart.TotalMB, r.BackendsStart.MaxMB, r.BackendsEnd.Count, r.BackendsEnd.TotalMB, r.BackendsEnd.MaxMB), "servers")
+	if !o.Direct {
+		row("server poolers: client connections (most, all servers)", fmt.Sprint(r.ServerClients), "processes")
+	}
 	return b.String()
 }
 

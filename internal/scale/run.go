@@ -245,6 +245,13 @@ func (r *run) sampleCatalog(ctx context.Context) (stop func()) {
 			if r.e.catalogBouncer != nil {
 				r.res.CatalogClients = max(r.res.CatalogClients, poolerClients(sctx, r.e.catalogBouncer.DSN("pgbouncer")))
 			}
+			servers := 0
+			for _, b := range r.e.bouncers {
+				if b != r.e.catalogBouncer {
+					servers += poolerClients(sctx, b.DSN("pgbouncer"))
+				}
+			}
+			r.res.ServerClients = max(r.res.ServerClients, servers)
 			select {
 			case <-sctx.Done():
 				return
