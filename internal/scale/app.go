@@ -256,14 +256,22 @@ func readMemory() memory {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	m := memory{HeapMB: float64(ms.HeapAlloc) / (1 << 20)}
-	if b, err := os.ReadFile("/proc/self/statm"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 1 {
-			if pages, err := strconv.ParseInt(f[1], 10, 64); err == nil {
-				m.RSSMB = float64(pages*int64(os.Getpagesize())) / (1 << 20)
-			}
-		}
-	}
+	m.RSSMB, _ = statmRSS("/proc/self/statm")
 	return m
+}
+
+// statmRSS reads a resident set size, in MB, from a /proc statm file.
+func statmRSS(path string) (float64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	return float64(pages*int64(os.Getpagesize())) / (1 << 20), err == nil
 }
 
 // readLine reads one line from r (the app's "ready").

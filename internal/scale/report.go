@@ -21,6 +21,7 @@ type Result struct {
 	AllReady                   time.Duration   // first spawn to the last process's start-up done
 	FirstRead                  []time.Duration // each process's first read across all shards
 	RSSStart, RSSEnd           []float64       // MB, each process
+	RSSMid, RSSLate            []float64       // MB, each process, read from outside before the moves and at the end of the load
 	HeapStart, HeapEnd         []float64       // MB, each process
 
 	// Per router (the stand-ins included).
@@ -179,7 +180,7 @@ func (r *Result) Table() string {
 	if len(r.FirstRead) > 0 {
 		row("first read across all shards (p50 / max)", fmt.Sprintf("%s / %s", ms(quantile(r.FirstRead, 0.5)), ms(quantile(r.FirstRead, 1))), "processes")
 	}
-	row("process RSS start → end (p50 / max)", mbStats(r.RSSStart)+" → "+mbStats(r.RSSEnd), "processes")
+	row("process RSS start → before the move → end of the load (p50 / max)", mbStats(r.RSSStart)+" → "+mbStats(r.RSSMid)+" → "+mbStats(r.RSSLate), "processes")
 	row("process Go heap start → end (p50 / max)", mbStats(r.HeapStart)+" → "+mbStats(r.HeapEnd), "processes")
 	row("server backends start → end (count, private MB total / largest)", fmt.Sprintf("%d, %.0f / %.1f → %d, %.0f / %.1f",
 		r.BackendsStart.Count, r.BackendsStart.TotalMB, r.BackendsStart.MaxMB, r.BackendsEnd.Count, r.BackendsEnd.TotalMB, r.BackendsEnd.MaxMB), "servers")

@@ -90,11 +90,13 @@ func (r *run) do(ctx context.Context) error {
 	sampler := r.sampleCatalog(ctx)
 
 	sleep(ctx, r.o.Load)
+	r.res.RSSMid = r.rss()
 	if err := r.move(ctx, cat); err != nil {
 		return err
 	}
 	sleep(ctx, r.o.Load)
 
+	r.res.RSSLate = r.rss()
 	r.res.CatalogCPU = r.catalogCPU() - cpu0
 	r.res.Window = time.Since(at0)
 	sampler()
@@ -340,4 +342,16 @@ func (l *limitedWriter) Write(b []byte) (int, error) {
 		l.w.Write(b[:min(len(b), room)])
 	}
 	return len(b), nil
+}
+
+// rss reads each app process's resident set from outside (no collection
+// forced): the memory between the start and the end of the load.
+func (r *run) rss() []float64 {
+	var out []float64
+	for _, p := range r.procs {
+		if mb, ok := statmRSS("/proc/" + strconv.Itoa(p.cmd.Process.Pid) + "/statm"); ok {
+			out = append(out, mb)
+		}
+	}
+	return out
 }
