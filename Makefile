@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./...
 RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/...
 
-.PHONY: test test-short vet lint bench fuzz demo demo-pooled reliability generate postgres tools figures
+.PHONY: test test-short vet lint bench fuzz demo demo-pooled reliability scale generate postgres tools figures
 
 ## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
 # Both stages always run: a failure in the first must not hide what -race finds.
@@ -53,6 +53,13 @@ fuzz:
 reliability: postgres
 	SHARDKIT_RELIABILITY=1 $(GO) test -count=1 -run TestReliabilityIDs -v -timeout 30m ./catalog
 	$(GO) run ./examples/photos/cmd/demo -warmup 5m -cooldown 5m -soak
+
+## scale: the scale harness — app processes (OS processes) with routers, the plugin and IDs,
+## servers behind PgBouncers, a shard move under load; one table per size (see docs/scale.md).
+## SCALE_FLAGS passes flags, e.g. make scale SCALE_FLAGS='-procs 300 -routers 4'
+SCALE_FLAGS ?= -procs 20,100,300 -routers 4
+scale: postgres
+	$(GO) run ./internal/scale/cmd/scale $(SCALE_FLAGS)
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres

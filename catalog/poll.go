@@ -40,34 +40,16 @@ func (c *Catalog) MapVersion(ctx context.Context) (int64, error) {
 // snapshot, but only the shard-map rows changed after since.Version, and
 // applies them to since (router.Snapshot.Next). since nil is Load. It is
 // part of the router.VersionSource interface.
+//
+// The whole read is one batch, one round trip: a repeatable-read
+// transaction that reads the version, the servers and the changed rows.
+// At a flip every process reloads at once, so each round trip saved is
+// saved a thousand times on the catalog and its pooler.
 func (c *Catalog) LoadChanges(ctx context.Context, since *router.Snapshot) (*router.Snapshot, error) {
 	if since == nil {
 		return c.Load(ctx)
 	}
-	var snap *router.Snapshot
-	err := pgx.BeginTxFunc(ctx, c.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		var version int64
-		if err := tx.QueryRow(ctx, sqlMapVersionNow).Scan(&version); err != nil {
-			return err
-		}
-		if version <= since.Version {
-			snap = since
-			return nil
-		}
-		servers, err := readServers(ctx, tx)
-		if err != nil {
-			return err
-		}
-		changed, err := readPlacements(ctx, tx, since.Version)
-		if err != nil {
-			return err
-		}
-		snap, err = since.Next(version, servers, changed)
-		if err != nil {
-			return fmt.Errorf("shardkit: %w", err)
-		}
-		return nil
-	})
+	snap, err := c.loadChanges(ctx, since)
 	if err != nil {
 		if errors.Is(err, router.ErrBadCatalog) {
 			return nil, err
@@ -80,6 +62,57 @@ func (c *Catalog) LoadChanges(ctx context.Context, since *router.Snapshot) (*rou
 	return snap, nil
 }
 
+func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap *router.Snapshot, err error) {
+	b := &pgx.Batch{}
+	b.Queue(sqlBeginSnapshot)
+	b.Queue(sqlMapVersionNow)
+	b.Queue(sqlServersAll)
+	b.Queue(sqlPlacementsSince, since.Version)
+	b.Queue(`COMMIT`)
+	br := c.pool.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil && cerr != nil {
+			snap, err = nil, cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	var version int64
+	if err := br.QueryRow().Scan(&version); err != nil {
+		return nil, err
+	}
+	servers, err := readServers(ctx, batchQuerier{br})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	changed, err := pgx.CollectRows(rows, scanPlacement)
+	if err != nil {
+		return nil, err
+	}
+	if version <= since.Version {
+		return since, nil
+	}
+	snap, err = since.Next(version, servers, changed)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: %w", err)
+	}
+	return snap, nil
+}
+
+// sqlBeginSnapshot opens the read-only, repeatable-read transaction of a
+// batched read: every statement after it sees one snapshot.
+const sqlBeginSnapshot = `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY`
+
+// batchQuerier reads the next result of a batch as readServers' Query.
+type batchQuerier struct{ br pgx.BatchResults }
+
+func (q batchQuerier) Query(context.Context, string, ...any) (pgx.Rows, error) { return q.br.Query() }
+
 // readPlacements reads the shard-map rows of versions after since, by
 // shard; since < 0 reads every row.
 func readPlacements(ctx context.Context, tx pgx.Tx, since int64) ([]router.Placement, error) {
@@ -91,14 +124,17 @@ func readPlacements(ctx context.Context, tx pgx.Tx, since int64) ([]router.Place
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (router.Placement, error) {
-		var p router.Placement
-		var state string
-		err := r.Scan(&p.Shard, &p.Server, &state)
-		p.State = router.ShardState(state)
-		p.Schema = router.SchemaName(p.Shard)
-		return p, err
-	})
+	return pgx.CollectRows(rows, scanPlacement)
+}
+
+// scanPlacement reads one shard-map row.
+func scanPlacement(r pgx.CollectableRow) (router.Placement, error) {
+	var p router.Placement
+	var state string
+	err := r.Scan(&p.Shard, &p.Server, &state)
+	p.State = router.ShardState(state)
+	p.Schema = router.SchemaName(p.Shard)
+	return p, err
 }
 
 var _ router.VersionSource = (*Catalog)(nil)

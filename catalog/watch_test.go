@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,5 +209,69 @@ func pollPropagation(t *testing.T, cat, routersCat *Catalog, how string) {
 		benchout.Metric{Value: float64(lat[len(lat)-1].Milliseconds()), Unit: "max-ms"},
 		benchout.Metric{Value: float64(backends), Unit: "catalog-backends"}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// countingCatalog counts the version checks and reloads routers make.
+type countingCatalog struct {
+	*Catalog
+	checks, reloads *atomic.Int64
+}
+
+func (c countingCatalog) MapVersion(ctx context.Context) (int64, error) {
+	c.checks.Add(1)
+	return c.Catalog.MapVersion(ctx)
+}
+
+func (c countingCatalog) LoadChanges(ctx context.Context, since *router.Snapshot) (*router.Snapshot, error) {
+	c.reloads.Add(1)
+	return c.Catalog.LoadChanges(ctx, since)
+}
+
+// TestPollShared: the polling routers of one process on one catalog share
+// one version check per interval and one reload per map change, so the
+// catalog's work does not grow with the number of routers.
+func TestPollShared(t *testing.T) {
+	const routers, poll = 50, 20 * time.Millisecond
+	cat, _ := seedCatalog(t, 64, idgen.DefaultLayout())
+	ctx := testCtx(t)
+	src := countingCatalog{Catalog: cat, checks: new(atomic.Int64), reloads: new(atomic.Int64)}
+	rs := make([]*router.Router, routers)
+	for i := range rs {
+		r, err := router.New(ctx, src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs[i] = r
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, r := range rs {
+		wg.Go(func() { _ = r.WatchWith(wctx, router.WatchOptions{Poll: poll}) })
+	}
+	v, err := cat.PlaceShard(ctx, 5, testServers[1], router.StateActive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		for r.Snapshot().Version < v {
+			if ctx.Err() != nil {
+				t.Fatalf("router %d still serves version %d, want %d", i, r.Snapshot().Version, v)
+			}
+			time.Sleep(poll) // poll: the routers are polling too
+		}
+	}
+	time.Sleep(10 * poll) // idle checks
+	stop()
+	wg.Wait()
+	elapsed := time.Since(start)
+	// One shared check runs at most once per interval (each starts an
+	// interval after the previous ended); one per router would be 50 times that.
+	if c, most := src.checks.Load(), int64(elapsed/poll)+2; c > most {
+		t.Fatalf("%d routers made %d version checks in %v; one shared check makes at most %d", routers, c, elapsed, most)
+	}
+	if n := src.reloads.Load(); n != 1 {
+		t.Fatalf("%d routers reloaded the changed rows %d times for one map change, want once", routers, n)
 	}
 }

@@ -20,6 +20,7 @@ const (
 	DefaultConnectTimeout   = 5 * time.Second
 	DefaultServerRetry      = time.Second
 	DefaultStatementTimeout = 30 * time.Second
+	DefaultWarmUpTimeout    = 2 * time.Second
 )
 
 // DefaultStatementCacheCapacity is a per-connection prepared statement
@@ -134,6 +135,17 @@ type Config struct {
 	// Register): start-up is then faster, and the first read across a
 	// server's shards pays for it instead.
 	SkipWarmUp bool
+	// WarmUpTimeout bounds the start-up warm-up: what is not warmed by
+	// then is left to the first read that needs it, so a process's
+	// start-up stays short when hundreds start at once against the same
+	// servers. Zero means DefaultWarmUpTimeout; negative means no bound.
+	WarmUpTimeout time.Duration
+	// WarmUpInBackground runs the warm-up after Register returns, on one
+	// connection per server, instead of before: start-up does not wait
+	// for it, and reads that come while it runs use other connections,
+	// cold ones. Behind a transaction pooler, whose server connections
+	// are shared and stay warm across processes, it is the better choice.
+	WarmUpInBackground bool
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
 	// over pgx, as StatementCacheCapacity, ConnectTimeout and
 	// StatementTimeout describe, with configuration refusals reported as
@@ -174,6 +186,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
+	}
+	if c.WarmUpTimeout == 0 {
+		c.WarmUpTimeout = DefaultWarmUpTimeout
 	}
 	return c
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,9 +33,6 @@ var errNotPgx = errors.New("not a pgx connection")
 // batches of 100 keep the warm-up's own planning small.
 const warmBatch = 100
 
-// warmUpTimeout bounds the start-up warm-up of all servers.
-const warmUpTimeout = 60 * time.Second
-
 // warmUp opens, on one connection of each server's pool, every
 // registered table of every shard the server holds, with their primary
 // key indexes: a Postgres backend loads a table's catalog entries the
@@ -49,50 +45,79 @@ const warmUpTimeout = 60 * time.Second
 // a real read) and run under EXPLAIN ANALYZE (the executor opens each
 // table and index and reads their pages), so no rows come back however
 // wide they are. Servers are warmed at once; one that does not answer is
-// skipped (its first statement says so).
+// skipped (its first statement says so). The whole is bounded by
+// Config.WarmUpTimeout, and runs after start-up with
+// Config.WarmUpInBackground.
 func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
+	type work struct {
+		db     *sql.DB
+		shards []int
+	}
+	var todo []work
 	for _, srv := range snap.Servers() {
 		shards := snap.ShardsOn(srv.Name)
 		db, err := p.pools.get(snap, srv.Name)
 		if err != nil || len(shards) == 0 {
 			continue
 		}
-		wg.Go(func() {
-			conn, err := db.Conn(ctx)
+		todo = append(todo, work{db.DB, shards})
+	}
+	cancel := context.CancelFunc(func() {})
+	if p.cfg.WarmUpInBackground {
+		// Start-up returns now; the warm-up outlives the caller's
+		// context but not its bound.
+		ctx = context.WithoutCancel(ctx)
+	}
+	if d := p.cfg.WarmUpTimeout; d > 0 {
+		ctx, cancel = context.WithTimeout(ctx, d)
+	}
+	run := func() {
+		defer cancel()
+		var wg sync.WaitGroup
+		for _, w := range todo {
+			wg.Go(func() { p.warmServer(ctx, w.db, w.shards) })
+		}
+		wg.Wait()
+	}
+	if p.cfg.WarmUpInBackground {
+		go run()
+		return
+	}
+	run()
+}
+
+// warmServer warms shards on one connection of db, a batch of warmBatch
+// shards of one table per statement, until done, an error or ctx's end.
+func (p *Plugin) warmServer(ctx context.Context, db *sql.DB, shards []int) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	for _, m := range p.byTable {
+		for start := 0; start < len(shards); start += warmBatch {
+			var b strings.Builder
+			b.WriteString("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ")
+			for j, s := range shards[start:min(start+warmBatch, len(shards))] {
+				if j > 0 {
+					b.WriteString(" UNION ALL ")
+				}
+				b.WriteString("(SELECT * FROM ")
+				b.WriteString(pgx.Identifier{router.SchemaName(s), m.table}.Sanitize())
+				b.WriteString(" ORDER BY ")
+				b.WriteString(pgx.Identifier{m.pk.DBName}.Sanitize())
+				b.WriteString(" LIMIT 1)")
+			}
+			err := execUnprepared(ctx, conn, b.String())
+			if errors.Is(err, errNotPgx) {
+				_, err = conn.ExecContext(ctx, b.String())
+			}
 			if err != nil {
 				return
 			}
-			defer conn.Close()
-			for _, m := range p.byTable {
-				for start := 0; start < len(shards); start += warmBatch {
-					var b strings.Builder
-					b.WriteString("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) ")
-					for j, s := range shards[start:min(start+warmBatch, len(shards))] {
-						if j > 0 {
-							b.WriteString(" UNION ALL ")
-						}
-						b.WriteString("(SELECT * FROM ")
-						b.WriteString(pgx.Identifier{router.SchemaName(s), m.table}.Sanitize())
-						b.WriteString(" ORDER BY ")
-						b.WriteString(pgx.Identifier{m.pk.DBName}.Sanitize())
-						b.WriteString(" LIMIT 1)")
-					}
-					err := execUnprepared(ctx, conn, b.String())
-					if errors.Is(err, errNotPgx) {
-						_, err = conn.ExecContext(ctx, b.String())
-					}
-					if err != nil {
-						return
-					}
-				}
-			}
-		})
+		}
 	}
-	wg.Wait()
 }

@@ -2,52 +2,116 @@ package plugin
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/shardkit/shardkit/internal/pgtest"
 )
 
-// TestWarmUp checks that Use opens every registered table of every shard
-// on each server (each shows a scan in Postgres's statistics), so that the
-// first read across shards does not pay for it.
-func TestWarmUp(t *testing.T) {
-	e := newEnv(t, envOpts{shards: 64, before: func(e *env) {
-		// Provisioning scanned the tables: start the counts afresh.
+// warmTables are the registered tables the warm-up opens.
+const warmTables = `('photos', 'likes', 'albums', 'accounts')`
+
+// resetStats starts the servers' scan counts afresh (provisioning
+// scanned the tables).
+func resetStats(t *testing.T) func(*env) {
+	return func(e *env) {
 		for _, name := range e.servers {
 			e.rawExec(t, name, "SELECT pg_stat_reset()")
 		}
-	}})
+	}
+}
+
+// coldTables lists the shard tables of a server that no statement has
+// scanned, as far as Postgres's statistics know yet.
+func coldTables(t *testing.T, e *env, server string) []string {
+	t.Helper()
 	ctx := context.Background()
+	conn := pgtest.Connect(t, e.dsn[server])
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT schemaname || '.' || relname FROM pg_stat_user_tables
+		WHERE schemaname LIKE 'shard\_%' AND relname IN `+warmTables+`
+		AND seq_scan + coalesce(idx_scan, 0) = 0 ORDER BY 1`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var cold []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		cold = append(cold, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return cold
+}
+
+// waitWarm waits until every shard table of every server shows a scan.
+func waitWarm(t *testing.T, e *env) {
+	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for _, name := range e.servers {
 		for {
 			// Statistics reach the views within a second or so of the
 			// warm-up's transactions: wait for them.
-			var cold []string
-			conn := pgtest.Connect(t, e.dsn[name])
-			rows, err := conn.Query(ctx, `SELECT schemaname || '.' || relname FROM pg_stat_user_tables
-				WHERE schemaname LIKE 'shard\_%' AND relname IN ('photos', 'likes', 'albums', 'accounts')
-				AND seq_scan + coalesce(idx_scan, 0) = 0 ORDER BY 1`)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for rows.Next() {
-				var s string
-				if err := rows.Scan(&s); err != nil {
-					t.Fatal(err)
-				}
-				cold = append(cold, s)
-			}
-			rows.Close()
-			_ = conn.Close(ctx)
+			cold := coldTables(t, e, name)
 			if len(cold) == 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("server %s: %d shard tables never opened at start-up, e.g. %v", name, len(cold), cold[:min(5, len(cold))])
+				t.Fatalf("server %s: %d shard tables never opened by the warm-up, e.g. %v", name, len(cold), cold[:min(5, len(cold))])
 			}
 			time.Sleep(200 * time.Millisecond) // poll: statistics arrive asynchronously
 		}
+	}
+}
+
+// TestWarmUp checks that Use opens every registered table of every shard
+// on each server (each shows a scan in Postgres's statistics), so that the
+// first read across shards does not pay for it.
+func TestWarmUp(t *testing.T) {
+	// No bound: this checks what the warm-up opens, not how long it may take.
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUpTimeout = -1 }})
+	waitWarm(t, e)
+}
+
+// TestWarmUpInBackground: a warm-up after start-up still opens every
+// table.
+func TestWarmUpInBackground(t *testing.T) {
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUpInBackground, c.WarmUpTimeout = true, -1 }})
+	waitWarm(t, e)
+}
+
+// TestWarmUpBounded: a warm-up whose bound has passed before it starts
+// opens no table, and start-up goes on without it. A read of one shard
+// after start-up is the marker: once its scan shows, a warm-up's would
+// have too.
+func TestWarmUpBounded(t *testing.T) {
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUpTimeout = time.Nanosecond }})
+	if err := e.db.Where("user_id = ?", 0).Find(&[]Photo{}).Error; err != nil {
+		t.Fatal(err)
+	}
+	server, marker := e.serverOf(t, 0), "shard_0000.photos"
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		cold := coldTables(t, e, server)
+		if !slices.Contains(cold, marker) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the read of %s never showed in the statistics", marker)
+		}
+		time.Sleep(200 * time.Millisecond) // poll: statistics arrive asynchronously
+	}
+	total := 0
+	for _, name := range e.servers {
+		total += len(coldTables(t, e, name))
+	}
+	if want := 64*4 - 1; total != want {
+		t.Fatalf("%d shard tables unscanned after a warm-up past its bound and one read, want %d (all but the read's)", total, want)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,7 +108,16 @@ func (r *Router) Reload(ctx context.Context) (*Snapshot, error) {
 	if r.cat == nil { // a map made by hand
 		return r.snap.Load(), nil
 	}
-	s, err := r.cat.Load(ctx)
+	cur := r.snap.Load()
+	var s *Snapshot
+	var err error
+	if vs, ok := r.cat.(VersionSource); ok && cur != nil {
+		// The rows that changed since cur: a router that meets a fenced
+		// write reloads at once, and at a cutover many do together.
+		s, err = vs.LoadChanges(ctx, cur)
+	} else {
+		s, err = r.cat.Load(ctx)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -160,16 +168,21 @@ func (r *Router) publish(s *Snapshot) {
 }
 
 // DefaultPoll is the interval of the map-version check of a router that
-// polls (WatchOptions with Listen false and Poll 0).
-const DefaultPoll = time.Second
+// polls (WatchOptions with Listen false and Poll 0). Half a second keeps
+// a map change within a second of every router (the interval, one check
+// and one reload of the changed rows) at two small queries a second per
+// process on the catalog.
+const DefaultPoll = 500 * time.Millisecond
 
 // WatchOptions says how a router learns of new map versions.
 //
 // Polling asks the catalog for the map version (one small query) every
 // Poll through the catalog's shared pool, and on a new version reads only
 // the rows that changed: it works through a connection pooler in
-// transaction mode and costs no connection per router, so a process's
-// routers together use at most the catalog pool's connections. A router
+// transaction mode and costs no connection per router: the routers of a
+// process that poll one source at one interval share one check (one
+// query per interval, one reload of the changed rows per change), so the
+// catalog's load grows with processes, not routers. A router
 // serves a new map at most Poll plus one version check and one reload
 // after the change commits. Listening holds one connection per router
 // outside the pool (LISTEN needs a session: a direct connection, never a
@@ -249,57 +262,27 @@ func (r *Router) listenLoop(ctx context.Context) error {
 	}
 }
 
-// pollLoop checks the map version every interval. The first check comes
-// after a random part of the interval, so that routers started together
-// (a fleet deployed at once) do not all ask at the same moment; each
-// next one an interval after the previous check ended.
+// pollLoop keeps the router's map current with a version check every
+// interval, shared with the other routers of this process that poll the
+// same source at the same interval (see pollers), until ctx ends.
 func (r *Router) pollLoop(ctx context.Context, every time.Duration) error {
-	t := time.NewTimer(rand.N(every) + 1)
-	defer t.Stop()
-	failing := false
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-		}
-		err := r.check(ctx)
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case err != nil && !failing:
-			slog.Warn("shardkit: shard-map version check failed; trying again every interval", "err", err, "interval", every)
-		case err == nil && failing:
-			slog.Info("shardkit: shard-map version check works again")
-		}
-		failing = err != nil
-		t.Reset(every)
+	if !shareable(r.cat) {
+		return r.pollAlone(ctx, every)
 	}
+	leave := joinPoller(r, every)
+	defer leave()
+	<-ctx.Done()
+	return ctx.Err()
 }
 
-// check installs the newest map if the catalog has a newer version than
-// the one in force: the rows that changed when the source can say which,
-// the whole map otherwise.
-func (r *Router) check(ctx context.Context) error {
-	vs, ok := r.cat.(VersionSource)
-	if !ok {
-		_, err := r.Reload(ctx)
-		return err
-	}
-	v, err := vs.MapVersion(ctx)
-	if err != nil {
-		return err
-	}
-	cur := r.snap.Load()
-	if v <= cur.Version {
-		return nil
-	}
-	s, err := vs.LoadChanges(ctx, cur)
-	if err != nil {
-		return err
-	}
-	r.install(s)
-	return nil
+// pollAlone is the version check of a router whose source cannot be
+// shared: the same loop as a shared poller's, for this router alone.
+func (r *Router) pollAlone(ctx context.Context, every time.Duration) error {
+	p := &poller{key: pollKey{src: r.cat, every: every}, done: make(chan struct{})}
+	p.members = map[*Router]int{r: 1}
+	// p is not in pollers, but its members are read under that lock.
+	p.run(ctx)
+	return ctx.Err()
 }
 
 func (r *Router) listen(ctx context.Context) error {

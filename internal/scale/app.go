@@ -1,0 +1,281 @@
+package scale
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/plugin"
+	"github.com/shardkit/shardkit/router"
+)
+
+// envApp names the environment variable that makes a harness binary an
+// app process; its value is the process's appConfig as JSON.
+const envApp = "SHARDKIT_SCALE_APP"
+
+// appConfig is what the harness tells each app process.
+type appConfig struct {
+	Index      int
+	CatalogDSN string
+	Routers    int
+	Poll       time.Duration
+	Every      time.Duration
+	WarmUp     string
+	FirstRead  bool
+	Spawned    int64 // unix ns at which the harness started the process
+}
+
+// appReport is what an app process reports when its stdin closes.
+type appReport struct {
+	Index     int
+	Path      string        // "go": IDs made in Go with a leased slot; "db": next_id() with RETURNING
+	Startup   time.Duration // spawn to the plugin ready (db.Use returned)
+	Routed    time.Duration // spawn to every router loaded
+	Leased    time.Duration // spawn to the ID slot leased (or refused)
+	FirstRead time.Duration // 0 unless asked for
+	Writes    int
+	Reads     int
+	Errors    int
+	Samples   []string // the first few errors
+	IDs       []int64
+	Misplaced int // IDs whose shard bits are not their key's shard
+	Routers   []routerLog
+	Start     memory // after start-up
+	End       memory // after the load
+}
+
+// routerLog is when one router installed each map version.
+type routerLog struct {
+	First    int64   // the version it started with
+	Versions []int64 // versions installed after, in order
+	At       []int64 // unix ns of each
+	Final    int64   // the version it serves at the end
+	mu       sync.Mutex
+}
+
+type memory struct {
+	RSSMB, HeapMB float64
+}
+
+// AppMain runs this process as an app process of the harness when the
+// harness started it so, and then exits; otherwise it returns at once.
+// Call it first in main or TestMain of any binary that calls Run.
+func AppMain() {
+	raw := os.Getenv(envApp)
+	if raw == "" {
+		return
+	}
+	var cfg appConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "scale app:", err)
+		os.Exit(2)
+	}
+	rep, err := runApp(cfg, os.Stdin, os.Stdout)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "scale app %d: %v\n", cfg.Index, err)
+		os.Exit(1)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// runApp starts the app, says "ready" on out, runs the load until in
+// closes, and returns its report.
+func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rep := &appReport{Index: cfg.Index, Path: "go"}
+
+	// The routers: the first serves the plugin, the others stand in for
+	// routers of other processes (each its own catalog pool).
+	var cats []*catalog.Catalog
+	defer func() {
+		for _, c := range cats {
+			c.Close()
+		}
+	}()
+	routers := make([]*router.Router, cfg.Routers)
+	rep.Routers = make([]routerLog, cfg.Routers)
+	var watchers sync.WaitGroup
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer func() { stopWatch(); watchers.Wait() }()
+	for i := range routers {
+		cat, err := catalog.Open(ctx, cfg.CatalogDSN)
+		if err != nil {
+			return nil, err
+		}
+		cats = append(cats, cat)
+		r, err := router.New(ctx, cat)
+		if err != nil {
+			return nil, err
+		}
+		routers[i] = r
+		log := &rep.Routers[i]
+		updates, unsubscribe := r.Subscribe()
+		log.First = r.Snapshot().Version
+		watchers.Go(func() {
+			defer unsubscribe()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case s := <-updates:
+					log.mu.Lock()
+					log.Versions = append(log.Versions, s.Version)
+					log.At = append(log.At, time.Now().UnixNano())
+					log.mu.Unlock()
+				}
+			}
+		})
+		watchers.Go(func() { _ = r.WatchWith(wctx, router.WatchOptions{Poll: cfg.Poll}) })
+	}
+	rt := routers[0]
+	rep.Routed = time.Since(time.Unix(0, cfg.Spawned))
+
+	pcfg := plugin.Config{Router: rt, StatementTimeout: -1}
+	gen, release, err := catalog.StartGenerator(ctx, cats[0],
+		catalog.LeaserConfig{Holder: fmt.Sprintf("scale-%d@%d", cfg.Index, os.Getpid())}, idgen.Config{})
+	switch {
+	case errors.Is(err, idgen.ErrNoFreeSlot):
+		rep.Path = "db"
+	case err != nil:
+		return nil, err
+	default:
+		defer release()
+		pcfg.IDs = gen
+	}
+	rep.Leased = time.Since(time.Unix(0, cfg.Spawned))
+	switch cfg.WarmUp {
+	case "off":
+		pcfg.SkipWarmUp = true
+	case "full":
+		pcfg.WarmUpTimeout = -1
+	case "background":
+		pcfg.WarmUpInBackground = true
+	}
+	db, err := gorm.Open(postgres.Open(cfg.CatalogDSN+"&default_query_exec_mode=exec"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	}()
+	p := plugin.Register(pcfg, &Item{})
+	if err := db.Use(p); err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	rep.Startup = time.Since(time.Unix(0, cfg.Spawned))
+	if cfg.FirstRead {
+		t := time.Now()
+		var n int64
+		if err := db.WithContext(ctx).Clauses(plugin.AllShards()).Model(&Item{}).Count(&n).Error; err != nil {
+			rep.fail(err)
+		}
+		rep.FirstRead = time.Since(t)
+	}
+	rep.Start = readMemory()
+	if _, err := fmt.Fprintln(out, "ready"); err != nil {
+		return nil, err
+	}
+
+	stop := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, in); close(stop) }()
+	for {
+		select {
+		case <-stop:
+			stopWatch()
+			watchers.Wait()
+			for i, r := range routers {
+				rep.Routers[i].Final = r.Snapshot().Version
+			}
+			rep.End = readMemory()
+			return rep, nil
+		case <-time.After(time.Duration(float64(cfg.Every) * (0.5 + rand.Float64()))):
+		}
+		rep.writeAndRead(ctx, db, rt, cfg.Index)
+	}
+}
+
+// writeAndRead inserts one item for a random user and reads it back by
+// its key and ID.
+func (rep *appReport) writeAndRead(ctx context.Context, db *gorm.DB, rt *router.Router, proc int) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	user := rand.Int64N(1 << 40)
+	it := Item{UserID: user, Proc: proc, Body: "scale"}
+	rep.Writes++
+	if err := db.WithContext(ctx).Create(&it).Error; err != nil {
+		rep.fail(fmt.Errorf("insert: %w", err))
+		return
+	}
+	rep.IDs = append(rep.IDs, it.ID)
+	snap := rt.Snapshot()
+	want, _ := router.ShardOfKey(user, snap.Shards)
+	if got, err := snap.Layout.ShardOf(it.ID); err != nil || got != want {
+		rep.Misplaced++
+	}
+	var back Item
+	rep.Reads++
+	if err := db.WithContext(ctx).Where("user_id = ? AND id = ?", user, it.ID).Take(&back).Error; err != nil {
+		rep.fail(fmt.Errorf("read back: %w", err))
+	}
+}
+
+func (rep *appReport) fail(err error) {
+	rep.Errors++
+	if len(rep.Samples) < 3 {
+		rep.Samples = append(rep.Samples, err.Error())
+	}
+}
+
+// readMemory reads the process's resident set and live heap (after a
+// collection).
+func readMemory() memory {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	m := memory{HeapMB: float64(ms.HeapAlloc) / (1 << 20)}
+	m.RSSMB, _ = statmRSS("/proc/self/statm")
+	return m
+}
+
+// statmRSS reads a resident set size, in MB, from a /proc statm file.
+func statmRSS(path string) (float64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, false
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	return float64(pages*int64(os.Getpagesize())) / (1 << 20), err == nil
+}
+
+// readLine reads one line from r (the app's "ready").
+func readLine(r *bufio.Reader) (string, error) {
+	s, err := r.ReadString('\n')
+	return strings.TrimSpace(s), err
+}
