@@ -38,6 +38,7 @@ type appConfig struct {
 	Every      time.Duration
 	WarmUp     string
 	FirstRead  bool
+	LeaseBits  int
 	Spawned    int64 // unix ns at which the harness started the process
 }
 
@@ -103,88 +104,25 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rep := &appReport{Index: cfg.Index, Path: "go"}
-
-	// The routers: the first serves the plugin, the others stand in for
-	// routers of other processes (each its own catalog pool).
-	var cats []*catalog.Catalog
+	var watchers sync.WaitGroup
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer func() { stopWatch(); watchers.Wait() }()
+	routers, cats, err := startRouters(ctx, wctx, cfg, rep, &watchers)
 	defer func() {
 		for _, c := range cats {
 			c.Close()
 		}
 	}()
-	routers := make([]*router.Router, cfg.Routers)
-	rep.Routers = make([]routerLog, cfg.Routers)
-	var watchers sync.WaitGroup
-	wctx, stopWatch := context.WithCancel(ctx)
-	defer func() { stopWatch(); watchers.Wait() }()
-	for i := range routers {
-		cat, err := catalog.Open(ctx, cfg.CatalogDSN)
-		if err != nil {
-			return nil, err
-		}
-		cats = append(cats, cat)
-		r, err := router.New(ctx, cat)
-		if err != nil {
-			return nil, err
-		}
-		routers[i] = r
-		log := &rep.Routers[i]
-		updates, unsubscribe := r.Subscribe()
-		log.First = r.Snapshot().Version
-		watchers.Go(func() {
-			defer unsubscribe()
-			for {
-				select {
-				case <-wctx.Done():
-					return
-				case s := <-updates:
-					log.mu.Lock()
-					log.Versions = append(log.Versions, s.Version)
-					log.At = append(log.At, time.Now().UnixNano())
-					log.mu.Unlock()
-				}
-			}
-		})
-		watchers.Go(func() { _ = r.WatchWith(wctx, router.WatchOptions{Poll: cfg.Poll}) })
-	}
-	rt := routers[0]
-	rep.Routed = time.Since(time.Unix(0, cfg.Spawned))
-
-	pcfg := plugin.Config{Router: rt, StatementTimeout: -1}
-	gen, release, err := catalog.StartGenerator(ctx, cats[0],
-		catalog.LeaserConfig{Holder: fmt.Sprintf("scale-%d@%d", cfg.Index, os.Getpid())}, idgen.Config{})
-	switch {
-	case errors.Is(err, idgen.ErrNoFreeSlot):
-		rep.Path = "db"
-	case err != nil:
-		return nil, err
-	default:
-		defer release()
-		pcfg.IDs = gen
-	}
-	rep.Leased = time.Since(time.Unix(0, cfg.Spawned))
-	switch cfg.WarmUp {
-	case "off":
-		pcfg.SkipWarmUp = true
-	case "full":
-		pcfg.WarmUpTimeout = -1
-	case "background":
-		pcfg.WarmUpInBackground = true
-	}
-	db, err := gorm.Open(postgres.Open(cfg.CatalogDSN+"&default_query_exec_mode=exec"), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if sqlDB, err := db.DB(); err == nil {
-			_ = sqlDB.Close()
-		}
-	}()
-	p := plugin.Register(pcfg, &Item{})
-	if err := db.Use(p); err != nil {
+	rt := routers[0]
+	rep.Routed = time.Since(time.Unix(0, cfg.Spawned))
+	db, closeDB, err := startPlugin(ctx, cfg, cats[0], rt, rep)
+	if err != nil {
 		return nil, err
 	}
-	defer p.Close()
+	defer closeDB()
 	rep.Startup = time.Since(time.Unix(0, cfg.Spawned))
 	if cfg.FirstRead {
 		t := time.Now()
@@ -215,6 +153,97 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 		}
 		rep.writeAndRead(ctx, db, rt, cfg.Index)
 	}
+}
+
+// startRouters opens the process's routers, each watching the catalog
+// until wctx ends and logging the versions it serves: the first serves the
+// plugin, the others stand in for routers of other processes (each its own
+// catalog pool). The catalogs returned are to be closed, also on error.
+func startRouters(ctx, wctx context.Context, cfg appConfig, rep *appReport, watchers *sync.WaitGroup) ([]*router.Router, []*catalog.Catalog, error) {
+	var cats []*catalog.Catalog
+	routers := make([]*router.Router, cfg.Routers)
+	rep.Routers = make([]routerLog, cfg.Routers)
+	for i := range routers {
+		cat, err := catalog.Open(ctx, cfg.CatalogDSN)
+		if err != nil {
+			return nil, cats, err
+		}
+		cats = append(cats, cat)
+		r, err := router.New(ctx, cat)
+		if err != nil {
+			return nil, cats, err
+		}
+		routers[i] = r
+		log := &rep.Routers[i]
+		updates, unsubscribe := r.Subscribe()
+		log.First = r.Snapshot().Version
+		watchers.Go(func() {
+			defer unsubscribe()
+			for {
+				select {
+				case <-wctx.Done():
+					return
+				case s := <-updates:
+					log.mu.Lock()
+					log.Versions = append(log.Versions, s.Version)
+					log.At = append(log.At, time.Now().UnixNano())
+					log.mu.Unlock()
+				}
+			}
+		})
+		watchers.Go(func() { _ = r.WatchWith(wctx, router.WatchOptions{Poll: cfg.Poll}) })
+	}
+	return routers, cats, nil
+}
+
+// startPlugin leases the process's ID slot (or leaves IDs to next_id()
+// when none is free), opens GORM with the plugin on rt and returns it with
+// what closes both.
+func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, rt *router.Router, rep *appReport) (*gorm.DB, func(), error) {
+	var closers []func()
+	closeAll := func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	pcfg := plugin.Config{Router: rt, StatementTimeout: -1}
+	gen, release, err := catalog.StartGenerator(ctx, cat,
+		catalog.LeaserConfig{Holder: fmt.Sprintf("scale-%d@%d", cfg.Index, os.Getpid()), LeaseBits: uint8(cfg.LeaseBits)}, idgen.Config{})
+	switch {
+	case errors.Is(err, idgen.ErrNoFreeSlot):
+		rep.Path = "db"
+	case err != nil:
+		return nil, nil, err
+	default:
+		closers = append(closers, release)
+		pcfg.IDs = gen
+	}
+	rep.Leased = time.Since(time.Unix(0, cfg.Spawned))
+	switch cfg.WarmUp {
+	case "off":
+		pcfg.SkipWarmUp = true
+	case "full":
+		pcfg.WarmUpTimeout = -1
+	case "background":
+		pcfg.WarmUpInBackground = true
+	}
+	db, err := gorm.Open(postgres.Open(cfg.CatalogDSN+"&default_query_exec_mode=exec"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	closers = append(closers, func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	p := plugin.Register(pcfg, &Item{})
+	if err := db.Use(p); err != nil {
+		closeAll()
+		return nil, nil, err
+	}
+	closers = append(closers, func() { _ = p.Close() })
+	return db, closeAll, nil
 }
 
 // writeAndRead inserts one item for a random user and reads it back by

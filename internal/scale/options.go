@@ -41,6 +41,11 @@ type Options struct {
 	// FirstRead makes each process read across every shard once, timed,
 	// right after start-up: the cost the warm-up is there to hide.
 	FirstRead bool
+	// LeaseBits is the width of each process's ID lease
+	// (catalog.LeaserConfig.LeaseBits): 6, the default, leases whole slots
+	// (63 processes make IDs in Go); 10 leases a 1024th of the sequence
+	// space (1008 processes).
+	LeaseBits int
 	// Ready bounds the wait for every process to start. 0 means 5 minutes.
 	Ready time.Duration
 }

@@ -125,7 +125,7 @@ func (r *run) spawn(ctx context.Context) error {
 	start := time.Now()
 	for i := range r.o.Procs {
 		cfg, _ := json.Marshal(appConfig{Index: i, CatalogDSN: r.e.catalogDSN, Routers: r.o.Routers, Poll: r.o.Poll,
-			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, Spawned: time.Now().UnixNano()})
+			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, LeaseBits: r.o.LeaseBits, Spawned: time.Now().UnixNano()})
 		p := &proc{cmd: exec.Command(exe)}
 		p.cmd.Env = append(os.Environ(), envApp+"="+string(cfg))
 		p.cmd.Stderr = &limitedWriter{w: &p.stderr, n: 4096}

@@ -30,8 +30,13 @@ func main() {
 	flag.DurationVar(&o.Poll, "poll", 0, "the routers' map-version interval (0: router.DefaultPoll)")
 	flag.StringVar(&o.WarmUp, "warmup", "bounded", "the plugin's warm-up: bounded, background, full or off")
 	flag.BoolVar(&o.Direct, "direct", false, "connect the processes to the servers and the catalog directly, not through PgBouncers")
+	flag.IntVar(&o.LeaseBits, "lease-bits", 0, "each process's ID lease width, 6 (whole slots: 63 processes) to 10 (1008 processes); 0: 6")
 	flag.BoolVar(&o.FirstRead, "first-read", false, "time each process's first read across all shards")
 	flag.Parse()
+	if o.LeaseBits != 0 && (o.LeaseBits < 6 || o.LeaseBits > 10) {
+		fmt.Fprintf(os.Stderr, "scale: -lease-bits %d: want 6 to 10 (or 0 for 6)\n", o.LeaseBits)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
