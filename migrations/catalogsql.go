@@ -71,48 +71,11 @@ func byStep(files []catalog.ShardSQL, err error) (map[stepKey]recorded, error) {
 // record if no shard schema has applied that version yet (a migration that
 // failed everywhere can be fixed in place), and is refused otherwise.
 func recordVersions(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, versions []Version) error {
-	have, err := byStep(tx.ShardSQL(ctx))
+	plan, err := planRun(ctx, tx, cat, versions, false)
 	if err != nil {
 		return err
 	}
-	newest := 0
-	for k := range have {
-		newest = max(newest, k.version)
-	}
-	for _, v := range versions {
-		if _, ok := have[stepKey{v.Number, PartTables}]; !ok && v.Number < newest {
-			return fmt.Errorf("shardkit: %w: %s is new but version %d is already applied; renumber it above %d",
-				ErrMigrationOrder, v.Name, newest, newest)
-		}
-		for _, p := range []Part{PartTables, PartIndexes} {
-			if v.sql(p) == "" {
-				continue
-			}
-			k := stepKey{v.Number, p}
-			if r, ok := have[k]; ok {
-				if r.sum == v.Checksum(p) && r.name == v.fileName(p) {
-					continue
-				}
-				used, err := appliedAnywhere(ctx, cat, k)
-				if err != nil {
-					return err
-				}
-				if !used {
-					if err := tx.ReplaceShardSQL(ctx, v.record(p)); err != nil {
-						return err
-					}
-					continue
-				}
-				return fmt.Errorf("shardkit: %w: %s differs from the %s applied as version %d; "+
-					"never edit an applied migration: undo the edit and add a new NNNN_name.sql",
-					ErrMigrationChanged, v.fileName(p), r.name, v.Number)
-			}
-			if err := tx.AddShardSQL(ctx, v.record(p)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return writeChanges(ctx, tx, plan)
 }
 
 // runPlan is what one Migrate applies and then records.

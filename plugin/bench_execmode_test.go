@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgbouncer"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/procmem"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -206,27 +205,13 @@ func backendMemory(b *testing.B, ctx context.Context, dsn string) string {
 	}
 	var sum, top int64
 	for _, pid := range pids {
-		kb := rssAnonKB(pid)
+		mb, _ := procmem.RssAnonMB(int(pid)) // 0 when the backend is gone
+		kb := int64(mb * 1024)
 		sum += kb
 		top = max(top, kb)
 	}
 	_ = conn.Close(ctx)
 	return fmt.Sprintf("%d backends, RssAnon max %.1f MB, total %.1f MB", len(pids), float64(top)/1024, float64(sum)/1024)
-}
-
-// rssAnonKB reads a process's RssAnon in kB, 0 when it is gone.
-func rssAnonKB(pid int32) int64 {
-	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(st), "\n") {
-		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
 }
 
 // pgbouncerReconnect closes PgBouncer's server connections (RECONNECT on

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/internal/procmem"
 )
 
 // clockTicks is the unit of /proc/PID/stat's CPU times (USER_HZ: 100 on
@@ -74,25 +76,6 @@ func treeCPU(root int) float64 {
 // postmaster returns the PID of a cluster's postmaster.
 func postmaster(dataDir string) int { return pidFile(filepath.Join(dataDir, "postmaster.pid")) }
 
-// rssAnonMB reads a process's private resident memory (RssAnon: a
-// backend's own heap and caches, shared buffers not included).
-func rssAnonMB(pid int) (float64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
-			f := strings.Fields(v)
-			if len(f) == 2 {
-				kb, err := strconv.ParseFloat(f[0], 64)
-				return kb / 1024, err == nil
-			}
-		}
-	}
-	return 0, false
-}
-
 // backends is the client backends of a set of servers at one moment.
 type backends struct {
 	Count          int
@@ -120,7 +103,7 @@ func readBackends(ctx context.Context, dsns []string) (backends, error) {
 		}
 		for _, pid := range pids {
 			b.Count++
-			if mb, ok := rssAnonMB(pid); ok {
+			if mb, ok := procmem.RssAnonMB(pid); ok {
 				b.TotalMB += mb
 				b.MaxMB = max(b.MaxMB, mb)
 			}

@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/internal/procmem"
 )
 
 // backends is the memory of the shard servers' client backends at one
@@ -36,7 +35,7 @@ func readBackends(ctx context.Context, servers map[string]string) (backends, err
 			return b, fmt.Errorf("server %s: %w", name, err)
 		}
 		for _, pid := range pids {
-			mb, ok := rssAnonMB(pid)
+			mb, ok := procmem.RssAnonMB(pid)
 			if !ok { // gone, or not on this machine
 				continue
 			}
@@ -61,24 +60,6 @@ func backendPIDs(ctx context.Context, dsn string) ([]int, error) {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[int])
-}
-
-// rssAnonMB reads a process's private resident memory from /proc.
-func rssAnonMB(pid int) (float64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
-			f := strings.Fields(v) // "12345 kB"
-			if len(f) == 2 && f[1] == "kB" {
-				kb, err := strconv.ParseFloat(f[0], 64)
-				return kb / 1024, err == nil
-			}
-		}
-	}
-	return 0, false
 }
 
 func (b backends) String() string {
