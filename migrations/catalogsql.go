@@ -132,13 +132,15 @@ func planRun(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, files []
 			return runPlan{}, err
 		}
 	}
-	recordFS, err := ReadVersions(filesOf(have))
-	if err != nil {
-		return runPlan{}, err
-	}
 	byNumber := map[int]Version{}
-	for _, v := range recordFS {
-		byNumber[v.Number] = v
+	if len(have) > 0 { // ReadVersions refuses a file system without files
+		recordFS, err := ReadVersions(filesOf(have))
+		if err != nil {
+			return runPlan{}, err
+		}
+		for _, v := range recordFS {
+			byNumber[v.Number] = v
+		}
 	}
 	for _, v := range files {
 		byNumber[v.Number] = v

@@ -180,3 +180,28 @@ func TestPartlyFailedMigrateIsFinishedNotForked(t *testing.T) {
 			v, e.schemasWith(t, 0, 2), e.schemasWith(t, 1, 2))
 	}
 }
+
+// TestFirstFilesAfterProvisioningNone migrates the first per-shard files
+// into a catalog provisioned without any: nothing recorded is not an
+// error, and the files are applied and recorded.
+func TestFirstFilesAfterProvisioningNone(t *testing.T) {
+	ctx := context.Background()
+	cat, err := catalog.Open(ctx, pgtest.NewDatabase(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	e := &failEnv{cat: cat, servers: []ServerSpec{{Name: "pg0", DSN: pgtest.NewDatabase(t, 1)}}}
+	if err := Provision(ctx, cat, ProvisionOptions{Servers: e.servers, Shards: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(ctx, cat, failV1, MigrateOptions{}); err != nil {
+		t.Fatalf("first migrate: %v", err)
+	}
+	if got := e.recordedVersions(t); len(got) != 1 || got[0] != 1 {
+		t.Errorf("catalog records versions %v, want [1]", got)
+	}
+	if n := e.schemasWith(t, 0, 1); n != 4 {
+		t.Errorf("%d schemas applied version 1, want 4", n)
+	}
+}
