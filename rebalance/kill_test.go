@@ -88,57 +88,92 @@ func TestKillMoverAtEveryStep(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, 2, 2, 2) // shard 0 on s0, shard 1 on s1
 	seedPhotos(t, e, 0, 3000)
+	seedPhotos(t, e, 1, 3000)
 	mv := e.mover(t, Config{})
 	w := newRawWriter(t, e, []int{0, 1})
 	w.bound = time.Minute // a killed mover may leave the shard fenced until it is resumed
 	stop := w.run(ctx)
 	defer stop()
 
-	type kill struct {
-		op    string
-		step  Step
-		atEnd bool
-	}
 	var kills []kill
 	for _, s := range onlineSteps[1:] {
-		kills = append(kills, kill{"move", s, true})
+		kills = append(kills, kill{"move", s, true, false})
 	}
 	kills = append(kills,
-		kill{"move", StepBarrier, false}, kill{"move", stepCopying, false}, kill{"move", StepCopiedSnapshot, false},
-		kill{"rollback", StepRbBarrier, true}, kill{"rollback", StepRbApplied, true},
-		kill{"rollback", StepRbFlipped, false}, kill{"rollback", StepRbCleaned, false},
-		kill{"undo", StepRbUndo, false}, kill{"undo", StepRbUndo, true})
-	for i, k := range kills {
+		kill{"move", StepBarrier, false, false}, kill{"move", stepCopying, false, false}, kill{"move", StepCopiedSnapshot, false, false},
+		kill{"rollback", StepRbBarrier, true, false}, kill{"rollback", StepRbApplied, true, false},
+		kill{"rollback", StepRbFlipped, false, false}, kill{"rollback", StepRbCleaned, false, false},
+		kill{"undo", StepRbUndo, false, false}, kill{"undo", StepRbUndo, true, false})
+	for i := range kills {
+		kills[i].resume = i%2 == 0 // killed moves alternate: resumed and completed, or rolled back
+	}
+	// The kills run in two sequences side by side, on shards 0 and 1: the
+	// moves of two shards share nothing but the servers and the catalog,
+	// and each sequence checks only its own shard's replication objects.
+	half := len(kills) / 2
+	t.Run("shards", func(t *testing.T) {
+		for shard, ks := range [][]kill{kills[:half], kills[half:]} {
+			t.Run(fmt.Sprintf("shard_%d", shard), func(t *testing.T) {
+				t.Parallel()
+				killSequence(t, e, mv, shard, ks)
+			})
+		}
+	})
+	if left := e.leftovers(t); len(left) > 0 {
+		t.Errorf("left behind after both sequences: %v", left)
+	}
+	stop()
+	w.check(t)
+	t.Logf("writer: %d ops, %d failed, longest write %v", w.ops, len(w.failures), w.maxWait)
+}
+
+// kill is one step of TestKillMoverAtEveryStep: a child mover running op
+// (move, rollback, or undo: the rollback of a move stopped after its copy)
+// killed at the beginning or end of step; a killed move is then resumed
+// and completed, or rolled back.
+type kill struct {
+	op     string
+	step   Step
+	atEnd  bool
+	resume bool
+}
+
+// killSequence runs kills one after the other on shard, each from where
+// the one before left the shard, and checks after each that the shard is
+// active in one place with nothing of its moves left behind.
+func killSequence(t *testing.T, e *env, mv *Mover, shard int, kills []kill) {
+	ctx := context.Background()
+	for _, k := range kills {
 		name := fmt.Sprintf("%s_%s_%v", k.op, k.step, k.atEnd)
-		from := e.placement(t, 0).Server
+		from := e.placement(t, shard).Server
 		to := map[string]string{"s0": "s1", "s1": "s0"}[from]
 		if k.op == "rollback" {
 			// A reversible move to roll back.
-			if _, err := mv.Move(ctx, 0, to, MoveOptions{}); err != nil {
+			if _, err := mv.Move(ctx, shard, to, MoveOptions{}); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 		}
 		if k.op == "undo" {
 			// A move stopped after its copy, whose rollback is killed too.
-			runChild(t, e, "move", 0, to, StepCopiedSnapshot, true)
-			runChild(t, e, "rollback", 0, to, k.step, k.atEnd)
+			runChild(t, e, "move", shard, to, StepCopiedSnapshot, true)
+			runChild(t, e, "rollback", shard, to, k.step, k.atEnd)
 		} else {
-			runChild(t, e, k.op, 0, to, k.step, k.atEnd)
+			runChild(t, e, k.op, shard, to, k.step, k.atEnd)
 		}
-		open, err := mv.j.open(ctx, 0)
+		open, err := mv.j.open(ctx, shard)
 		if err != nil {
 			t.Fatalf("%s: after the kill: %v", name, err)
 		}
 		var m Move
 		switch {
 		case k.op == "rollback" || k.op == "undo":
-			m, err = mv.Rollback(ctx, 0)
-		case i%2 == 0:
-			if m, err = mv.Resume(ctx, 0); err == nil {
-				m, err = mv.Complete(ctx, 0)
+			m, err = mv.Rollback(ctx, shard)
+		case k.resume:
+			if m, err = mv.Resume(ctx, shard); err == nil {
+				m, err = mv.Complete(ctx, shard)
 			}
 		default:
-			m, err = mv.Rollback(ctx, 0)
+			m, err = mv.Rollback(ctx, shard)
 		}
 		if err != nil {
 			t.Fatalf("%s: finishing move %d (%s at %s): %v", name, open.ID, open.State, open.Step, err)
@@ -146,20 +181,17 @@ func TestKillMoverAtEveryStep(t *testing.T) {
 		if m.Open() {
 			t.Fatalf("%s: move %d still %s", name, m.ID, m.State)
 		}
-		p := e.placement(t, 0)
+		p := e.placement(t, shard)
 		if p.State != router.StateActive {
-			t.Errorf("%s: shard 0 is %s", name, p.State)
+			t.Errorf("%s: shard %d is %s", name, shard, p.State)
 		}
 		other := map[string]string{"s0": "s1", "s1": "s0"}[p.Server]
-		if e.schemaOn(t, other, 0) {
-			t.Errorf("%s: shard 0 served by %s but its schema is still on %s", name, p.Server, other)
+		if e.schemaOn(t, other, shard) {
+			t.Errorf("%s: shard %d served by %s but its schema is still on %s", name, shard, p.Server, other)
 		}
-		if left := e.leftovers(t); len(left) > 0 {
+		if left := e.leftoversOf(t, shard); len(left) > 0 {
 			t.Errorf("%s: left behind: %v", name, left)
 		}
-		t.Logf("%s: move %d %s, shard 0 on %s", name, m.ID, m.State, p.Server)
+		t.Logf("%s: move %d %s, shard %d on %s", name, m.ID, m.State, shard, p.Server)
 	}
-	stop()
-	w.check(t)
-	t.Logf("writer: %d ops, %d failed, longest write %v", w.ops, len(w.failures), w.maxWait)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -122,6 +124,20 @@ func (e *env) leftovers(t *testing.T) []string {
 				out = append(out, s.Name+": "+x)
 			}
 			rows.Close()
+		}
+	}
+	return out
+}
+
+// leftoversOf is leftovers, only those of shard's moves (objects named
+// shardkit_<kind>_<shard>_<move>).
+func (e *env) leftoversOf(t *testing.T, shard int) []string {
+	t.Helper()
+	var out []string
+	for _, l := range e.leftovers(t) {
+		_, name, _ := strings.Cut(l[strings.Index(l, ": ")+2:], " ")
+		if parts := strings.Split(name, "_"); len(parts) == 4 && parts[2] == strconv.Itoa(shard) {
+			out = append(out, l)
 		}
 	}
 	return out
