@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // TestLeaseWidthsNeverOverlap: with 2 slot bits (whole slots 1..3) and
@@ -68,13 +69,13 @@ func TestLeaseWidthsNeverOverlap(t *testing.T) {
 		newest = max(newest, p.MaxMs())
 	}
 	var w3 *idgen.Lease
-	for w3 == nil {
+	testkit.Eventually(t, testkit.Wait, func() bool {
 		w3, err = whole.Acquire(ctx)
 		if err != nil && !errors.Is(err, ErrNoFreeSlot) {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return w3 != nil
+	})
 	took := time.Now()
 	if w3.Slot != 3 || w3.MinMs < newest {
 		t.Fatalf("whole slot 3 after its parts expired: slot %d from %d, want 3 from at least %d", w3.Slot, w3.MinMs, newest)
@@ -87,14 +88,7 @@ func TestLeaseWidthsNeverOverlap(t *testing.T) {
 			t.Fatalf("renewal of part %d after its slot was taken whole: %v, want ErrLeaseLost", p.Slot, err)
 		}
 	}
-	var overlapping int
-	err = cat.pool.QueryRow(ctx, `SELECT count(*) FROM shardkit.slot_leases a JOIN shardkit.slot_leases b
-		ON (a.bits, a.slot) < (b.bits, b.slot)
-		AND (a.slot & ((1 << LEAST(a.bits, b.bits)) - 1)) = (b.slot & ((1 << LEAST(a.bits, b.bits)) - 1))
-		WHERE a.holder IS NOT NULL AND b.holder IS NOT NULL`).Scan(&overlapping)
-	if err != nil || overlapping != 0 {
-		t.Fatalf("%d pairs of held leases overlap (%v)", overlapping, err)
-	}
+	checkNoOverlap(t, cat)
 	leases, err := cat.SlotLeases(ctx)
 	if err != nil || len(leases) != 3+12 {
 		t.Fatalf("SlotLeases: %d rows, %v; want 15 (3 whole, 12 parts)", len(leases), err)
@@ -109,5 +103,19 @@ func TestLeaseBitsRefused(t *testing.T) {
 		if _, err := NewLeaser(testCtx(t), cat, LeaserConfig{LeaseBits: bits}); !errors.Is(err, idgen.ErrInvalidLayout) {
 			t.Errorf("LeaseBits %d: %v, want ErrInvalidLayout", bits, err)
 		}
+	}
+}
+
+// checkNoOverlap fails the test if two held leases overlap: one's bits
+// are the low bits of the other's (the narrower width's mask agrees).
+func checkNoOverlap(t *testing.T, cat *Catalog) {
+	t.Helper()
+	var overlapping int
+	err := cat.pool.QueryRow(testCtx(t), `SELECT count(*) FROM shardkit.slot_leases a JOIN shardkit.slot_leases b
+		ON (a.bits, a.slot) < (b.bits, b.slot)
+		AND (a.slot & ((1 << LEAST(a.bits, b.bits)) - 1)) = (b.slot & ((1 << LEAST(a.bits, b.bits)) - 1))
+		WHERE a.holder IS NOT NULL AND b.holder IS NOT NULL`).Scan(&overlapping)
+	if err != nil || overlapping != 0 {
+		t.Fatalf("%d pairs of held leases overlap (%v)", overlapping, err)
 	}
 }

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net/url"
 	"reflect"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/shardkit/shardkit/internal/benchout"
 	"github.com/shardkit/shardkit/internal/pgbouncer"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -255,14 +257,14 @@ func TestPollShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, r := range rs {
-		for r.Snapshot().Version < v {
-			if ctx.Err() != nil {
-				t.Fatalf("router %d still serves version %d, want %d", i, r.Snapshot().Version, v)
+		testkit.Until(t, testkit.Wait, func() error {
+			if got := r.Snapshot().Version; got < v {
+				return fmt.Errorf("router %d still serves version %d, want %d", i, got, v)
 			}
-			time.Sleep(poll) // poll: the routers are polling too
-		}
+			return nil
+		})
 	}
-	time.Sleep(10 * poll) // idle checks
+	time.Sleep(10 * poll) // a window of idle intervals, whose checks the bound below counts
 	stop()
 	wg.Wait()
 	elapsed := time.Since(start)

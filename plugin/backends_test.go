@@ -17,6 +17,7 @@ import (
 	"github.com/shardkit/shardkit/internal/benchout"
 	"github.com/shardkit/shardkit/internal/pgbouncer"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -209,30 +210,24 @@ func (c *backendCounter) peak(stop <-chan struct{}) int {
 // client closes the connection).
 func (c *backendCounter) settle(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		total := 0
+	testkit.Until(t, testkit.Wait, func() error {
+		var who []string
 		for i, conn := range c.conns {
-			var n int
-			if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND datname = $1`, c.dbs[i]).Scan(&n); err != nil {
+			rows, err := conn.Query(context.Background(), `SELECT format('%s %s %s %s', datname, application_name, state, left(query, 60)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND datname = $1`, c.dbs[i])
+			if err != nil {
 				t.Fatal(err)
 			}
-			total += n
-		}
-		if total == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			var who []string
-			for i, conn := range c.conns {
-				rows, _ := conn.Query(context.Background(), `SELECT format('%s %s %s %s', datname, application_name, state, left(query, 60)) FROM pg_stat_activity WHERE backend_type = 'client backend' AND datname = $1`, c.dbs[i])
-				w, _ := pgx.CollectRows(rows, pgx.RowTo[string])
-				who = append(who, w...)
+			w, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Fatalf("%d client backends still on the shard databases after 30s: %q", total, who)
+			who = append(who, w...)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if len(who) > 0 {
+			return fmt.Errorf("%d client backends still on the shard databases: %q", len(who), who)
+		}
+		return nil
+	})
 }
 
 // dbName is the database a DSN URL names.

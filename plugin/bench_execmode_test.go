@@ -19,6 +19,7 @@ import (
 	"github.com/shardkit/shardkit/internal/pgbouncer"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/internal/procmem"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -235,18 +236,14 @@ func waitNoBackends(b *testing.B, ctx context.Context, dsn string) {
 	b.Helper()
 	conn := pgtest.Connect(b, dsn)
 	defer conn.Close(ctx)
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testkit.Until(b, time.Minute, func() error {
 		var n int
 		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'`).Scan(&n); err != nil {
 			b.Fatal(err)
 		}
-		if n == 0 {
-			return
+		if n > 0 {
+			return fmt.Errorf("%d backends still connected", n)
 		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d backends still connected after a minute", n)
-		}
-		time.Sleep(50 * time.Millisecond) // poll: the condition is the backends gone
-	}
+		return nil
+	})
 }

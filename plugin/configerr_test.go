@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/pgbouncer"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -58,21 +60,17 @@ func passwordRole(t *testing.T, i int) {
 	pgtest.Exec(t, admin, `ALTER ROLE `+pwRole+` PASSWORD 'right'`)
 	u, _ := url.Parse(admin)
 	u.User = url.UserPassword(pwRole, "wrong")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Until(t, testkit.Wait, func() error {
 		conn, err := pgx.Connect(context.Background(), u.String())
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "28P01" {
-			return
+			return nil
 		}
 		if err == nil {
 			_ = conn.Close(context.Background())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster %d still lets %s in with a wrong password: %v", i, pwRole, err)
-		}
-		time.Sleep(50 * time.Millisecond) // poll: the condition is the reloaded pg_hba.conf
-	}
+		return fmt.Errorf("cluster %d still lets %s in with a wrong password: %v", i, pwRole, err)
+	})
 }
 
 // withUser returns a DSN with another user, password and database.
@@ -193,19 +191,18 @@ func TestConfigMistakes(t *testing.T) {
 				return
 			}
 			c.fix(t, bouncer)
-			deadline := time.Now().Add(30 * time.Second)
-			for {
+			testkit.Until(t, testkit.Wait, func() error {
 				p := Photo{UserID: ub, Caption: "fixed"}
 				err := e.db.Create(&p).Error
 				if err == nil {
 					e.assertAt(t, "photos", p.ID, e.shardOf(ub))
-					break
+					return nil
 				}
-				if !errors.Is(err, ErrServerConfig) || time.Now().After(deadline) {
+				if !errors.Is(err, ErrServerConfig) {
 					t.Fatalf("after the fix: %v\n%s", err, bouncerLog(bouncer))
 				}
-				time.Sleep(50 * time.Millisecond) // poll: the condition is the reloaded configuration
-			}
+				return fmt.Errorf("after the fix: %w\n%s", err, bouncerLog(bouncer))
+			})
 		})
 	}
 }

@@ -2,11 +2,12 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // TestServerDSNChangeReopensPools changes a server's DSN in the catalog (a
@@ -53,14 +54,18 @@ func TestServerDSNChangeReopensPools(t *testing.T) {
 		t.Fatal("no connection through the new DSN after the change")
 	}
 	// The old pool closes in the background; its connections go.
-	deadline := time.Now().Add(30 * time.Second)
-	for count("") > 0 {
-		if time.Now().After(deadline) {
-			conn := pgtest.Connect(t, e.dsn[server])
-			var q string
-			_ = conn.QueryRow(ctx, `SELECT string_agg(format('%s/%s/%s', state, backend_type, left(query, 80)), '; ') FROM pg_stat_activity WHERE datname = current_database() AND application_name = '' AND pid <> pg_backend_pid()`).Scan(&q)
-			t.Fatalf("%d connections of the old pool still open: %s", count(""), q)
+	testkit.Until(t, testkit.Wait, func() error {
+		conn := pgtest.Connect(t, e.dsn[server])
+		defer conn.Close(ctx)
+		var n int
+		var q string
+		if err := conn.QueryRow(ctx, `SELECT count(*), coalesce(string_agg(format('%s/%s/%s', state, backend_type, left(query, 80)), '; '), '')
+			FROM pg_stat_activity WHERE datname = current_database() AND application_name = '' AND pid <> pg_backend_pid()`).Scan(&n, &q); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if n > 0 {
+			return fmt.Errorf("%d connections of the old pool still open: %s", n, q)
+		}
+		return nil
+	})
 }

@@ -2,11 +2,13 @@ package plugin
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // warmTables are the registered tables the warm-up opens.
@@ -53,21 +55,16 @@ func coldTables(t *testing.T, e *env, server string) []string {
 // waitWarm waits until every shard table of every server shows a scan.
 func waitWarm(t *testing.T, e *env) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for _, name := range e.servers {
-		for {
-			// Statistics reach the views within a second or so of the
-			// warm-up's transactions: wait for them.
-			cold := coldTables(t, e, name)
-			if len(cold) == 0 {
-				break
+	// Statistics reach the views a while after the warm-up's transactions
+	// (an idle backend reports its own within seconds): wait for them.
+	testkit.Until(t, time.Minute, func() error {
+		for _, name := range e.servers {
+			if cold := coldTables(t, e, name); len(cold) > 0 {
+				return fmt.Errorf("server %s: %d shard tables never opened by the warm-up, e.g. %v", name, len(cold), cold[:min(5, len(cold))])
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("server %s: %d shard tables never opened by the warm-up, e.g. %v", name, len(cold), cold[:min(5, len(cold))])
-			}
-			time.Sleep(200 * time.Millisecond) // poll: statistics arrive asynchronously
 		}
-	}
+		return nil
+	})
 }
 
 // TestWarmUp checks that Use opens every registered table of every shard

@@ -3,6 +3,7 @@ package pgbouncer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/internal/pglocal"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 // start gives a test a cluster and, in front of it, a PgBouncer with opts.
@@ -106,16 +108,12 @@ func TestPasswords(t *testing.T) {
 	if err := b.SetUsers(map[string]string{"postgres": "wrong"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testkit.Until(t, testkit.Wait, func() error {
 		conn, err := pgx.Connect(ctx, b.UserDSN("postgres", "wrong", "postgres"))
-		if err == nil {
-			_ = conn.Close(ctx)
-			break
+		if err != nil {
+			return fmt.Errorf("new password after reload: %w\n%s", err, b.Log())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("new password after reload: %v\n%s", err, b.Log())
-		}
-		time.Sleep(50 * time.Millisecond) // poll: the condition is the reload having happened
-	}
+		_ = conn.Close(ctx)
+		return nil
+	})
 }

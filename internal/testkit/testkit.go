@@ -8,6 +8,7 @@
 package testkit
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -31,6 +32,22 @@ const deadlineMargin = 5 * time.Second
 // loaded machine. cond may call t.Fatal (from the test's goroutine).
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool) {
 	t.Helper()
+	Until(t, timeout, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	})
+}
+
+var errNotYet = errors.New("the condition does not hold")
+
+// Until is Eventually for a check that says what is still wrong: it
+// returns nil once the condition holds, else an error describing the
+// state, and the failure message carries the last one (a connection still
+// refused, the tables still cold).
+func Until(t testing.TB, timeout time.Duration, check func() error) {
+	t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)
 	if d, ok := deadlineOf(t); ok && d.Add(-deadlineMargin).Before(deadline) {
@@ -38,12 +55,13 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() bool) {
 	}
 	pause := time.Millisecond
 	for checks := 1; ; checks++ {
-		if cond() {
+		err := check()
+		if err == nil {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("testkit.Eventually: the condition did not hold within %v (%d checks; budget %v)",
-				time.Since(start).Round(time.Millisecond), checks, timeout)
+			t.Fatalf("testkit: still after %v (%d checks; budget %v): %v",
+				time.Since(start).Round(time.Millisecond), checks, timeout, err)
 		}
 		time.Sleep(pause)
 		pause = min(2*pause, 25*time.Millisecond)
