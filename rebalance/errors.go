@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/shardkit/shardkit/internal/bytesize"
 )
 
 // Sentinel errors of package rebalance. Test with errors.Is.
@@ -134,22 +136,8 @@ func (e *CatchUpError) Error() string {
 		drain = e.Drain.Round(time.Millisecond).String()
 	}
 	return fmt.Sprintf("%v (after %v: source written at %s/s, target applying %s/s, lag %s would drain in %s, bound Config.DrainBound %v)",
-		ErrCatchUp, e.Waited.Round(time.Millisecond), byteSize(e.WriteRate), byteSize(e.ApplyRate), byteSize(float64(e.Lag)), drain, e.Bound)
+		ErrCatchUp, e.Waited.Round(time.Millisecond), bytesize.Format(e.WriteRate), bytesize.Format(e.ApplyRate), bytesize.Format(float64(e.Lag)), drain, e.Bound)
 }
 
 // Unwrap returns ErrCatchUp.
 func (e *CatchUpError) Unwrap() error { return ErrCatchUp }
-
-// byteSize writes a byte count for people: 1.5 MiB.
-func byteSize(b float64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%.0f B", b)
-	}
-	exp, div := 0, float64(unit)
-	for n := b / unit; n >= unit && exp < 4; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", b/div, "KMGTP"[exp])
-}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
+	"github.com/shardkit/shardkit/internal/bytesize"
 	"github.com/shardkit/shardkit/rebalance"
 )
 
@@ -46,7 +47,7 @@ func (p *moveBars) report(ev rebalance.Progress) {
 	case ev.WriteRate > 0 || ev.ApplyRate > 0:
 		// A target falling behind shows why the move waits: the source's
 		// write rate against the rate the target applies.
-		bar.Describe(fmt.Sprintf("%s (written %s/s, applied %s/s)", phaseName(ev), bytesPerSec(ev.WriteRate), bytesPerSec(ev.ApplyRate)))
+		bar.Describe(fmt.Sprintf("%s (written %s/s, applied %s/s)", phaseName(ev), bytesize.Format(ev.WriteRate), bytesize.Format(ev.ApplyRate)))
 	}
 	_ = bar.Set64(ev.Done)
 }
@@ -61,15 +62,4 @@ func phaseName(ev rebalance.Progress) string {
 	default:
 		return fmt.Sprintf("shard %d: %s", ev.Shard, ev.Phase)
 	}
-}
-
-// bytesPerSec writes a rate in bytes for people: 1.5 MiB.
-func bytesPerSec(b float64) string {
-	units := []string{"B", "KiB", "MiB", "GiB"}
-	i := 0
-	for b >= 1024 && i < len(units)-1 {
-		b /= 1024
-		i++
-	}
-	return fmt.Sprintf("%.1f %s", b, units[i])
 }
