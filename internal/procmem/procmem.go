@@ -1,12 +1,15 @@
-// Package procmem reads a process's private memory from Linux's /proc: what
-// the memory figures of the demo, the scale harness and the benchmarks
-// report for Postgres backends and app processes.
+// Package procmem reads a process's private memory from Linux's /proc, and
+// that of a local Postgres server's client backends: what the memory
+// figures of the demo, the scale harness and the benchmarks report.
 package procmem
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // RssAnonMB returns a process's private resident memory in MB (RssAnon in
@@ -34,4 +37,45 @@ func parseRssAnon(status string) (float64, bool) {
 		}
 	}
 	return 0, false
+}
+
+// Backends is the private memory of a server's client backends at one
+// moment.
+type Backends struct {
+	Count          int     // client backends whose memory was read
+	TotalMB, MaxMB float64 // their private memory in all, and the largest's
+}
+
+// Add counts o's backends with b's.
+func (b Backends) Add(o Backends) Backends {
+	return Backends{Count: b.Count + o.Count, TotalMB: b.TotalMB + o.TotalMB, MaxMB: max(b.MaxMB, o.MaxMB)}
+}
+
+// ReadBackends reads the client backends of the server dsn reaches (the
+// server itself, not a pooler in front of it, and on this machine), the
+// querying one excepted; a backend gone before its memory is read is not
+// counted.
+func ReadBackends(ctx context.Context, dsn string) (Backends, error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return Backends{}, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return Backends{}, err
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return Backends{}, err
+	}
+	var b Backends
+	for _, pid := range pids {
+		if mb, ok := RssAnonMB(pid); ok {
+			b.Count++
+			b.TotalMB += mb
+			b.MaxMB = max(b.MaxMB, mb)
+		}
+	}
+	return b, nil
 }

@@ -76,38 +76,16 @@ func treeCPU(root int) float64 {
 // postmaster returns the PID of a cluster's postmaster.
 func postmaster(dataDir string) int { return pidFile(filepath.Join(dataDir, "postmaster.pid")) }
 
-// backends is the client backends of a set of servers at one moment.
-type backends struct {
-	Count          int
-	TotalMB, MaxMB float64
-}
-
 // readBackends reads the client backends of each server (DSNs that reach
 // the servers themselves), the querying one excepted.
-func readBackends(ctx context.Context, dsns []string) (backends, error) {
-	var b backends
+func readBackends(ctx context.Context, dsns []string) (procmem.Backends, error) {
+	var b procmem.Backends
 	for _, dsn := range dsns {
-		conn, err := pgx.Connect(ctx, dsn)
+		sb, err := procmem.ReadBackends(ctx, dsn)
 		if err != nil {
 			return b, err
 		}
-		rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
-		if err != nil {
-			conn.Close(ctx)
-			return b, err
-		}
-		pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
-		conn.Close(ctx)
-		if err != nil {
-			return b, err
-		}
-		for _, pid := range pids {
-			b.Count++
-			if mb, ok := procmem.RssAnonMB(pid); ok {
-				b.TotalMB += mb
-				b.MaxMB = max(b.MaxMB, mb)
-			}
-		}
+		b = b.Add(sb)
 	}
 	return b, nil
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/shardkit/shardkit/internal/procmem"
 )
 
 // Result is what one run measured.
@@ -41,7 +43,7 @@ type Result struct {
 	// The shard servers' client backends, and their poolers' clients
 	// (most seen, all servers; 0 when direct).
 	ServerClients              int
-	BackendsStart, BackendsEnd backends
+	BackendsStart, BackendsEnd procmem.Backends
 	MoveTimes                  []time.Duration
 }
 

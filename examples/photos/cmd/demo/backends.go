@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/shardkit/shardkit/internal/procmem"
 )
 
@@ -21,45 +19,22 @@ type backends struct {
 	maxServer string // the server of the largest backend
 }
 
-// backendQuery lists the client backends of a server, the querying one
-// excepted.
-const backendQuery = `SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`
-
 // readBackends reads the client backends of each server (name → a DSN that
 // reaches the server itself, not a pooler).
 func readBackends(ctx context.Context, servers map[string]string) (backends, error) {
 	var b backends
 	for name, dsn := range servers {
-		pids, err := backendPIDs(ctx, dsn)
+		sb, err := procmem.ReadBackends(ctx, dsn)
 		if err != nil {
 			return b, fmt.Errorf("server %s: %w", name, err)
 		}
-		for _, pid := range pids {
-			mb, ok := procmem.RssAnonMB(pid)
-			if !ok { // gone, or not on this machine
-				continue
-			}
-			b.count++
-			b.totalMB += mb
-			if mb > b.maxMB {
-				b.maxMB, b.maxServer = mb, name
-			}
+		b.count += sb.Count
+		b.totalMB += sb.TotalMB
+		if sb.MaxMB > b.maxMB {
+			b.maxMB, b.maxServer = sb.MaxMB, name
 		}
 	}
 	return b, nil
-}
-
-func backendPIDs(ctx context.Context, dsn string) ([]int, error) {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, backendQuery)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[int])
 }
 
 func (b backends) String() string {
