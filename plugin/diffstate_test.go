@@ -57,8 +57,7 @@ func newDiffEnvWith(t testing.TB, adjust func(*envOpts)) *diffEnv {
 	t.Helper()
 	ctx := context.Background()
 	d := &diffEnv{schemas: map[string][]string{}, home: map[string]string{}, stats: map[string]int{}}
-	// Serial: runDifferential changes the package's unionShards.
-	o := envOpts{shards: diffShards, models: []any{&Pin{}}, before: func(e *env) { createPins(t, e) }, serial: true}
+	o := envOpts{shards: diffShards, models: []any{&Pin{}}, before: func(e *env) { createPins(t, e) }}
 	if adjust != nil {
 		adjust(&o)
 	}

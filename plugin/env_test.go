@@ -89,8 +89,7 @@ type envOpts struct {
 	// plugin (dbresolver, …).
 	beside func(*gorm.DB) error
 	// serial keeps the test from running beside others: it measures
-	// what the whole process does (allocations) or changes package
-	// state.
+	// what the whole process does (allocations).
 	serial bool
 }
 
@@ -98,9 +97,8 @@ type envOpts struct {
 // tests, on databases of its own, unless it must not: it asks so
 // (serial), it runs on a cluster of its own (which pgtest.Set.Add starts
 // and the test stops) or behind poolers it starts and counts, or it is a
-// subtest (whose siblings may share its state). Tests that change
-// package state (unionShards: the differential tests) are serial, and Go
-// runs every serial test before the parallel ones start.
+// subtest (whose siblings may share its state). Go runs every serial test
+// before the parallel ones start.
 func parallel(t testing.TB, o envOpts) {
 	tt, ok := t.(*testing.T)
 	if !ok || o.serial || o.dsnOf != nil || o.appDSN != nil || strings.Contains(t.Name(), "/") {
