@@ -115,7 +115,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 		return nil, err
 	}
 	// initdb once, then copy the directory: copying is much faster than
-	// running initdb for each cluster.
+	// running initdb for each cluster. The template stays for Add.
 	tmpl := filepath.Join(root, "template")
 	if err := run(ctx, cred, filepath.Join(bin, "initdb"), "-D", tmpl, "-U", "postgres",
 		"--auth=trust", "--encoding=UTF8", "--locale=C", "--no-sync"); err != nil {
@@ -135,8 +135,8 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 		}
 		set.Clusters = append(set.Clusters, c)
 	}
-	_ = os.RemoveAll(tmpl)
 	return set, nil
+
 }
 
 func (c *Cluster) start(ctx context.Context, opts Options) error {
