@@ -38,6 +38,7 @@ type MoveRow struct {
 	Started   time.Time
 	Updated   time.Time
 	Finished  *time.Time
+	Tag       string // random, part of the move's replication object names; "" for moves journalled before catalog version 9
 }
 
 // Open reports whether the move is unfinished.
@@ -47,13 +48,13 @@ func (m MoveRow) Open() bool {
 
 const moveColumns = `id, shard, source, target, mode, state, step, coalesce(doing, ''), coalesce(error, ''),
 	coalesce(final_lsn::text, ''), coalesce(target_lsn::text, ''), coalesce(seq_value, 0), coalesce(fenced_ms, 0), cutover::text,
-	started_at, updated_at, finished_at`
+	started_at, updated_at, finished_at, coalesce(tag, '')`
 
 func scanMove(r pgx.Row) (MoveRow, error) {
 	var m MoveRow
 	var cutover *string
 	err := r.Scan(&m.ID, &m.Shard, &m.Source, &m.Target, &m.Mode, &m.State, &m.Step, &m.Doing, &m.Error,
-		&m.FinalLSN, &m.TargetLSN, &m.SeqValue, &m.FencedMs, &cutover, &m.Started, &m.Updated, &m.Finished)
+		&m.FinalLSN, &m.TargetLSN, &m.SeqValue, &m.FencedMs, &cutover, &m.Started, &m.Updated, &m.Finished, &m.Tag)
 	if cutover != nil && *cutover != "" {
 		m.Cutover = []byte(*cutover)
 	}

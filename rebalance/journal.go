@@ -105,6 +105,11 @@ type Move struct {
 	Started   time.Time
 	Updated   time.Time
 	Finished  *time.Time
+	// Tag is random, made by the catalog when the move is journalled; the
+	// move's replication objects are named after its shard, ID and tag, so
+	// that moves of two catalogs whose servers share a cluster never
+	// collide. "" for moves journalled before the tag existed.
+	Tag string
 }
 
 // Open reports whether the move is unfinished (running, reversible or rolling back).
@@ -116,7 +121,7 @@ func (m Move) Open() bool {
 func moveOf(r catalog.MoveRow) (Move, error) {
 	m := Move{ID: r.ID, Shard: r.Shard, Source: r.Source, Target: r.Target, Mode: Mode(r.Mode), State: State(r.State),
 		Step: Step(r.Step), Doing: Step(r.Doing), Error: r.Error, FinalLSN: r.FinalLSN, TargetLSN: r.TargetLSN,
-		SeqValue: r.SeqValue, FencedFor: fromMs(r.FencedMs), Started: r.Started, Updated: r.Updated, Finished: r.Finished}
+		SeqValue: r.SeqValue, FencedFor: fromMs(r.FencedMs), Started: r.Started, Updated: r.Updated, Finished: r.Finished, Tag: r.Tag}
 	if len(r.Cutover) > 0 {
 		if err := json.Unmarshal(r.Cutover, &m.Cutover); err != nil {
 			return Move{}, fmt.Errorf("shardkit: journal: move %d: cutover times %q: %w", m.ID, r.Cutover, err)

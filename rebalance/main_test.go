@@ -130,13 +130,13 @@ func (e *env) leftovers(t *testing.T) []string {
 }
 
 // leftoversOf is leftovers, only those of shard's moves (objects named
-// shardkit_<kind>_<shard>_<move>).
+// shardkit_<kind>_<shard>_<move>[_<tag>]).
 func (e *env) leftoversOf(t *testing.T, shard int) []string {
 	t.Helper()
 	var out []string
 	for _, l := range e.leftovers(t) {
 		_, name, _ := strings.Cut(l[strings.Index(l, ": ")+2:], " ")
-		if parts := strings.Split(name, "_"); len(parts) == 4 && parts[2] == strconv.Itoa(shard) {
+		if parts := strings.Split(name, "_"); len(parts) >= 4 && parts[2] == strconv.Itoa(shard) {
 			out = append(out, l)
 		}
 	}
