@@ -18,7 +18,7 @@ import (
 // their difference the lag.
 const sqlRatesSample = `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,
 	pg_wal_lsn_diff(coalesce(confirmed_flush_lsn, '0/0'), '0/0')::bigint
-	FROM pg_replication_slots WHERE slot_name = $1`
+	FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1`
 
 // rateWindow is how far back the rates look: long enough to smooth the
 // bursts of a busy writer and of an apply worker that reports its

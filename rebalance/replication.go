@@ -25,14 +25,17 @@ const (
 	// subscription, and copy nothing: the forward slot exported the
 	// snapshot the copy read, the reverse one was made before the cutover.
 	sqlFormatSubscription = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = false, create_slot = false, slot_name = %L, synchronous_commit = on)', $1::text, $2::text, $3::text, $1::text)`
-	sqlSlotExists         = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1)`
-	sqlSlotReached        = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`
-	sqlCreateSlot         = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
-	sqlDropSlot           = `SELECT pg_drop_replication_slot($1)`
-	sqlSlotActivePID      = `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`
-	sqlTerminate          = `SELECT pg_terminate_backend($1)`
-	sqlAdvanceSlot        = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
-		FROM pg_replication_slots WHERE slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
+	// Slots are looked up in the server's own database only: slot names
+	// are per cluster, and a mover must never see, wait on, terminate the
+	// reader of, or drop a slot of another database on the same cluster.
+	sqlSlotExists    = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1)`
+	sqlSlotReached   = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1`
+	sqlCreateSlot    = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
+	sqlDropSlot      = `SELECT pg_drop_replication_slot($1)`
+	sqlSlotActivePID = `SELECT active_pid FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1 AND active`
+	sqlTerminate     = `SELECT pg_terminate_backend($1)`
+	sqlAdvanceSlot   = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
+		FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
 )
 
 // createPublication publishes every table of schema, unless the
@@ -212,7 +215,7 @@ func waitSlotReachedOn(ctx context.Context, conn *pgxpool.Conn, slot, lsn string
 			// worker is down or was never started) or connected and behind.
 			var active bool
 			var confirmed *string
-			if err := conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active, &confirmed); err == nil {
+			if err := conn.QueryRow(ctx, `SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1`, slot).Scan(&active, &confirmed); err == nil {
 				at := "nothing"
 				if confirmed != nil {
 					at = *confirmed
@@ -253,7 +256,7 @@ DECLARE
 BEGIN
 	LOOP
 		SELECT confirmed_flush_lsn >= %s::pg_lsn, active, confirmed_flush_lsn::text
-			INTO reached, connected, confirmed FROM pg_replication_slots WHERE slot_name = %s;
+			INTO reached, connected, confirmed FROM pg_replication_slots WHERE database = current_database() AND slot_name = %s;
 		IF NOT FOUND THEN
 			RAISE EXCEPTION 'replication slot %s is missing';
 		END IF;
