@@ -17,11 +17,8 @@ import (
 // the same time never collide: the primary key would refuse a duplicate.
 func TestRawAndNarrowLeaseIDsNeverCollide(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t, 1)
 	layout := idgen.DefaultLayout()
-	if err := ApplyShard(ctx, pgtest.Connect(t, dsn), layout, 5, testSQL, ApplyOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	dsn := shard5(t, 1, layout)
 	const rounds, batch = 20, 100
 	g, gctx := errgroup.WithContext(ctx)
 	raw := pgtest.Connect(t, dsn)
@@ -54,7 +51,7 @@ func TestRawAndNarrowLeaseIDsNeverCollide(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					if _, err := conn.Exec(gctx, `INSERT INTO shard_0005.photos (id, user_id, caption) SELECT unnest($1::bigint[]), 2005, 'app'`, ids); err != nil {
+					if err := insertAppIDs(gctx, conn, ids); err != nil {
 						return err
 					}
 				}

@@ -13,16 +13,31 @@ import (
 	"github.com/shardkit/shardkit/internal/pgtest"
 )
 
+// shard5 is a fresh database on the cluster holding logical shard 5 of
+// layout: the shard the ID collision tests write into.
+func shard5(t *testing.T, cluster int, layout idgen.Layout) (dsn string) {
+	t.Helper()
+	dsn = pgtest.NewDatabase(t, cluster)
+	if err := ApplyShard(context.Background(), pgtest.Connect(t, dsn), layout, 5, testSQL, ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+// insertAppIDs writes one photo of shard 5 per ID, as the application does
+// with IDs it made itself: a duplicate fails with a unique violation.
+func insertAppIDs(ctx context.Context, conn *pgx.Conn, ids []int64) error {
+	_, err := conn.Exec(ctx, `INSERT INTO shard_0005.photos (id, user_id, caption) SELECT unnest($1::bigint[]), 2005, 'app'`, ids)
+	return err
+}
+
 // Raw SQL inserts (next_id(), slot 0) and application IDs (slots 1 and 63)
 // written into one shard at the same time never collide: the primary key
 // would refuse a duplicate, failing the writer.
 func TestRawAndAppIDsNeverCollide(t *testing.T) {
 	ctx := context.Background()
-	dsn := pgtest.NewDatabase(t, 2)
 	layout := idgen.DefaultLayout()
-	if err := ApplyShard(ctx, pgtest.Connect(t, dsn), layout, 5, testSQL, ApplyOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	dsn := shard5(t, 2, layout)
 	gen, stop, err := idgen.Start(ctx, layout, idgen.StaticLeaser{Slot: 1}, idgen.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -45,10 +60,7 @@ func TestRawAndAppIDsNeverCollide(t *testing.T) {
 			return nil
 		})
 	}
-	insertIDs := func(conn *pgx.Conn, ids []int64) error {
-		_, err := conn.Exec(gctx, `INSERT INTO shard_0005.photos (id, user_id, caption) SELECT unnest($1::bigint[]), 2005, 'app'`, ids)
-		return err
-	}
+	insertIDs := func(conn *pgx.Conn, ids []int64) error { return insertAppIDs(gctx, conn, ids) }
 	appConn := pgtest.Connect(t, dsn)
 	g.Go(func() error { // the plugin's generator, slot 1
 		for range rounds {
