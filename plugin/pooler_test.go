@@ -1,14 +1,12 @@
 package plugin
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +16,7 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/shardkit/shardkit/internal/pgbouncer"
+	"github.com/shardkit/shardkit/internal/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -71,24 +70,6 @@ func bouncerFor(t testing.TB, bouncers map[string]*pgbouncer.Bouncer, direct str
 	return b
 }
 
-// syncBuffer is a log destination several goroutines may write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestThroughPooler runs the shapes that once failed behind PgBouncer in
 // transaction mode (GORM's PrepareStmt, a BeforeCreate hook that sets the
 // shard key, dbresolver registered beside the plugin) with the default
@@ -97,7 +78,7 @@ func (s *syncBuffer) String() string {
 // pooler refuses the statement_timeout the plugin adds: that is logged
 // once per server, and statements run without it.
 func TestThroughPooler(t *testing.T) {
-	var log syncBuffer
+	var log testkit.SyncBuffer
 	e := newEnv(t, envOpts{
 		appDSN: viaPooler(t, pgbouncer.Options{Settings: map[string]string{"default_pool_size": "4"}}),
 		gorm:   func(c *gorm.Config) { c.PrepareStmt = true },

@@ -163,10 +163,7 @@ func (mv *Mover) reverse(ctx context.Context, mc *moveCtx) error {
 		m.TargetLSN = lsn
 	}
 	// The forward subscription goes first: both at once would loop.
-	if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
-		return err
-	}
-	if err := dropPublication(ctx, mc.src, mc.n.fwd); err != nil {
+	if err := mc.dropForward(ctx); err != nil {
 		return err
 	}
 	if err := advanceSlot(ctx, mc.tgt, mc.n.rev, m.TargetLSN); err != nil {

@@ -107,6 +107,15 @@ func createSub(ctx context.Context, p *pgxpool.Pool, format, name, dsn, pub stri
 	return nil
 }
 
+// dropForward removes the move's forward replication: the subscription on
+// the target, its slot and the publication on the source.
+func (mc *moveCtx) dropForward(ctx context.Context) error {
+	if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
+		return err
+	}
+	return dropPublication(ctx, mc.src, mc.n.fwd)
+}
+
 // dropSubscription removes a subscription on sub and its slot on pub,
 // without relying on the subscription reaching the publisher: disable,
 // detach the slot, drop, then drop the slot directly.

@@ -99,10 +99,7 @@ func (mv *Mover) undo(ctx context.Context, mc *moveCtx) error {
 // publications, then the shard's schema on the side that no longer serves
 // it (the source when onSource).
 func (mv *Mover) dropReplication(ctx context.Context, mc *moveCtx, onSource bool) error {
-	if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
-		return err
-	}
-	if err := dropPublication(ctx, mc.src, mc.n.fwd); err != nil {
+	if err := mc.dropForward(ctx); err != nil {
 		return err
 	}
 	if err := dropSubscription(ctx, mc.src, mc.n.rev, mc.tgt); err != nil {

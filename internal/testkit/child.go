@@ -13,7 +13,7 @@ import (
 // Child is the test binary run again as a child process.
 type Child struct {
 	cmd  *exec.Cmd
-	out  lockedBuffer
+	out  SyncBuffer
 	done chan struct{}
 	err  error // of the child's end, once done is closed
 }
@@ -110,20 +110,23 @@ func (c *Child) Pid() int { return c.cmd.Process.Pid }
 // Output is what the child wrote so far to stdout and stderr.
 func (c *Child) Output() string { return c.out.String() }
 
-// lockedBuffer is the child's output, written by exec's copying goroutine
-// while the test reads it.
-type lockedBuffer struct {
+// SyncBuffer is a bytes.Buffer that several goroutines may write while a
+// test reads it: a child's output, written by exec's copying goroutine, or
+// a log destination.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+// Write appends p.
+func (l *SyncBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+// String returns what was written so far.
+func (l *SyncBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
