@@ -34,6 +34,7 @@ type rawWriter struct {
 	mu       sync.Mutex
 	rows     map[int64]int // photo id → last version written
 	shardOf  map[int64]int
+	placed   map[int64]string // photo id → where and by which map the insert went, for a loss report
 	failures []error
 	maxWait  time.Duration
 	slow     [][2]time.Time // start and end of writes over 5ms
@@ -46,7 +47,7 @@ func newRawWriter(t *testing.T, e *env, shards []int) *rawWriter {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rawWriter{e: e, r: r, bound: 5 * time.Second, pause: time.Millisecond, shards: shards, rows: map[int64]int{}, shardOf: map[int64]int{}}
+	return &rawWriter{e: e, r: r, bound: 5 * time.Second, pause: time.Millisecond, shards: shards, rows: map[int64]int{}, shardOf: map[int64]int{}, placed: map[int64]string{}}
 }
 
 // writeOps are the writer's two operations on a shard.
@@ -86,10 +87,15 @@ func (w *rawWriter) insert(ctx context.Context, shard int, user int64, caption s
 		return w.via.insert(ctx, shard, user, caption)
 	}
 	var id int64
-	err := w.write(ctx, shard, func(p *pgxpool.Pool, schema string) error {
+	placed, err := w.write(ctx, shard, func(p *pgxpool.Pool, schema string) error {
 		return p.QueryRow(ctx, `INSERT INTO `+ident(schema, "photos")+` (user_id, caption) VALUES ($1, $2) RETURNING id`,
 			user, caption).Scan(&id)
 	})
+	if err == nil {
+		w.mu.Lock()
+		w.placed[id] = placed
+		w.mu.Unlock()
+	}
 	return id, err
 }
 
@@ -98,10 +104,11 @@ func (w *rawWriter) update(ctx context.Context, shard int, user, id int64, versi
 	if w.via != nil {
 		return w.via.update(ctx, shard, user, id, version)
 	}
-	return w.write(ctx, shard, func(p *pgxpool.Pool, schema string) error {
+	_, err := w.write(ctx, shard, func(p *pgxpool.Pool, schema string) error {
 		_, err := p.Exec(ctx, `UPDATE `+ident(schema, "photos")+` SET version = $2 WHERE id = $1`, id, version)
 		return err
 	})
+	return err
 }
 
 // run writes until ctx ends: one goroutine per shard, alternating inserts
@@ -172,26 +179,28 @@ func (w *rawWriter) done(err error, ok func()) {
 // A write that finds no table where the map put the shard (42P01) goes
 // again, like the plugin's, when the reloaded map puts the shard on
 // another server: a rollback drops its copy right after flipping back.
-func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Pool, schema string) error) error {
+// It returns where the write that succeeded went: the server, the map
+// version that placed it there, and the time it ended.
+func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Pool, schema string) error) (string, error) {
 	start, reloaded := time.Now(), time.Now()
 	for {
 		snap := w.r.Snapshot()
 		p, err := snap.Placement(shard)
 		if err != nil {
-			return err
+			return "", err
 		}
 		if p.State == router.StateFenced {
 			if time.Since(start) > w.bound {
-				return fmt.Errorf("shard %d fenced for more than %v", shard, w.bound)
+				return "", fmt.Errorf("shard %d fenced for more than %v", shard, w.bound)
 			}
 			if err := sleep(ctx, 500*time.Microsecond); err != nil {
-				return err
+				return "", err
 			}
 			// The map's notification can come late on a loaded machine:
 			// read the map itself too, as the plugin does (every 20 ms).
 			if time.Since(reloaded) > 20*time.Millisecond {
 				if _, err := w.r.Reload(ctx); err != nil {
-					return err
+					return "", err
 				}
 				reloaded = time.Now()
 			}
@@ -201,7 +210,7 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 		if (router.IsFenceError(err) || router.IsUndefinedTable(err)) && time.Since(start) <= w.bound {
 			fresh, rerr := w.r.Reload(ctx)
 			if rerr != nil {
-				return rerr
+				return "", rerr
 			}
 			if router.IsFenceError(err) && fresh.Version > snap.Version {
 				continue
@@ -215,9 +224,9 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 			}
 		}
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return "", ctx.Err()
 		}
-		return err
+		return fmt.Sprintf("%s (%s) by map v%d, done %s", p.Server, p.State, snap.Version, time.Now().Format("15:04:05.000")), err
 	}
 }
 
@@ -254,13 +263,31 @@ func (w *rawWriter) check(t *testing.T) {
 			}
 			want++
 			if g, ok := got[id]; !ok {
-				t.Errorf("shard %d: photo %d lost", shard, id)
+				t.Errorf("shard %d: photo %d lost (written on %s)", shard, id, w.placed[id])
 			} else if g != v {
 				t.Errorf("shard %d: photo %d has version %d, want %d", shard, id, g, v)
 			}
 		}
 		if len(got) != want {
 			t.Errorf("shard %d on %s: %d rows, writer wrote %d", shard, p.Server, len(got), want)
+			w.logMoves(t, shard)
+		}
+	}
+}
+
+// logMoves logs the journal of shard's moves, for a loss report: each
+// move's times, state, last step and positions.
+func (w *rawWriter) logMoves(t *testing.T, shard int) {
+	t.Helper()
+	moves, err := w.e.cat.RecentMoves(context.Background(), 200)
+	if err != nil {
+		t.Logf("read the moves: %v", err)
+		return
+	}
+	for _, m := range moves {
+		if m.Shard == shard {
+			t.Logf("move %d %s→%s %s/%s started %s updated %s final %s target %s err %q", m.ID, m.Source, m.Target, m.State, m.Step,
+				m.Started.Format("15:04:05.000"), m.Updated.Format("15:04:05.000"), m.FinalLSN, m.TargetLSN, m.Error)
 		}
 	}
 }
