@@ -1,7 +1,7 @@
 # shardkit — one command per job. `make test` is what CI runs.
 GO       ?= go
 PKGS     := ./...
-RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/...
+RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/... ./relay/...
 
 .PHONY: test test-short vet lint bench fuzz demo demo-pooled reliability scale generate postgres tools figures
 
@@ -52,6 +52,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzFlagValues -fuzztime 20s ./cmd/shardctl
 	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./examples/photos/api
 	$(GO) test -run '^$$' -fuzz FuzzLibpq -fuzztime 20s ./internal/pgdsn
+	$(GO) test -run '^$$' -fuzz FuzzDecodeMap -fuzztime 20s ./relay
 
 ## reliability: the long runs — 8 processes × 1M IDs on one shard with clock steps and kills,
 ## then a 10-minute soak of the photo service with shards moved in the middle

@@ -1,0 +1,192 @@
+package relay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// ErrUnavailable reports a relay that does not answer: not started, or
+// at another path.
+var ErrUnavailable = errors.New("relay not reachable: start it (shardctl relay --socket PATH) or give the router the catalog instead")
+
+// longPoll is how long a listening router's request waits for a new
+// version before asking again: short enough that a relay restarted in
+// between is found again soon, long enough to cost nothing.
+const longPoll = 30 * time.Second
+
+// maxReply bounds a reply's size: a whole map of 8192 shards is about
+// 550 KB.
+const maxReply = 64 << 20
+
+// Client reads the shard map from a relay. It is a router.VersionSource:
+// give it to router.New and keep the router current with
+// router.Router.WatchWith(ctx, router.WatchOptions{Listen: true}), which
+// waits on the relay for each new version and reads only what changed.
+// It is safe for concurrent use.
+type Client struct {
+	addr string
+	hc   *http.Client
+}
+
+var _ router.VersionSource = (*Client)(nil)
+
+// Dial returns a client of the relay at addr: a Unix socket path (or
+// unix:PATH), or host:port for a relay on TCP. It connects on first use.
+func Dial(addr string) *Client {
+	network, address := "tcp", addr
+	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
+		network, address = "unix", p
+	} else if strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".") {
+		network = "unix"
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, address)
+		},
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     2 * longPoll,
+	}
+	return &Client{addr: addr, hc: &http.Client{Transport: tr}}
+}
+
+// Close closes the client's idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+// get asks the relay for path with params and returns the status and
+// body.
+func (c *Client) get(ctx context.Context, path string, params url.Values) (int, []byte, error) {
+	u := "http://relay" + path
+	if len(params) > 0 {
+		u += "?" + params.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, nil, ctx.Err()
+		}
+		return 0, nil, fmt.Errorf("shardkit: relay %s: %w: %w", c.addr, ErrUnavailable, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReply+1))
+	if err != nil {
+		return 0, nil, fmt.Errorf("shardkit: relay %s: read the reply: %w", c.addr, err)
+	}
+	if len(body) > maxReply {
+		return 0, nil, fmt.Errorf("shardkit: relay %s: %w: over %d bytes", c.addr, ErrBadReply, maxReply)
+	}
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotModified {
+		return 0, nil, fmt.Errorf("shardkit: relay %s: %w: %s: %s", c.addr, ErrBadReply, resp.Status, strings.TrimSpace(string(body)))
+	}
+	return resp.StatusCode, body, nil
+}
+
+// Load reads the whole map.
+func (c *Client) Load(ctx context.Context) (*router.Snapshot, error) {
+	_, body, err := c.get(ctx, "/v1/map", nil)
+	if err != nil {
+		return nil, err
+	}
+	s, err := decodeMap(body, nil)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: relay %s: %w", c.addr, err)
+	}
+	return s, nil
+}
+
+// MapVersion returns the version the relay serves.
+func (c *Client) MapVersion(ctx context.Context) (int64, error) {
+	return c.version(ctx, 0, 0)
+}
+
+// version asks for the version in force once it is past after, waiting
+// at most wait.
+func (c *Client) version(ctx context.Context, after int64, wait time.Duration) (int64, error) {
+	params := url.Values{}
+	if wait > 0 {
+		params.Set("after", strconv.FormatInt(after, 10))
+		params.Set("wait", wait.String())
+	}
+	_, body, err := c.get(ctx, "/v1/version", params)
+	if err != nil {
+		return 0, err
+	}
+	var v wireVersion
+	if err := json.Unmarshal(body, &v); err != nil || v.Version <= 0 {
+		return 0, fmt.Errorf("shardkit: relay %s: %w: version reply %.100q", c.addr, ErrBadReply, body)
+	}
+	return v.Version, nil
+}
+
+// LoadChanges returns the map in force: since itself when the relay has
+// nothing newer, else since with the placements that changed applied (or
+// the whole map, when the relay no longer holds since's version).
+func (c *Client) LoadChanges(ctx context.Context, since *router.Snapshot) (*router.Snapshot, error) {
+	if since == nil {
+		return c.Load(ctx)
+	}
+	status, body, err := c.get(ctx, "/v1/map", url.Values{"since": {strconv.FormatInt(since.Version, 10)}})
+	if err != nil {
+		return nil, err
+	}
+	if status == http.StatusNotModified {
+		return since, nil
+	}
+	s, err := decodeMap(body, since)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: relay %s: %w", c.addr, err)
+	}
+	return s, nil
+}
+
+// ListenMap returns a listener that waits on the relay for each version
+// after the one in force now: router.Router.WatchWith with Listen uses
+// it, and reloads (LoadChanges) after each notification.
+func (c *Client) ListenMap(ctx context.Context) (router.Listener, error) {
+	v, err := c.MapVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &listener{c: c, after: v}, nil
+}
+
+// listener long-polls the relay for versions past after.
+type listener struct {
+	c     *Client
+	after int64
+}
+
+// WaitForNotification returns when the relay serves a version past the
+// last one it returned, as a notification on router.MapChannel whose
+// payload is the version.
+func (l *listener) WaitForNotification(ctx context.Context) (*pgconn.Notification, error) {
+	for {
+		v, err := l.c.version(ctx, l.after, longPoll)
+		if err != nil {
+			return nil, err
+		}
+		if v > l.after {
+			l.after = v
+			return &pgconn.Notification{Channel: router.MapChannel, Payload: strconv.FormatInt(v, 10)}, nil
+		}
+	}
+}
+
+func (l *listener) Close(context.Context) error { return nil }

@@ -1,0 +1,145 @@
+package relay
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/router"
+)
+
+// testSnapshot is a map of n shards over servers a and b, at version v.
+func testSnapshot(t testing.TB, v int64, n int) *router.Snapshot {
+	t.Helper()
+	servers := []router.Server{{Name: "a", DSN: "postgres://a/db", State: "active"}, {Name: "b", DSN: "postgres://b/db", AdminDSN: "postgres://b-direct/db", State: "active"}}
+	ps := make([]router.Placement, n)
+	for i := range ps {
+		ps[i] = router.Placement{Shard: i, Server: servers[i%2].Name, Schema: router.SchemaName(i), State: router.StateActive}
+	}
+	s, err := router.NewSnapshot(v, n, servers, ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Layout = idgen.DefaultLayout()
+	return s
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	old := testSnapshot(t, 4, 8)
+	ps := old.Placements()
+	ps[3].Server, ps[5].State = "a", router.StateFenced
+	cur, err := old.Next(7, old.Servers(), []router.Placement{ps[3], ps[5]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		wire  wireMap
+		since *router.Snapshot
+		moved int // placements the reply carries
+	}{
+		{"whole map", fullMap(cur), nil, 8},
+		{"whole map to a client holding a version", fullMap(cur), old, 8},
+		{"delta", delta(old, cur), old, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if len(tt.wire.Placements) != tt.moved {
+				t.Fatalf("reply carries %d placements, want %d", len(tt.wire.Placements), tt.moved)
+			}
+			b, err := json.Marshal(tt.wire)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := decodeMap(b, tt.since)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Version != cur.Version || got.Shards != cur.Shards || got.Layout != cur.Layout {
+				t.Fatalf("got v%d %d shards %+v", got.Version, got.Shards, got.Layout)
+			}
+			for i, p := range cur.Placements() {
+				if g, _ := got.Placement(i); g != p {
+					t.Fatalf("shard %d: got %+v, want %+v", i, g, p)
+				}
+			}
+			for _, s := range cur.Servers() {
+				if g, ok := got.Server(s.Name); !ok || g.DSN != s.DSN || g.AdminDSN != s.AdminDSN {
+					t.Fatalf("server %s: got %+v, want %+v", s.Name, g, s)
+				}
+			}
+		})
+	}
+}
+
+func TestDecodeRefuses(t *testing.T) {
+	held := testSnapshot(t, 4, 8)
+	whole, _ := json.Marshal(fullMap(held))
+	tests := []struct {
+		name  string
+		body  string
+		since *router.Snapshot
+	}{
+		{"not JSON", "<html>", nil},
+		{"no version", `{"shards":8,"servers":[],"placements":[]}`, nil},
+		{"whole map without layout", `{"version":5,"shards":1,"servers":[{"name":"a","dsn":"x","state":"active"}],"placements":[{"shard":0,"server":"a","schema":"shard_0000","state":"active"}]}`, nil},
+		{"delta from another version", `{"version":9,"since":3,"servers":[{"name":"a","dsn":"x","state":"active"},{"name":"b","dsn":"y","state":"active"}],"placements":[]}`, held},
+		{"delta without a version held", `{"version":9,"since":4,"servers":[],"placements":[]}`, nil},
+		{"delta backwards", `{"version":4,"since":4,"servers":[{"name":"a","dsn":"x","state":"active"},{"name":"b","dsn":"y","state":"active"}],"placements":[]}`, held},
+		{"delta onto an unknown server", `{"version":5,"since":4,"servers":[{"name":"a","dsn":"x","state":"active"},{"name":"b","dsn":"y","state":"active"}],"placements":[{"shard":1,"server":"c","schema":"shard_0001","state":"active"}]}`, held},
+		{"delta dropping a server in use", `{"version":5,"since":4,"servers":[{"name":"a","dsn":"x","state":"active"}],"placements":[]}`, held},
+		{"bad state", `{"version":5,"since":4,"servers":[{"name":"a","dsn":"x","state":"active"},{"name":"b","dsn":"y","state":"active"}],"placements":[{"shard":1,"server":"a","schema":"shard_0001","state":"gone"}]}`, held},
+		{"shard count over the layout", string(whole[:len(whole)-1]) + `,"shards":99999}`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := decodeMap([]byte(tt.body), tt.since); !errors.Is(err, ErrBadReply) {
+				t.Fatalf("got %v, want ErrBadReply", err)
+			}
+		})
+	}
+}
+
+// FuzzDecodeMap feeds the relay client's decoder arbitrary replies: it
+// must never panic, and a snapshot it accepts is a valid map (every shard
+// placed, on a known server) of a version past the one held.
+func FuzzDecodeMap(f *testing.F) {
+	held := testSnapshot(f, 4, 8)
+	ps := held.Placements()
+	ps[2].Server = "a"
+	cur, _ := held.Next(6, held.Servers(), []router.Placement{ps[2]})
+	for _, w := range []wireMap{fullMap(held), fullMap(cur), delta(held, cur)} {
+		b, _ := json.Marshal(w)
+		f.Add(b, true)
+		f.Add(b, false)
+	}
+	f.Add([]byte(`{"version":5,"since":4,"servers":[],"placements":[{"shard":-1}]}`), true)
+	f.Fuzz(func(t *testing.T, body []byte, holding bool) {
+		var since *router.Snapshot
+		if holding {
+			since = held
+		}
+		s, err := decodeMap(body, since)
+		if err != nil {
+			if !errors.Is(err, ErrBadReply) {
+				t.Fatalf("error not ErrBadReply: %v", err)
+			}
+			return
+		}
+		if s.Version <= 0 || s.Shards <= 0 || len(s.Placements()) != s.Shards {
+			t.Fatalf("accepted v%d with %d shards, %d placements", s.Version, s.Shards, len(s.Placements()))
+		}
+		if since != nil && s.Shards == since.Shards && s.Version < since.Version {
+			t.Fatalf("accepted version %d, older than the %d held", s.Version, since.Version)
+		}
+		for _, p := range s.Placements() {
+			if _, ok := s.Server(p.Server); !ok || !p.State.Valid() {
+				t.Fatalf("accepted placement %+v", p)
+			}
+		}
+		if err := s.Layout.Validate(); err != nil {
+			t.Fatalf("accepted layout %+v: %v", s.Layout, err)
+		}
+	})
+}
