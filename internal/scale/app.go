@@ -22,6 +22,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/plugin"
+	"github.com/shardkit/shardkit/relay"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -39,7 +40,8 @@ type appConfig struct {
 	WarmUp     string
 	FirstRead  bool
 	LeaseBits  int
-	Spawned    int64 // unix ns at which the harness started the process
+	Relays     []string // the relays' sockets; none: the routers poll the catalog
+	Spawned    int64    // unix ns at which the harness started the process
 }
 
 // appReport is what an app process reports when its stdin closes.
@@ -78,6 +80,18 @@ type memory struct {
 // harness started it so, and then exits; otherwise it returns at once.
 // Call it first in main or TestMain of any binary that calls Run.
 func AppMain() {
+	if raw := os.Getenv(envRelay); raw != "" {
+		var cfg relayConfig
+		if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "scale relay:", err)
+			os.Exit(2)
+		}
+		if err := runRelay(cfg, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "scale relay:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	raw := os.Getenv(envApp)
 	if raw == "" {
 		return
@@ -155,21 +169,36 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 	}
 }
 
-// startRouters opens the process's routers, each watching the catalog
-// until wctx ends and logging the versions it serves: the first serves the
+// startRouters opens the process's routers, each watching the map until
+// wctx ends and logging the versions it serves: the first serves the
 // plugin, the others stand in for routers of other processes (each its own
-// catalog pool). The catalogs returned are to be closed, also on error.
+// catalog pool, or its own relay client). Without relays each polls the
+// catalog; with relays each waits on one of them (the routers of all the
+// processes in turn across the relays), and only the first opens the
+// catalog, for the plugin's ID lease. The catalogs returned are to be
+// closed, also on error; the first is the plugin's.
 func startRouters(ctx, wctx context.Context, cfg appConfig, rep *appReport, watchers *sync.WaitGroup) ([]*router.Router, []*catalog.Catalog, error) {
 	var cats []*catalog.Catalog
 	routers := make([]*router.Router, cfg.Routers)
 	rep.Routers = make([]routerLog, cfg.Routers)
+	watch := router.WatchOptions{Poll: cfg.Poll}
+	if len(cfg.Relays) > 0 {
+		watch = router.WatchOptions{Listen: true}
+	}
 	for i := range routers {
-		cat, err := catalog.Open(ctx, cfg.CatalogDSN)
-		if err != nil {
-			return nil, cats, err
+		var src router.Source
+		if i == 0 || len(cfg.Relays) == 0 {
+			cat, err := catalog.Open(ctx, cfg.CatalogDSN)
+			if err != nil {
+				return nil, cats, err
+			}
+			cats = append(cats, cat)
+			src = cat
 		}
-		cats = append(cats, cat)
-		r, err := router.New(ctx, cat)
+		if len(cfg.Relays) > 0 {
+			src = relay.Dial(cfg.Relays[(cfg.Index*cfg.Routers+i)%len(cfg.Relays)])
+		}
+		r, err := router.New(ctx, src)
 		if err != nil {
 			return nil, cats, err
 		}
@@ -191,7 +220,7 @@ func startRouters(ctx, wctx context.Context, cfg appConfig, rep *appReport, watc
 				}
 			}
 		})
-		watchers.Go(func() { _ = r.WatchWith(wctx, router.WatchOptions{Poll: cfg.Poll}) })
+		watchers.Go(func() { _ = r.WatchWith(wctx, watch) })
 	}
 	return routers, cats, nil
 }

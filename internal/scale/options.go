@@ -46,6 +46,12 @@ type Options struct {
 	// (63 processes make IDs in Go); 10 leases a 1024th of the sequence
 	// space (1008 processes).
 	LeaseBits int
+	// Relays is the number of relay processes (package relay, one per
+	// host in a deployment): 0 means none, the routers poll the catalog;
+	// with relays, every router waits on one of them for each new map
+	// version (the routers in turn, across the relays) and only the
+	// plugin's router of each process opens the catalog, for its ID lease.
+	Relays int
 	// Ready bounds the wait for every process to start. 0 means 5 minutes.
 	Ready time.Duration
 }
@@ -84,6 +90,9 @@ func (o Options) validate() error {
 	}
 	if o.Servers < 2 {
 		return fmt.Errorf("scale: %d servers: a move needs at least 2", o.Servers)
+	}
+	if o.Relays < 0 {
+		return fmt.Errorf("scale: %d relays: want 0 or more", o.Relays)
 	}
 	if o.Procs < 1 || o.Routers < 1 || o.Shards < o.Servers || o.Moves < 0 {
 		return fmt.Errorf("scale: %d processes, %d routers each, %d shards, %d moves: want at least 1, 1, one per server, 0", o.Procs, o.Routers, o.Shards, o.Moves)

@@ -37,8 +37,9 @@ type Result struct {
 	// The catalog, over Window (all processes ready to the end of the load).
 	CatalogCPU      float64 // seconds, the cluster and its pooler
 	Window          time.Duration
-	CatalogBackends int // most client backends seen on the catalog
-	CatalogClients  int // most client connections seen on its pooler; 0 when direct
+	CatalogBackends int     // most client backends seen on the catalog
+	CatalogClients  int     // most client connections seen on its pooler; 0 when direct
+	RelayCPU        float64 // seconds, all relay processes, over Window
 
 	// The shard servers' client backends, and their poolers' clients
 	// (most seen, all servers; 0 when direct).
@@ -153,9 +154,13 @@ func mbStats(v []float64) string {
 func (r *Result) Table() string {
 	o := r.Options
 	var b strings.Builder
-	fmt.Fprintf(&b, "### %d processes × %d routers = %d routers; %d servers, %d shards, %s, warm-up %s, poll %v, a write and a read per process every %v\n\n",
+	watch := fmt.Sprintf("poll %v", o.Poll)
+	if o.Relays > 0 {
+		watch = fmt.Sprintf("%d relays", o.Relays)
+	}
+	fmt.Fprintf(&b, "### %d processes × %d routers = %d routers; %d servers, %d shards, %s, warm-up %s, %s, a write and a read per process every %v\n\n",
 		o.Procs, o.Routers, r.Routers, o.Servers, o.Shards, map[bool]string{true: "direct", false: "through PgBouncer"}[o.Direct],
-		o.WarmUp, o.Poll, o.Every)
+		o.WarmUp, watch, o.Every)
 	b.WriteString("| figure | value | from |\n|---|---|---|\n")
 	row := func(name, value, from string) { fmt.Fprintf(&b, "| %s | %s | %s |\n", name, value, from) }
 	row("IDs issued / duplicates / outside their shard", fmt.Sprintf("%d / %d / %d", r.IDs, r.Duplicates, r.Misplaced), "processes")
@@ -176,6 +181,14 @@ func (r *Result) Table() string {
 	}
 	row("catalog CPU (cluster + pooler)", fmt.Sprintf("%.1f s in %.0f s = %.1f%% of a core; %.3f ms/s per router",
 		r.CatalogCPU, r.Window.Seconds(), 100*r.CatalogCPU/max(r.Window.Seconds(), 1e-9), perRouter), "routers")
+	if o.Relays > 0 {
+		perRouter := 0.0
+		if r.Routers > 0 && r.Window > 0 {
+			perRouter = r.RelayCPU / r.Window.Seconds() / float64(r.Routers) * 1000
+		}
+		row(fmt.Sprintf("relays' CPU (%d processes)", o.Relays), fmt.Sprintf("%.1f s in %.0f s = %.1f%% of a core; %.3f ms/s per router",
+			r.RelayCPU, r.Window.Seconds(), 100*r.RelayCPU/max(r.Window.Seconds(), 1e-9), perRouter), "routers")
+	}
 	row("start-up: spawn → plugin ready (p50 / max; first spawn → last ready)", fmt.Sprintf("%s / %s; %s", ms(quantile(r.Startup, 0.5)), ms(quantile(r.Startup, 1)), ms(r.AllReady)), "processes")
 	row("… of which routers loaded, slot leased (p50 / max)", fmt.Sprintf("%s / %s, %s / %s", ms(quantile(r.Routed, 0.5)), ms(quantile(r.Routed, 1)),
 		ms(quantile(r.Leased, 0.5)), ms(quantile(r.Leased, 1))), "processes")

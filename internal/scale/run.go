@@ -52,6 +52,9 @@ type run struct {
 	res   *Result
 	procs []*proc
 
+	relays  []*relayProc
+	sockets []string // the relays' sockets
+
 	mu    sync.Mutex
 	flips map[int64]int64 // map version → unix ns at which the harness heard of it
 }
@@ -73,6 +76,17 @@ func (r *run) do(ctx context.Context) error {
 		return err
 	}
 	defer stopListen()
+	if r.o.Relays > 0 {
+		dir, err := os.MkdirTemp("", "shardkit-relays-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		defer r.stopRelays()
+		if err := r.startRelays(ctx, dir); err != nil {
+			return err
+		}
+	}
 	defer r.killAll()
 	if err := r.spawn(ctx); err != nil {
 		return err
@@ -86,7 +100,7 @@ func (r *run) do(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cpu0, at0 := r.catalogCPU(), time.Now()
+	cpu0, relay0, at0 := r.catalogCPU(), r.relayCPU(), time.Now()
 	sampler := r.sampleCatalog(ctx)
 
 	sleep(ctx, r.o.Load)
@@ -98,6 +112,7 @@ func (r *run) do(ctx context.Context) error {
 
 	r.res.RSSLate = r.rss()
 	r.res.CatalogCPU = r.catalogCPU() - cpu0
+	r.res.RelayCPU = r.relayCPU() - relay0
 	r.res.Window = time.Since(at0)
 	sampler()
 	if r.res.BackendsEnd, err = readBackends(ctx, r.serverAdmins()); err != nil {
@@ -125,7 +140,7 @@ func (r *run) spawn(ctx context.Context) error {
 	start := time.Now()
 	for i := range r.o.Procs {
 		cfg, _ := json.Marshal(appConfig{Index: i, CatalogDSN: r.e.catalogDSN, Routers: r.o.Routers, Poll: r.o.Poll,
-			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, LeaseBits: r.o.LeaseBits, Spawned: time.Now().UnixNano()})
+			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, LeaseBits: r.o.LeaseBits, Relays: r.sockets, Spawned: time.Now().UnixNano()})
 		p := &proc{cmd: exec.Command(exe)}
 		p.cmd.Env = append(os.Environ(), envApp+"="+string(cfg))
 		p.cmd.Stderr = &limitedWriter{w: &p.stderr, n: 4096}

@@ -32,6 +32,7 @@ func main() {
 	flag.BoolVar(&o.Direct, "direct", false, "connect the processes to the servers and the catalog directly, not through PgBouncers")
 	flag.IntVar(&o.LeaseBits, "lease-bits", 0, "each process's ID lease width, 6 (whole slots: 63 processes) to 10 (1008 processes); 0: 6")
 	flag.BoolVar(&o.FirstRead, "first-read", false, "time each process's first read across all shards")
+	flag.IntVar(&o.Relays, "relays", 0, "relay processes (one per host in a deployment) that the routers wait on, instead of polling the catalog")
 	flag.Parse()
 	if o.LeaseBits != 0 && (o.LeaseBits < 6 || o.LeaseBits > 10) {
 		fmt.Fprintf(os.Stderr, "scale: -lease-bits %d: want 6 to 10 (or 0 for 6)\n", o.LeaseBits)
