@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,6 +40,10 @@ const maxReply = 64 << 20
 type Client struct {
 	addr string
 	hc   *http.Client
+
+	mu      sync.Mutex
+	newest  *router.Snapshot // the newest map this client has read: where deltas start
+	arrived *router.Snapshot // what a listener's wait brought, for the reload that follows it
 }
 
 var _ router.VersionSource = (*Client)(nil)
@@ -108,7 +113,52 @@ func (c *Client) Load(ctx context.Context) (*router.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: relay %s: %w", c.addr, err)
 	}
-	return s, nil
+	return c.keep(s), nil
+}
+
+// keep records s as the newest map read, unless a newer one is, and
+// returns the newest.
+func (c *Client) keep(s *router.Snapshot) *router.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.newest == nil || s.Version > c.newest.Version {
+		c.newest = s
+	}
+	return c.newest
+}
+
+// takeArrived returns the map a listener's wait brought, once.
+func (c *Client) takeArrived() *router.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.arrived
+	c.arrived = nil
+	return a
+}
+
+func (c *Client) base() *router.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.newest
+}
+
+// mapAfter asks for the map once its version is past since's, waiting at
+// most wait, and returns it (nil if wait ended first): the placements
+// changed after since applied to it, or the whole map.
+func (c *Client) mapAfter(ctx context.Context, since *router.Snapshot, wait time.Duration) (*router.Snapshot, error) {
+	params := url.Values{"since": {strconv.FormatInt(since.Version, 10)}}
+	if wait > 0 {
+		params.Set("wait", wait.String())
+	}
+	status, body, err := c.get(ctx, "/v1/map", params)
+	if err != nil || status == http.StatusNotModified {
+		return nil, err
+	}
+	s, err := decodeMap(body, since)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: relay %s: %w", c.addr, err)
+	}
+	return c.keep(s), nil
 }
 
 // MapVersion returns the version the relay serves.
@@ -137,54 +187,56 @@ func (c *Client) version(ctx context.Context, after int64, wait time.Duration) (
 
 // LoadChanges returns the map in force: since itself when the relay has
 // nothing newer, else since with the placements that changed applied (or
-// the whole map, when the relay no longer holds since's version).
+// the whole map, when the relay no longer holds since's version). The map a
+// listener's wait has just brought, when newer than since, is returned
+// without asking the relay again.
 func (c *Client) LoadChanges(ctx context.Context, since *router.Snapshot) (*router.Snapshot, error) {
 	if since == nil {
 		return c.Load(ctx)
 	}
-	status, body, err := c.get(ctx, "/v1/map", url.Values{"since": {strconv.FormatInt(since.Version, 10)}})
-	if err != nil {
-		return nil, err
+	if a := c.takeArrived(); a != nil && a.Version > since.Version {
+		return a, nil
 	}
-	if status == http.StatusNotModified {
-		return since, nil
-	}
-	s, err := decodeMap(body, since)
-	if err != nil {
-		return nil, fmt.Errorf("shardkit: relay %s: %w", c.addr, err)
+	s, err := c.mapAfter(ctx, since, 0)
+	if err != nil || s == nil {
+		return since, err
 	}
 	return s, nil
 }
 
 // ListenMap returns a listener that waits on the relay for each version
-// after the one in force now: router.Router.WatchWith with Listen uses
-// it, and reloads (LoadChanges) after each notification.
+// after the newest this client has read (loading the map first if it has
+// read none): router.Router.WatchWith with Listen uses it. Each wait
+// brings the changed placements with it, so the reload that follows a
+// notification (LoadChanges) costs no second round trip.
 func (c *Client) ListenMap(ctx context.Context) (router.Listener, error) {
-	v, err := c.MapVersion(ctx)
-	if err != nil {
-		return nil, err
+	if c.base() == nil {
+		if _, err := c.Load(ctx); err != nil {
+			return nil, err
+		}
 	}
-	return &listener{c: c, after: v}, nil
+	return &listener{c: c}, nil
 }
 
-// listener long-polls the relay for versions past after.
+// listener long-polls the relay for maps past the client's newest.
 type listener struct {
-	c     *Client
-	after int64
+	c *Client
 }
 
 // WaitForNotification returns when the relay serves a version past the
-// last one it returned, as a notification on router.MapChannel whose
-// payload is the version.
+// newest the client holds, as a notification on router.MapChannel whose
+// payload is the version; the map itself is kept for LoadChanges.
 func (l *listener) WaitForNotification(ctx context.Context) (*pgconn.Notification, error) {
 	for {
-		v, err := l.c.version(ctx, l.after, longPoll)
+		s, err := l.c.mapAfter(ctx, l.c.base(), longPoll)
 		if err != nil {
 			return nil, err
 		}
-		if v > l.after {
-			l.after = v
-			return &pgconn.Notification{Channel: router.MapChannel, Payload: strconv.FormatInt(v, 10)}, nil
+		if s != nil {
+			l.c.mu.Lock()
+			l.c.arrived = s
+			l.c.mu.Unlock()
+			return &pgconn.Notification{Channel: router.MapChannel, Payload: strconv.FormatInt(s.Version, 10)}, nil
 		}
 	}
 }
