@@ -63,11 +63,32 @@ type Placement struct {
 // routed with exactly one snapshot; a new map version is a new Snapshot.
 // Do not modify a Snapshot after NewSnapshot returns it.
 type Snapshot struct {
-	Version    int64
-	Shards     int          // logical shard count
-	Layout     idgen.Layout // the catalog's ID layout
-	placements []Placement
-	servers    map[string]Server
+	Version int64
+	Shards  int          // logical shard count
+	Layout  idgen.Layout // the catalog's ID layout
+	// chunks holds the placements by shard number, chunkSize to a chunk:
+	// the next version (Next) shares the chunks it does not change, so
+	// that a move's new version costs a router a few chunks, not a copy
+	// of the whole map.
+	chunks  [][]Placement
+	servers map[string]Server
+}
+
+// chunkSize is the placements of one chunk of a Snapshot.
+const chunkSize = 64
+
+// placement returns shard's placement; shard is in range.
+func (s *Snapshot) placement(shard int) Placement {
+	return s.chunks[uint(shard)/chunkSize][uint(shard)%chunkSize]
+}
+
+// each calls fn with every placement, by shard number.
+func (s *Snapshot) each(fn func(Placement)) {
+	for _, c := range s.chunks {
+		for _, p := range c {
+			fn(p)
+		}
+	}
 }
 
 // NewSnapshot builds a snapshot and checks it: every shard 0..shards-1 is
@@ -80,7 +101,11 @@ func NewSnapshot(version int64, shards int, servers []Server, placements []Place
 	if err != nil {
 		return nil, err
 	}
-	s := &Snapshot{Version: version, Shards: shards, placements: make([]Placement, shards), servers: byName}
+	all := make([]Placement, shards)
+	s := &Snapshot{Version: version, Shards: shards, servers: byName}
+	for lo := 0; lo < shards; lo += chunkSize {
+		s.chunks = append(s.chunks, all[lo:min(lo+chunkSize, shards):min(lo+chunkSize, shards)])
+	}
 	seen := make([]bool, shards)
 	for _, p := range placements {
 		p, err := checkPlacement(p, shards, byName)
@@ -91,7 +116,7 @@ func NewSnapshot(version int64, shards int, servers []Server, placements []Place
 			return nil, fmt.Errorf("%w: shard %d is placed twice", ErrBadCatalog, p.Shard)
 		}
 		seen[p.Shard] = true
-		s.placements[p.Shard] = p
+		all[p.Shard] = p
 	}
 	for i, ok := range seen {
 		if !ok {
@@ -113,23 +138,27 @@ func (s *Snapshot) Next(version int64, servers []Server, changed []Placement) (*
 	if err != nil {
 		return nil, err
 	}
-	n := &Snapshot{Version: version, Shards: s.Shards, Layout: s.Layout, placements: slices.Clone(s.placements), servers: byName}
+	n := &Snapshot{Version: version, Shards: s.Shards, Layout: s.Layout, chunks: slices.Clone(s.chunks), servers: byName}
+	copied := map[int]bool{}
 	for _, p := range changed {
 		p, err := checkPlacement(p, s.Shards, byName)
 		if err != nil {
 			return nil, err
 		}
-		n.placements[p.Shard] = p
+		c := p.Shard / chunkSize
+		if !copied[c] {
+			n.chunks[c] = slices.Clone(n.chunks[c])
+			copied[c] = true
+		}
+		n.chunks[c][p.Shard%chunkSize] = p
 	}
 	for name := range s.servers {
 		if _, ok := byName[name]; ok {
 			continue
 		}
 		// A server left the catalog: no shard may stay on it.
-		for _, p := range n.placements {
-			if p.Server == name {
-				return nil, fmt.Errorf("%w: shard %d is placed on unknown server %q", ErrBadCatalog, p.Shard, p.Server)
-			}
+		if on := n.ShardsOn(name); len(on) > 0 {
+			return nil, fmt.Errorf("%w: shard %d is placed on unknown server %q", ErrBadCatalog, on[0], name)
 		}
 	}
 	return n, nil
@@ -173,15 +202,17 @@ func checkPlacement(p Placement, shards int, servers map[string]Server) (Placeme
 
 // Placement returns where a logical shard lives.
 func (s *Snapshot) Placement(shard int) (Placement, error) {
-	if shard < 0 || shard >= len(s.placements) {
-		return Placement{}, fmt.Errorf("%w: shard %d, map has %d shards", ErrShardOutOfRange, shard, len(s.placements))
+	if shard < 0 || shard >= s.Shards {
+		return Placement{}, fmt.Errorf("%w: shard %d, map has %d shards", ErrShardOutOfRange, shard, s.Shards)
 	}
-	return s.placements[shard], nil
+	return s.placement(shard), nil
 }
 
 // Placements returns a copy of every placement, by shard number.
 func (s *Snapshot) Placements() []Placement {
-	return append([]Placement(nil), s.placements...)
+	out := make([]Placement, 0, s.Shards)
+	s.each(func(p Placement) { out = append(out, p) })
+	return out
 }
 
 // Server returns a server by name.
@@ -203,10 +234,10 @@ func (s *Snapshot) Servers() []Server {
 // ShardsOn returns the shards placed on a server, in order.
 func (s *Snapshot) ShardsOn(server string) []int {
 	var out []int
-	for _, p := range s.placements {
+	s.each(func(p Placement) {
 		if p.Server == server {
 			out = append(out, p.Shard)
 		}
-	}
+	})
 	return out
 }
