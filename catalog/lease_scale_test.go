@@ -29,8 +29,19 @@ const (
 	fleetTTL       = DefaultLeaseTTL
 )
 
+// fleetLeasing is how many generators of a fleet child lease at once.
+// Acquisitions wait for the catalog's lease lock inside a transaction, on
+// a connection of the process's one catalog pool (4 connections here): a
+// child leasing all of its 250 at once kept every connection waiting on
+// the lock, and on a loaded machine the renewals of the leases it already
+// held waited past their TTL and were lost. One generator per process, as
+// in a deployment, never meets that; two at a time leaves the renewals
+// connections.
+const fleetLeasing = 2
+
 // runFleetChild starts n generators on leases of fleetLeaseBits bits,
-// prints "ready <ms to lease them all>" once every one holds its lease,
+// fleetLeasing at a time, prints "ready <ms to lease them all>" once
+// every one holds its lease,
 // waits for its stdin to close, then has all of them issue fleetIDs IDs
 // each at once for the same shards and writes the IDs to f.
 func runFleetChild(ctx context.Context, cat *Catalog, f *os.File, n int) error {
@@ -39,10 +50,13 @@ func runFleetChild(ctx context.Context, cat *Catalog, f *os.File, n int) error {
 	stops := make([]func(), n)
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
+	leasing := make(chan struct{}, fleetLeasing)
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			leasing <- struct{}{}
+			defer func() { <-leasing }()
 			g, stop, err := StartGenerator(ctx, cat, LeaserConfig{LeaseBits: fleetLeaseBits, TTL: fleetTTL}, idgen.Config{})
 			if err != nil {
 				errs <- fmt.Errorf("generator %d: %w", i, err)
@@ -97,8 +111,8 @@ func runFleetChild(ctx context.Context, cat *Catalog, f *os.File, n int) error {
 }
 
 // TestLeasesOfThousandGeneratorsAcrossProcesses: 1000 generators in four OS
-// processes lease from one catalog at once, with leases of 10 bits (1008
-// exist). Every one gets a lease (none falls back to next_id()), no two
+// processes lease from one catalog at once (fleetLeasing at a time in
+// each process), with leases of 10 bits (1008 exist). Every one gets a lease (none falls back to next_id()), no two
 // live leases overlap, and once all hold theirs they issue IDs for the
 // same four shards at the same time: no duplicate, none in next_id()'s
 // slot 0. It logs the lease table's load: lease time, rows, size, renewals.
