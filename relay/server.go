@@ -109,35 +109,40 @@ func (s *Server) await(ctx context.Context, after int64, wait time.Duration) *ro
 }
 
 // reply returns the encoded reply of version cur for a client holding
-// since (0: none), encoding it once for every client that asks the same.
+// since (0: none): a delta when the relay still holds since, the whole
+// map otherwise, each encoded once for every client that asks the same.
+// The cache holds at most one reply per version held, whatever the
+// clients send.
 func (s *Server) reply(cur *router.Snapshot, since int64) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.recent[len(s.recent)-1] != cur {
-		// A newer version arrived meanwhile: encode without caching.
-		return json.Marshal(s.wire(cur, since))
-	}
-	if b, ok := s.encoded[since]; ok {
-		return b, nil
-	}
-	b, err := json.Marshal(s.wire(cur, since))
-	if err == nil {
-		s.encoded[since] = b
-	}
-	return b, err
-}
-
-// wire is cur's reply for a client holding since: a delta when the relay
-// still holds since, the whole map otherwise. s.mu is held.
-func (s *Server) wire(cur *router.Snapshot, since int64) wireMap {
-	if since > 0 {
-		for _, old := range s.recent {
-			if old.Version == since && old != cur {
-				return delta(old, cur)
-			}
+	var old *router.Snapshot
+	for _, o := range s.recent {
+		if o.Version == since && o != cur {
+			old = o
 		}
 	}
-	return fullMap(cur)
+	encode := func() ([]byte, error) {
+		if old != nil {
+			return json.Marshal(delta(old, cur))
+		}
+		return json.Marshal(fullMap(cur))
+	}
+	if s.recent[len(s.recent)-1] != cur {
+		return encode() // a newer version arrived meanwhile: not cached
+	}
+	key := int64(0)
+	if old != nil {
+		key = old.Version
+	}
+	if b, ok := s.encoded[key]; ok {
+		return b, nil
+	}
+	b, err := encode()
+	if err == nil {
+		s.encoded[key] = b
+	}
+	return b, err
 }
 
 // ServeHTTP answers the endpoints listed on Server.

@@ -3,6 +3,9 @@ package relay
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/shardkit/shardkit/idgen"
@@ -142,4 +145,57 @@ func FuzzDecodeMap(f *testing.F) {
 			t.Fatalf("accepted layout %+v: %v", s.Layout, err)
 		}
 	})
+}
+
+// TestServerAnswers drives the relay's handler without a socket: the
+// whole map, a delta from a version it holds, the whole map for one it
+// does not, 304 when nothing is newer, and a cache that stays one reply
+// per version held whatever versions clients name.
+func TestServerAnswers(t *testing.T) {
+	first := testSnapshot(t, 1, 8)
+	r, err := router.NewFixed(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(r)
+	ps := first.Placements()
+	ps[5].Server = "a"
+	second, _ := first.Next(2, first.Servers(), []router.Placement{ps[5]})
+	s.add(second)
+	get := func(query string) (int, wireMap) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/map"+query, nil))
+		var m wireMap
+		if rec.Code == http.StatusOK {
+			if err := json.Unmarshal(rec.Body.Bytes(), &m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return rec.Code, m
+	}
+	check := func(query string, code int, since int64, places int) {
+		t.Helper()
+		c, m := get(query)
+		if c != code || m.Since != since || len(m.Placements) != places {
+			t.Errorf("%s: %d, since %d, %d placements; want %d, %d, %d", query, c, m.Since, len(m.Placements), code, since, places)
+		}
+	}
+	check("", 200, 0, 8)
+	check("?since=1", 200, 1, 1)  // held: the delta
+	check("?since=2", 304, 0, 0)  // nothing newer
+	check("?since=77", 304, 0, 0) // a client ahead of the relay: nothing newer here
+	check("?since=2&wait=10ms", 304, 0, 0)
+	cur := second
+	for v := int64(3); v < 3+history; v++ {
+		cur, _ = cur.Next(v, cur.Servers(), nil)
+		s.add(cur)
+	}
+	check("?since=1", 200, 0, 8) // no longer held: the whole map
+	for v := range cur.Version + 500 {
+		get(fmt.Sprintf("?since=%d", v))
+	}
+	if n := len(s.encoded); n > history+1 {
+		t.Fatalf("%d replies cached for one version, holding %d", n, history)
+	}
 }
