@@ -133,6 +133,11 @@ func decodeMap(body []byte, since *router.Snapshot) (*router.Snapshot, error) {
 	if m.Shards > 1<<l.ShardBits {
 		return nil, fmt.Errorf("%w: %d shards do not fit %d shard bits", ErrBadReply, m.Shards, l.ShardBits)
 	}
+	// Checked before the snapshot is built, which allocates by the shard
+	// count: a reply cannot make the client allocate more than it sent.
+	if len(placements) != m.Shards {
+		return nil, fmt.Errorf("%w: %d placements for %d shards", ErrBadReply, len(placements), m.Shards)
+	}
 	s, err := router.NewSnapshot(m.Version, m.Shards, servers, placements)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadReply, err)

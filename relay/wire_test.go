@@ -94,6 +94,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{"delta dropping a server in use", `{"version":5,"since":4,"servers":[{"name":"a","dsn":"x","state":"active"}],"placements":[]}`, held},
 		{"bad state", `{"version":5,"since":4,"servers":[{"name":"a","dsn":"x","state":"active"},{"name":"b","dsn":"y","state":"active"}],"placements":[{"shard":1,"server":"a","schema":"shard_0001","state":"gone"}]}`, held},
 		{"shard count over the layout", string(whole[:len(whole)-1]) + `,"shards":99999}`, nil},
+		{"shard count over the placements sent", `{"version":5,"shards":1099511627776,"layout":{"epoch_ms":1314220021721,"time_bits":2,"shard_bits":50,"seq_bits":12,"slot_bits":0},"servers":[],"placements":[]}`, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
