@@ -13,7 +13,11 @@
 // notification and one read per relay, and reaches a router one local
 // round trip after the relay has it.
 //
-//	go r.WatchWith(ctx, router.WatchOptions{Listen: true}) // r, _ := router.New(ctx, relay.Dial("/run/shardkit/relay.sock"))
+//	r, err := router.New(ctx, relay.Dial("/run/shardkit/relay.sock"))
+//	if err != nil {
+//		return err // relay.ErrUnavailable: no relay at that path
+//	}
+//	go r.WatchWith(ctx, router.WatchOptions{Listen: true})
 //
 // The relay is an optimisation of freshness, not of correctness: a router
 // on an old map is refused by the old home's barrier and reloads, as it
