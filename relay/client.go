@@ -127,6 +127,14 @@ func (c *Client) keep(s *router.Snapshot) *router.Snapshot {
 	return c.newest
 }
 
+// setArrived keeps s, which a listener's wait brought, for the reload
+// that follows.
+func (c *Client) setArrived(s *router.Snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.arrived = s
+}
+
 // takeArrived returns the map a listener's wait brought, once.
 func (c *Client) takeArrived() *router.Snapshot {
 	c.mu.Lock()
@@ -163,18 +171,7 @@ func (c *Client) mapAfter(ctx context.Context, since *router.Snapshot, wait time
 
 // MapVersion returns the version the relay serves.
 func (c *Client) MapVersion(ctx context.Context) (int64, error) {
-	return c.version(ctx, 0, 0)
-}
-
-// version asks for the version in force once it is past after, waiting
-// at most wait.
-func (c *Client) version(ctx context.Context, after int64, wait time.Duration) (int64, error) {
-	params := url.Values{}
-	if wait > 0 {
-		params.Set("after", strconv.FormatInt(after, 10))
-		params.Set("wait", wait.String())
-	}
-	_, body, err := c.get(ctx, "/v1/version", params)
+	_, body, err := c.get(ctx, "/v1/version", nil)
 	if err != nil {
 		return 0, err
 	}
@@ -233,9 +230,7 @@ func (l *listener) WaitForNotification(ctx context.Context) (*pgconn.Notificatio
 			return nil, err
 		}
 		if s != nil {
-			l.c.mu.Lock()
-			l.c.arrived = s
-			l.c.mu.Unlock()
+			l.c.setArrived(s)
 			return &pgconn.Notification{Channel: router.MapChannel, Payload: strconv.FormatInt(s.Version, 10)}, nil
 		}
 	}

@@ -126,8 +126,7 @@ func TestRouterFollowsCatalogThroughRelay(t *testing.T) {
 		if err := change(); err != nil {
 			t.Fatalf("change %d: %v", i, err)
 		}
-		v := version(t, e.cat)
-		testkit.Eventually(t, 30*time.Second, func() bool { return r.Snapshot().Version >= v })
+		caughtUp(t, e.cat, r.Snapshot)
 		sameMap(t, e.cat, r.Snapshot())
 	}
 }
@@ -157,8 +156,7 @@ func TestDeltaOrWholeMap(t *testing.T) {
 		}
 		if i == 0 {
 			// Held by the relay: a delta from old.
-			v := version(t, e.cat)
-			testkit.Eventually(t, 30*time.Second, func() bool { return e.server.newest().Version >= v })
+			caughtUp(t, e.cat, e.server.newest)
 			next, err := c.LoadChanges(ctx, old)
 			if err != nil {
 				t.Fatal(err)
@@ -166,8 +164,7 @@ func TestDeltaOrWholeMap(t *testing.T) {
 			sameMap(t, e.cat, next)
 		}
 	}
-	v := version(t, e.cat)
-	testkit.Eventually(t, 30*time.Second, func() bool { return e.server.newest().Version >= v })
+	caughtUp(t, e.cat, e.server.newest)
 	// old is out of the relay's history now: the whole map comes back.
 	got, err := c.LoadChanges(ctx, old)
 	if err != nil {
@@ -188,12 +185,8 @@ func TestListenerWakesOnChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, err := c.MapVersion(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	if _, err := c.version(ctx, before, 300*time.Millisecond); err != nil {
+	if _, err := c.mapAfter(ctx, c.base(), 300*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited < 300*time.Millisecond {
@@ -237,8 +230,7 @@ func TestRouterSurvivesRelayRestart(t *testing.T) {
 		t.Fatalf("router went from v%d to v%d with the relay stopped", held, v)
 	}
 	e.start(t)
-	v := version(t, e.cat)
-	testkit.Eventually(t, 30*time.Second, func() bool { return r.Snapshot().Version >= v })
+	caughtUp(t, e.cat, r.Snapshot)
 	sameMap(t, e.cat, r.Snapshot())
 }
 
@@ -303,6 +295,14 @@ func placed(t *testing.T, cat *catalog.Catalog, shard int) string {
 }
 
 func other(server string) string { return map[string]string{"a": "b", "b": "a"}[server] }
+
+// caughtUp waits until the map that held returns is at the catalog's
+// version.
+func caughtUp(t *testing.T, cat *catalog.Catalog, held func() *router.Snapshot) {
+	t.Helper()
+	v := version(t, cat)
+	testkit.Eventually(t, 30*time.Second, func() bool { return held().Version >= v })
+}
 
 func version(t *testing.T, cat *catalog.Catalog) int64 {
 	t.Helper()

@@ -74,20 +74,13 @@ func (r *run) startRelays(ctx context.Context, dir string) error {
 		sock := filepath.Join(dir, fmt.Sprintf("relay-%d.sock", k))
 		cfg, _ := json.Marshal(relayConfig{CatalogDSN: r.e.catalogAdmin, Socket: sock})
 		p := &relayProc{cmd: exec.CommandContext(ctx, exe)}
-		p.cmd.Env = append(os.Environ(), envRelay+"="+string(cfg))
 		p.cmd.Stderr = os.Stderr
-		if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-			return err
-		}
-		out, err := p.cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := p.cmd.Start(); err != nil {
+		var out *bufio.Reader
+		if p.stdin, out, err = startChild(p.cmd, envRelay, cfg); err != nil {
 			return fmt.Errorf("start relay %d: %w", k, err)
 		}
 		r.relays = append(r.relays, p)
-		if line, err := readLine(bufio.NewReader(out)); err != nil || line != "ready" {
+		if line, err := readLine(out); err != nil || line != "ready" {
 			return fmt.Errorf("scale: relay %d did not start (%q, %v)", k, line, err)
 		}
 		r.sockets = append(r.sockets, sock)

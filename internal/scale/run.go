@@ -142,18 +142,9 @@ func (r *run) spawn(ctx context.Context) error {
 		cfg, _ := json.Marshal(appConfig{Index: i, CatalogDSN: r.e.catalogDSN, Routers: r.o.Routers, Poll: r.o.Poll,
 			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, LeaseBits: r.o.LeaseBits, Relays: r.sockets, Spawned: time.Now().UnixNano()})
 		p := &proc{cmd: exec.Command(exe)}
-		p.cmd.Env = append(os.Environ(), envApp+"="+string(cfg))
 		p.cmd.Stderr = &limitedWriter{w: &p.stderr, n: 4096}
-		if p.stdin, err = p.cmd.StdinPipe(); err != nil {
-			return err
-		}
-		out, err := p.cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		p.out = bufio.NewReaderSize(out, 1<<20)
 		p.spawned = time.Now()
-		if err := p.cmd.Start(); err != nil {
+		if p.stdin, p.out, err = startChild(p.cmd, envApp, cfg); err != nil {
 			return fmt.Errorf("start app process %d: %w", i, err)
 		}
 		r.procs = append(r.procs, p)
@@ -190,6 +181,25 @@ func (r *run) spawn(ctx context.Context) error {
 	}
 	r.log.Info("app processes ready", "procs", r.o.Procs, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// startChild starts cmd, this binary run again in the mode that the
+// environment variable env selects, with cfg (JSON) as its value, and
+// returns its stdin and stdout.
+func startChild(cmd *exec.Cmd, env string, cfg []byte) (io.WriteCloser, *bufio.Reader, error) {
+	cmd.Env = append(os.Environ(), env+"="+string(cfg))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return stdin, bufio.NewReaderSize(out, 1<<20), nil
 }
 
 // move moves o.Moves shards, one after the other, from the first server
