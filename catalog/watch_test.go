@@ -277,3 +277,39 @@ func TestPollShared(t *testing.T) {
 		t.Fatalf("%d routers reloaded the changed rows %d times for one map change, want once", routers, n)
 	}
 }
+
+// TestPollLateJoiner: a router that starts polling after the routers
+// already polling took a map change still gets that change, though the
+// catalog has nothing newer than what those routers hold.
+func TestPollLateJoiner(t *testing.T) {
+	const poll = 10 * time.Millisecond
+	cat, _ := seedCatalog(t, 8, idgen.DefaultLayout())
+	ctx := testCtx(t)
+	early, err := router.New(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	late, err := router.New(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
+	wg.Go(func() { _ = early.WatchWith(wctx, router.WatchOptions{Poll: poll}) })
+	v, err := cat.PlaceShard(ctx, 5, testServers[1], router.StateActive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	updates, unsubscribe := early.Subscribe()
+	defer unsubscribe()
+	waitVersion(t, ctx, early, updates, v)
+
+	if got := late.Snapshot().Version; got >= v {
+		t.Fatalf("the late router serves version %d before it watches, want older than %d", got, v)
+	}
+	lateUpdates, unsubscribeLate := late.Subscribe()
+	defer unsubscribeLate()
+	wg.Go(func() { _ = late.WatchWith(wctx, router.WatchOptions{Poll: poll}) })
+	waitVersion(t, ctx, late, lateUpdates, v)
+}

@@ -119,11 +119,17 @@ func (p *poller) run(ctx context.Context) {
 }
 
 // check reads the newest map once, when the catalog has a newer version
-// than the newest a member holds, and installs it in every member.
+// than the newest a member holds, and installs it in every member. A
+// member behind the newest a member holds (one that joined after the
+// others took a change) is brought to it first: the version check starts
+// from the newest, so it would never see that member's map as old.
 func (p *poller) check(ctx context.Context) error {
 	rs, base := p.routers()
 	if base == nil {
 		return nil
+	}
+	for _, r := range rs {
+		r.install(base)
 	}
 	s, err := newer(ctx, p.key.src, base)
 	if err != nil || s == nil {
