@@ -78,7 +78,8 @@ type LeaserConfig struct {
 //     after its clock is past the newest mark of every overlapping row
 //     (idgen.Lease.MinMs);
 //   - acquisitions are serialised by a transaction-scoped advisory lock
-//     (renewals and releases are not): one at a time, a few ms each;
+//     (renewals and releases are not): one at a time, each one pipeline
+//     of statements, so the lock is held for the catalog's work alone;
 //   - whole slots go to the free one with the oldest mark; parts of slots
 //     fill the highest slots first, leaving whole slots free for bulk work.
 type Leaser struct {
@@ -99,11 +100,15 @@ type Leaser struct {
 
 var _ idgen.Leaser = (*Leaser)(nil)
 
+// picked is the lease an acquisition's pick chose (0: none), for the
+// statements after it in the same transaction.
+const picked = `current_setting('shardkit.lease_pick')::integer`
+
 // overlaps is the SQL condition "row o overlaps the lease (bits $1, slot
-// $3)" given the whole-slot mask $2. Its first term lets Postgres join on
-// the whole slot.
-const overlaps = `(o.slot & $2) = ($3 & $2)
-    AND (o.slot & ((1 << LEAST(o.bits, $1::integer)) - 1)) = ($3 & ((1 << LEAST(o.bits, $1::integer)) - 1))`
+// picked)" given the whole-slot mask $2. Its first term lets Postgres
+// join on the whole slot.
+const overlaps = `(o.slot & $2) = (` + picked + ` & $2)
+    AND (o.slot & ((1 << LEAST(o.bits, $1::integer)) - 1)) = (` + picked + ` & ((1 << LEAST(o.bits, $1::integer)) - 1))`
 
 // live is the SQL condition "row o is held and not expired", expiry read
 // at the statement's start: a lease that expires during the statement
@@ -126,33 +131,35 @@ WHERE x & $2 <> 0 AND (SELECT count(*) FROM shardkit.slot_leases WHERE bits = $1
 ON CONFLICT (bits, slot) DO NOTHING`
 
 	// pickSlotSQL finds a free lease of $1 bits that no live lease
-	// overlaps. $3 packs parts of slots into the highest slots; whole slots
-	// go oldest mark first.
-	pickSlotSQL = `SELECT u.slot FROM shardkit.slot_leases u
+	// overlaps, records it as picked for the rest of the transaction and
+	// returns it (0: none is free). $3 packs parts of slots into the
+	// highest slots; whole slots go oldest mark first.
+	pickSlotSQL = `SELECT set_config('shardkit.lease_pick', COALESCE((SELECT u.slot FROM shardkit.slot_leases u
 WHERE u.bits = $1 AND NOT ` + liveU + `
     AND NOT EXISTS (SELECT 1 FROM shardkit.slot_leases o
         WHERE ` + live + ` AND (o.slot & $2) = (u.slot & $2)
             AND (o.slot & ((1 << LEAST(o.bits, u.bits)) - 1)) = (u.slot & ((1 << LEAST(o.bits, u.bits)) - 1)))
 ORDER BY CASE WHEN $3 THEN u.slot & $2 ELSE 0 END DESC, u.hwm_ms, u.slot
-LIMIT 1`
+LIMIT 1), 0)::text, true)::integer`
 
 	// clearExpiredSQL frees the expired leases overlapping (bits $1, slot
-	// $3): their holders' renewals now fail, and a renewal that got in
+	// picked): their holders' renewals now fail, and a renewal that got in
 	// first keeps its row (the take below then sees it live).
 	clearExpiredSQL = `UPDATE shardkit.slot_leases o SET holder = NULL, expires_at = NULL
 WHERE ` + overlaps + ` AND o.holder IS NOT NULL AND NOT ` + live
 
-	// takeSlotSQL leases (bits $1, slot $3) to $4 if no overlapping lease
-	// is live, returning the floor: the newest mark of every overlapping row.
+	// takeSlotSQL leases (bits $1, slot picked) to $3 if no overlapping
+	// lease is live, returning the floor: the newest mark of every
+	// overlapping row.
 	takeSlotSQL = `WITH o AS (
     SELECT max(o.hwm_ms) AS floor, bool_or(` + live + `) AS busy
     FROM shardkit.slot_leases o WHERE ` + overlaps + `
 )
 UPDATE shardkit.slot_leases AS l
-SET holder = $4, leased_at = clock_timestamp(),
-    expires_at = clock_timestamp() + make_interval(secs => $5),
-    hwm_ms = GREATEST(l.hwm_ms, $6)
-FROM o WHERE l.bits = $1 AND l.slot = $3 AND l.holder IS NULL AND NOT o.busy
+SET holder = $3, leased_at = clock_timestamp(),
+    expires_at = clock_timestamp() + make_interval(secs => $4),
+    hwm_ms = GREATEST(l.hwm_ms, $5)
+FROM o WHERE l.bits = $1 AND l.slot = ` + picked + ` AND l.holder IS NULL AND NOT o.busy
 RETURNING o.floor`
 
 	// renewSlotSQL extends a lease its holder still has.
@@ -247,28 +254,15 @@ func (s *Leaser) acquire(ctx context.Context, bits uint8) (*idgen.Lease, error) 
 	if err := s.ensure(ctx, bits, units); err != nil {
 		return nil, s.catalogError("lease an ID slot", err)
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, lockSlotsSQL); err != nil {
-			return err
+	// A renewal may revive an overlapping lease between the pick and the
+	// take; the take then refuses and the next try's pick skips it.
+	var err error
+	for range 8 {
+		if slot, floor, err = s.tryTake(ctx, bits, bound); !errors.Is(err, errTaken) {
+			break
 		}
-		// A renewal may revive an overlapping lease between the pick and
-		// the take; the take then refuses and the next pick skips it.
-		for range 8 {
-			err := tx.QueryRow(ctx, pickSlotSQL, int(bits), s.maxSlot, bits > s.slotBits).Scan(&slot)
-			if err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, clearExpiredSQL, int(bits), s.maxSlot, slot); err != nil {
-				return err
-			}
-			err = tx.QueryRow(ctx, takeSlotSQL, int(bits), s.maxSlot, slot, s.holder, s.ttlSecs, bound).Scan(&floor)
-			if !errors.Is(err, pgx.ErrNoRows) {
-				return err
-			}
-		}
-		return pgx.ErrNoRows
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
+	}
+	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, errTaken) {
 		return nil, fmt.Errorf("shardkit: %w: all %d ID leases of %d bits are held by live processes or overlap one; "+
 			"new rows take their keys from the database's next_id() until one frees up "+
 			"(or give processes narrower leases: catalog.LeaserConfig.LeaseBits up to the layout's sequence bits)", ErrNoFreeSlot, units, bits)
@@ -279,6 +273,48 @@ func (s *Leaser) acquire(ctx context.Context, bits uint8) (*idgen.Lease, error) 
 	l := idgen.NewLease(slot, floor, s.holder, s.cfg.TTL, sent.Add(s.deadline), bound)
 	l.Bits = bits
 	return l, nil
+}
+
+// errTaken: the picked lease was revived before the take.
+var errTaken = errors.New("picked lease taken")
+
+// tryTake is one try of an acquisition: lock, pick, clear and take in one
+// transaction, sent as one pipeline, so that the lock that serialises
+// acquisitions is held for the catalog's work alone, never across a
+// round trip to a process that may be descheduled (hundreds of processes
+// starting at once on busy hosts would otherwise queue behind each
+// holder's scheduling, each waiter holding a pooled connection that the
+// live leases' renewals need). No free lease: pgx.ErrNoRows.
+func (s *Leaser) tryTake(ctx context.Context, bits uint8, bound int64) (slot int, floor int64, err error) {
+	b := &pgx.Batch{}
+	b.Queue(lockSlotsSQL)
+	b.Queue(pickSlotSQL, int(bits), s.maxSlot, bits > s.slotBits)
+	b.Queue(clearExpiredSQL, int(bits), s.maxSlot)
+	b.Queue(takeSlotSQL, int(bits), s.maxSlot, s.holder, s.ttlSecs, bound)
+	br := s.pool.SendBatch(ctx, b)
+	defer func() {
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	if _, err := br.Exec(); err != nil {
+		return 0, 0, err
+	}
+	if err := br.QueryRow().Scan(&slot); err != nil {
+		return 0, 0, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return 0, 0, err
+	}
+	switch err := br.QueryRow().Scan(&floor); {
+	case slot == 0:
+		return 0, 0, pgx.ErrNoRows
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, 0, errTaken
+	case err != nil:
+		return 0, 0, err
+	}
+	return slot, floor, nil
 }
 
 // ensure creates the rows of the leases of the given width, once per
