@@ -62,8 +62,10 @@ reliability: postgres
 
 ## scale: the scale harness — app processes (OS processes) with routers, the plugin and IDs,
 ## servers behind PgBouncers, a shard move under load; one table per size (see docs/scale.md).
-## SCALE_FLAGS passes flags, e.g. make scale SCALE_FLAGS='-procs 300 -routers 4'
-SCALE_FLAGS ?= -procs 20,100,300 -routers 4
+## By default the routers wait on 10 relays (one per host) and every process leases a 10-bit
+## ID lease (1008 processes); SCALE_FLAGS replaces the flags, e.g. make scale SCALE_FLAGS='-procs 300 -routers 4'
+## for routers that poll the catalog.
+SCALE_FLAGS ?= -procs 20,100,300 -routers 4 -relays 10 -lease-bits 10
 scale: postgres
 	$(GO) run ./internal/scale/cmd/scale $(SCALE_FLAGS)
 
