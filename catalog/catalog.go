@@ -113,7 +113,9 @@ CREATE TABLE IF NOT EXISTS shardkit.catalog_version (
 // of catalogsql/, applied in version order, each recorded in
 // shardkit.catalog_version. Each version
 // is applied in its own transaction under an advisory lock, so concurrent
-// callers and interrupted runs are safe.
+// callers and interrupted runs are safe. A catalog migrated by a newer
+// shardkit (a version this one does not know) is left alone, and the
+// error wraps ErrCatalogTooNew.
 func (c *Catalog) Migrate(ctx context.Context) error {
 	return c.migrateTo(ctx, Version())
 }
@@ -140,6 +142,14 @@ func (c *Catalog) migrateTo(ctx context.Context, upto int) error {
 			}
 			if _, err := tx.Exec(ctx, sqlBootstrap); err != nil {
 				return err
+			}
+			var newest int
+			if err := tx.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM shardkit.catalog_version`).Scan(&newest); err != nil {
+				return err
+			}
+			if newest > Version() {
+				return fmt.Errorf("%w: the catalog is at version %d, this shardkit knows up to %d; "+
+					"run a shardkit (and shardctl) at least as new as the one that migrated it", ErrCatalogTooNew, newest, Version())
 			}
 			var done bool
 			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardkit.catalog_version WHERE version = $1)`, m.version).Scan(&done); err != nil {

@@ -3,6 +3,8 @@ package catalog
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +187,29 @@ func TestWatchReloadsOnNotify(t *testing.T) {
 	stopWatch()
 	if err := <-watchErr; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Watch returned %v", err)
+	}
+}
+
+// TestMigrateRefusesNewerCatalog: a catalog migrated by a newer shardkit
+// (a version this one does not know) is left as it is, with
+// ErrCatalogTooNew, rather than taken as up to date.
+func TestMigrateRefusesNewerCatalog(t *testing.T) {
+	ctx := testCtx(t)
+	dsn := pgtest.NewDatabase(t, 0)
+	cat, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if err := cat.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, dsn, `INSERT INTO shardkit.catalog_version (version, name) VALUES ($1, 'from a newer shardkit')`, Version()+1)
+	err = cat.Migrate(ctx)
+	if !errors.Is(err, ErrCatalogTooNew) {
+		t.Fatalf("Migrate of a catalog at version %d = %v, want ErrCatalogTooNew", Version()+1, err)
+	}
+	if !strings.Contains(err.Error(), fmt.Sprintf("version %d", Version()+1)) {
+		t.Errorf("the error does not name the catalog's version: %v", err)
 	}
 }

@@ -14,8 +14,8 @@
 //
 // A [*Catalog] is a [router.Source]: [Catalog.Load] reads one consistent
 // snapshot, [Catalog.ListenMap] announces new versions. A catalog that was
-// never provisioned is [ErrNoCatalog]; one migrated by a newer shardkit is
-// [ErrCatalogTooNew].
+// never provisioned is [ErrNoCatalog]; [Catalog.Migrate] of one migrated
+// by a newer shardkit is [ErrCatalogTooNew].
 //
 // # ID slots
 //
