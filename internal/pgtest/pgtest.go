@@ -178,15 +178,20 @@ func dropDatabase(ctx context.Context, c *pglocal.Cluster, name string) error {
 	}
 	defer conn.Close(ctx)
 	// Replication slots in the database (a move a failed test left
-	// half-way) block the drop, and their names, which are the cluster's,
-	// would meet the same names in a later test's database. Their
-	// senders go first, then the slots.
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, name); err != nil {
+	// half-way, or a reversible move's reverse slot) block the drop, and
+	// their names, which are the cluster's, would meet the same names in a
+	// later test's database. New connections are refused first, so that a
+	// subscriber in a database not yet dropped cannot reconnect; then the
+	// senders go, then the slots.
+	if _, err := conn.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" WITH ALLOW_CONNECTIONS false"); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, name)
+		_, err = conn.Exec(ctx, `SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = $1 AND active_pid IS NOT NULL`, name)
+		if err == nil {
+			_, err = conn.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1`, name)
+		}
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
