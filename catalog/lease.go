@@ -307,12 +307,12 @@ func (s *Leaser) tryTake(ctx context.Context, bits uint8, bound int64) (slot int
 		return 0, 0, err
 	}
 	switch err := br.QueryRow().Scan(&floor); {
+	case err != nil && !errors.Is(err, pgx.ErrNoRows):
+		return 0, 0, err
 	case slot == 0:
 		return 0, 0, pgx.ErrNoRows
-	case errors.Is(err, pgx.ErrNoRows):
-		return 0, 0, errTaken
 	case err != nil:
-		return 0, 0, err
+		return 0, 0, errTaken
 	}
 	return slot, floor, nil
 }
