@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/testkit"
 )
 
 type slotRow struct {
@@ -325,5 +326,75 @@ func TestSlotLeases(t *testing.T) {
 	defer empty.Close()
 	if _, err := empty.SlotLeases(ctx); !errors.Is(err, ErrNoCatalog) {
 		t.Fatalf("SlotLeases without a catalog = %v", err)
+	}
+}
+
+// TestAcquireSkipsALeaseRenewedUnderIt: an expired lease whose holder's
+// renewal commits while an acquisition is picking it stays its holder's;
+// the acquisition takes another (its take refuses the revived one, and the
+// next try's pick skips it).
+func TestAcquireSkipsALeaseRenewedUnderIt(t *testing.T) {
+	cat, dsn := seedCatalog(t, 8, layoutWithSlots(2)) // slots 1..3
+	ctx := testCtx(t)
+	a := newLeaser(t, cat, LeaserConfig{})
+	la, err := a.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a's lease has expired on the catalog's clock, and is the one a pick
+	// prefers (the oldest mark).
+	pgtest.Exec(t, dsn, `UPDATE shardkit.slot_leases SET expires_at = now() - interval '1 second', hwm_ms = 0 WHERE slot = $1`, la.Slot)
+	pgtest.Exec(t, dsn, `UPDATE shardkit.slot_leases SET hwm_ms = $2 WHERE slot <> $1`, la.Slot, time.Now().UnixMilli())
+
+	// a's renewal is under way: its row is locked, not yet committed.
+	renewal, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer renewal.Close(ctx)
+	tx, err := renewal.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE shardkit.slot_leases SET expires_at = now() + interval '1 minute' WHERE slot = $1 AND holder = $2`, la.Slot, la.Holder); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *idgen.Lease, 1)
+	failed := make(chan error, 1)
+	go func() {
+		l, err := newLeaser(t, cat, LeaserConfig{}).Acquire(ctx)
+		if err != nil {
+			failed <- err
+			return
+		}
+		got <- l
+	}()
+	// The acquisition picked a's lease and waits to clear it.
+	watch := pgtest.Connect(t, dsn)
+	testkit.Until(t, testkit.Wait, func() error {
+		var n int
+		if err := watch.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE shardkit.slot_leases o SET holder = NULL%'`).Scan(&n); err != nil {
+			return err
+		}
+		if n != 1 {
+			return fmt.Errorf("%d acquisitions wait to clear the expired lease, want 1", n)
+		}
+		return nil
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-failed:
+		t.Fatalf("acquisition: %v", err)
+	case lb := <-got:
+		if lb.Slot == la.Slot {
+			t.Fatalf("the acquisition took slot %d, whose holder renewed it", la.Slot)
+		}
+	case <-ctx.Done():
+		t.Fatal("the acquisition did not end")
+	}
+	if r := readSlot(t, cat, la.Slot); r.holder == nil || *r.holder != la.Holder || !r.expires.After(time.Now()) {
+		t.Fatalf("slot %d after the acquisition: holder %v, expires %v; want %s's, live", la.Slot, r.holder, r.expires, la.Holder)
 	}
 }
