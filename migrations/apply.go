@@ -20,6 +20,11 @@ type ApplyOptions struct {
 	DeferIndexes bool
 	// BatchSize is how many schemas share one transaction. 0 means 25.
 	BatchSize int
+	// Then, if set, runs last in ApplyShard's transaction, after the
+	// schema's SQL: what must exist from the moment the schema's tables do
+	// (the shard mover's write barrier on its target). Provision and
+	// Migrate do not use it.
+	Then func(ctx context.Context, tx pgx.Tx) error
 }
 
 func (o ApplyOptions) batch() int {
@@ -62,7 +67,7 @@ func ApplyShard(ctx context.Context, db DB, layout idgen.Layout, shard int, shar
 	if opts.DeferIndexes {
 		mode = modeDeferIndexes
 	}
-	return applySchemas(ctx, db, layout, []int{shard}, versions, mode, 1, nil)
+	return applySchemas(ctx, db, layout, []int{shard}, versions, mode, 1, opts.Then, nil)
 }
 
 // ApplyIndexes applies the NNNN_name.indexes.sql parts that ApplyShard
@@ -72,7 +77,7 @@ func ApplyIndexes(ctx context.Context, db DB, layout idgen.Layout, shard int, sh
 	if err != nil {
 		return err
 	}
-	return applySchemas(ctx, db, layout, []int{shard}, versions, modeIndexesOnly, 1, nil)
+	return applySchemas(ctx, db, layout, []int{shard}, versions, modeIndexesOnly, 1, nil, nil)
 }
 
 // DropShard drops a shard's schema with everything in it and forgets its
@@ -204,12 +209,16 @@ func pending(ctx context.Context, db DB, layout idgen.Layout, shards []int, vers
 // callers never apply a step twice) and re-reads their records under the
 // lock. done is called after each committed batch with the number of
 // schemas in it.
-func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode, batch int, done func(n int)) error {
+func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode, batch int,
+	then func(ctx context.Context, tx pgx.Tx) error, done func(n int)) error {
 	for start := 0; start < len(shards); start += batch {
 		end := min(start+batch, len(shards))
 		part := shards[start:end]
 		if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			return applyBatch(ctx, tx, layout, part, versions, mode)
+			if err := applyBatch(ctx, tx, layout, part, versions, mode); err != nil || then == nil {
+				return err
+			}
+			return then(ctx, tx)
 		}); err != nil {
 			return err
 		}

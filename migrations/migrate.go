@@ -211,7 +211,7 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 				doneAll += n
 				cfg.progress(Progress{Server: srv.Name, ServerDone: done, ServerTotal: len(shards), Done: doneAll, Total: total})
 			}
-			err := applySchemas(gctx, conn, snap.Layout, shards, versions, mode, cfg.apply.batch(), report)
+			err := applySchemas(gctx, conn, snap.Layout, shards, versions, mode, cfg.apply.batch(), nil, report)
 			return withServer(srv.Name, err)
 		})
 	}

@@ -38,6 +38,24 @@ BEGIN
 END $fn$`
 	sqlFenceTrigger = `CREATE OR REPLACE TRIGGER %s BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE ON %s
     FOR EACH STATEMENT EXECUTE FUNCTION %s()`
+
+	// sqlTargetFenceFunc is the barrier of a move's target, from the
+	// moment its tables exist until the flip makes it the shard's home:
+	// it refuses every write but the move's own copy (whose transactions
+	// set shardkit.filling), with the fence's SQLSTATE, so that a router
+	// whose map still places the shard on this server from an earlier move
+	// reloads instead of writing rows that a rollback would drop with the
+	// copy. The apply worker skips triggers.
+	sqlTargetFenceFunc = `CREATE OR REPLACE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    IF current_setting('shardkit.filling', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION 'shardkit: shard schema %% is being moved to this server and is not its home yet; reload the shard map and retry there', TG_TABLE_SCHEMA
+        USING ERRCODE = '` + router.FenceSQLState + `';
+END $fn$`
+	// sqlFilling marks a transaction of the move's copy into its target.
+	sqlFilling = `SET LOCAL shardkit.filling = 'on'`
 )
 
 type querier interface {
@@ -88,6 +106,26 @@ func installBarrier(ctx context.Context, p *pgxpool.Pool, schema string) (string
 		return "", fmt.Errorf("install write barrier on %s: %w", schema, err)
 	}
 	return lsn, nil
+}
+
+// fenceTarget puts the target's barrier (sqlTargetFenceFunc) on every
+// table of schema, in tx: the transaction that creates them, so that no
+// write but the move's lands in the target's copy before the flip. The
+// flip removes it (cutoverPlan.removeOnTo; an offline move's flip step).
+func fenceTarget(ctx context.Context, tx pgx.Tx, schema string) error {
+	tables, err := listTables(ctx, tx, schema)
+	if err != nil {
+		return err
+	}
+	fn := ident(schema, barrierName)
+	stmts := []string{fmt.Sprintf(sqlTargetFenceFunc, fn)}
+	for _, t := range tables {
+		stmts = append(stmts, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), ident(schema, t), fn))
+	}
+	if _, err := tx.Exec(ctx, strings.Join(stmts, ";\n"), pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("put the write barrier on %s on the target: %w", schema, err)
+	}
+	return nil
 }
 
 // removeBarrier lets the schema take writes again. A missing schema or

@@ -351,13 +351,14 @@ func (mv *Mover) openSourceReads(ctx context.Context, mc *moveCtx, slot string, 
 }
 
 // streamTable copies one table from a source connection (inside its
-// transaction) to a target connection, in a transaction of its own there:
-// the table is emptied and the rows written frozen. It returns the rows
+// transaction) to a target connection, in a transaction of its own there,
+// which the target's barrier lets through (sqlFilling): the table is
+// emptied and the rows written frozen. It returns the rows
 // and bytes copied.
 func streamTable(ctx context.Context, src, tgt *pgconn.PgConn, schema string, t copyTable, streamed *atomic.Int64) (int64, int64, error) {
 	table := ident(schema, t.name)
 	cols := " (" + t.cols + ")"
-	if _, err := tgt.Exec(ctx, "BEGIN; TRUNCATE "+table).ReadAll(); err != nil {
+	if _, err := tgt.Exec(ctx, "BEGIN; "+sqlFilling+"; TRUNCATE "+table).ReadAll(); err != nil {
 		return 0, 0, fmt.Errorf("copy %s.%s: empty it on the target: %w", schema, t.name, err)
 	}
 	// The source sends a message per row, and the target's COPY takes a

@@ -25,8 +25,9 @@ type cutoverPlan struct {
 	// of the last change its subscription (named slot) applied, as
 	// Move.TargetLSN: where reverse replication starts.
 	captureTargetLSN bool
-	// removeOnTo drops the write barrier that to still carries from an
-	// earlier cutover, just before the flip.
+	// removeOnTo drops the write barrier that to carries, just before the
+	// flip: a move's target's from its creation (fenceTarget), a
+	// rollback's from the move's cutover.
 	removeOnTo bool
 
 	// On an abort the shard goes back to abortState on from, and the

@@ -94,7 +94,7 @@ func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
 	}
 	// The rest (foreign keys, which check their rows now, exclusion and
 	// deferrable constraints, triggers), then the comparison.
-	return carry(ctx, srcInv, mc.src, mc.tgt, mc.schema, true)
+	return carry(ctx, srcInv, mc.src, mc.tgt, mc.schema, true, nil)
 }
 
 // indexJobs runs jobs on the target, Config.CopyWorkers at a time, each in

@@ -38,7 +38,8 @@ func (o SchemaObject) String() string { return inventory.Object(o).String() }
 // It is idempotent: what the target has already is left alone. srcInv, if
 // not nil, is the source's inventory read earlier in the same step (the
 // source's schema does not change during a move), else it is read here.
-func carry(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.Pool, schema string, late bool) error {
+func carry(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.Pool, schema string, late bool,
+	then func(ctx context.Context, tx pgx.Tx) error) error {
 	var err error
 	if srcInv == nil {
 		if srcInv, err = inventory.Read(ctx, src, schema, barrierName); err != nil {
@@ -65,6 +66,9 @@ func carry(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.P
 				its[i], errs[i] = f.Item, f.Err
 			}
 			return fmt.Errorf("%w: %s", ErrCannotCarry, objectList(its, errs))
+		}
+		if then != nil {
+			return then(ctx, tx)
 		}
 		return nil
 	})

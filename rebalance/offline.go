@@ -58,6 +58,12 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			return waitClockPastNewestID(ctx, mc.tgt, mc.schema, mc.layout)
 		}},
 		{StepFlipped, func(ctx context.Context) error {
+			// The target's barrier (fenceTarget) goes first; the shard is
+			// fenced, so no router with the current map writes on either
+			// side before the flip.
+			if err := removeBarrier(ctx, mc.tgt, mc.schema); err != nil {
+				return err
+			}
 			if err := flipMap(ctx, mv.cfg.Catalog, m.Shard, m.Source, m.Target); err != nil {
 				return err
 			}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -109,14 +111,18 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx) error {
 			return err
 		}
 	}
+	// Every table is fenced in the transaction that creates it (see
+	// sqlTargetFenceFunc): a router whose map is older than this move may
+	// still place the shard here, from an earlier move.
+	fence := func(ctx context.Context, tx pgx.Tx) error { return fenceTarget(ctx, tx, mc.schema) }
 	if err := migrations.ApplyShard(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL,
-		migrations.ApplyOptions{DeferIndexes: true}); err != nil {
+		migrations.ApplyOptions{DeferIndexes: true, Then: fence}); err != nil {
 		return err
 	}
 	// Then what the schema holds beyond its per-shard SQL (the preflight
 	// checked it can be carried): tables before the publication includes
 	// them, keys, indexes and triggers after the copy (buildIndexes).
-	if err := carry(ctx, nil, mc.src, mc.tgt, mc.schema, false); err != nil {
+	if err := carry(ctx, nil, mc.src, mc.tgt, mc.schema, false, fence); err != nil {
 		return err
 	}
 	return stripTarget(ctx, mc.tgt, mc.schema)
@@ -139,6 +145,8 @@ func (mv *Mover) forwardPlan(mc *moveCtx) cutoverPlan {
 		fenced: StepFenced, barrier: StepBarrier, applied: StepApplied, sequences: StepSequences,
 		sealed: StepSealed, flipped: StepFlipped,
 		captureTargetLSN: true,
+		// The target's barrier (fenceTarget) goes just before the flip.
+		removeOnTo: true,
 		// The reverse slot stays: the next cutover captures a new target LSN.
 		abortState: router.StateMoving, abortStep: StepCaughtUp, what: "cutover",
 	}

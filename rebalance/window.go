@@ -27,7 +27,7 @@ type window struct {
 
 	bs        barrierStmt // the barrier, built before the window
 	sealSQL   string      // the seal of this attempt's token
-	removeSQL string      // the barrier left on to by an earlier cutover, if p.removeOnTo
+	removeSQL string      // the barrier on to, if p.removeOnTo
 
 	cat      *catalog.Window // held from before the gate to the end: no pool wait inside
 	from, to *pgxpool.Conn
@@ -418,10 +418,10 @@ func (w *window) seal(ctx context.Context) error {
 	})
 }
 
-// flip removes the barrier an earlier cutover left on to, then points the
-// map at to and journals it, in one statement. It keeps: the map flips
-// only while the shard is still fenced on from, and to takes writes from
-// the moment it does.
+// flip removes the barrier on to (the target's, or the one an earlier
+// cutover left there), then points the map at to and journals it, in one
+// statement. It keeps: the map flips only while the shard is still fenced
+// on from, and to takes writes from the moment it does.
 func (w *window) flip(ctx context.Context) error {
 	mv, mc, m, p := w.mv, w.mc, w.m, w.p
 	err := mv.windowStep(ctx, mc, p.flipped, true, &w.ct.Flip, func(ctx context.Context) error {
