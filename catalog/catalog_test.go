@@ -15,12 +15,7 @@ import (
 
 func TestMigrateTwiceIsNoOp(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := pgtest.NewDatabase(t, 0)
-	cat, err := Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
+	cat, dsn := openEmpty(t)
 	if _, err := cat.Load(ctx); !errors.Is(err, ErrNoCatalog) {
 		t.Fatalf("Load before Migrate = %v, want ErrNoCatalog", err)
 	}
@@ -195,17 +190,12 @@ func TestWatchReloadsOnNotify(t *testing.T) {
 // ErrCatalogTooNew, rather than taken as up to date.
 func TestMigrateRefusesNewerCatalog(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := pgtest.NewDatabase(t, 0)
-	cat, err := Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
+	cat, dsn := openEmpty(t)
 	if err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, dsn, `INSERT INTO shardkit.catalog_version (version, name) VALUES ($1, 'from a newer shardkit')`, Version()+1)
-	err = cat.Migrate(ctx)
+	err := cat.Migrate(ctx)
 	if !errors.Is(err, ErrCatalogTooNew) {
 		t.Fatalf("Migrate of a catalog at version %d = %v, want ErrCatalogTooNew", Version()+1, err)
 	}

@@ -27,14 +27,9 @@ var testServers = []string{"alpha", "beta"}
 // them at map version 1. It returns the catalog and its DSN.
 func seedCatalog(t testing.TB, shards int, layout idgen.Layout) (*Catalog, string) {
 	t.Helper()
-	dsn := pgtest.NewDatabase(t, 0)
+	cat, dsn := openEmpty(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cat, err := Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
 	if err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -46,6 +41,21 @@ func seedCatalog(t testing.TB, shards int, layout idgen.Layout) (*Catalog, strin
 	pgtest.Exec(t, dsn, `INSERT INTO shardkit.shard_map (shard, server, version)
 		SELECT g, CASE WHEN g % 2 = 0 THEN $2 ELSE $3 END, 1 FROM generate_series(0, $1::integer - 1) g`,
 		shards, testServers[0], testServers[1])
+	return cat, dsn
+}
+
+// openEmpty opens a catalog on a fresh, empty database (closed at the
+// test's end) and returns it with the database's DSN.
+func openEmpty(t testing.TB) (*Catalog, string) {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t, 0)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cat, err := Open(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
 	return cat, dsn
 }
 

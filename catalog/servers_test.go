@@ -15,12 +15,7 @@ import (
 // map come through with one DSN each, for both purposes.
 func TestMigrateKeepsServers(t *testing.T) {
 	ctx := testCtx(t)
-	dsn := pgtest.NewDatabase(t, 0)
-	cat, err := Open(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
+	cat, dsn := openEmpty(t)
 	if err := cat.migrateTo(ctx, 6); err != nil {
 		t.Fatal(err)
 	}
