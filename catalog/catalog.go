@@ -143,17 +143,16 @@ func (c *Catalog) migrateTo(ctx context.Context, upto int) error {
 			if _, err := tx.Exec(ctx, sqlBootstrap); err != nil {
 				return err
 			}
+			// The newest version applied, and whether m's is: one read.
 			var newest int
-			if err := tx.QueryRow(ctx, `SELECT COALESCE(max(version), 0) FROM shardkit.catalog_version`).Scan(&newest); err != nil {
+			var done bool
+			if err := tx.QueryRow(ctx, `SELECT COALESCE(max(version), 0), COALESCE(bool_or(version = $1), false) FROM shardkit.catalog_version`,
+				m.version).Scan(&newest, &done); err != nil {
 				return err
 			}
 			if newest > Version() {
 				return fmt.Errorf("%w: the catalog is at version %d, this shardkit knows up to %d; "+
 					"run a shardkit (and shardctl) at least as new as the one that migrated it", ErrCatalogTooNew, newest, Version())
-			}
-			var done bool
-			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM shardkit.catalog_version WHERE version = $1)`, m.version).Scan(&done); err != nil {
-				return err
 			}
 			if done {
 				return nil

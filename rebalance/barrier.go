@@ -92,11 +92,7 @@ func installBarrier(ctx context.Context, p *pgxpool.Pool, schema string) (string
 			return err
 		}
 		// One simple-protocol round trip for all the DDL.
-		fn := ident(schema, barrierName)
-		stmts := []string{sqlLockWait, fmt.Sprintf(sqlFenceFunc, fn)}
-		for _, t := range tables {
-			stmts = append(stmts, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), ident(schema, t), fn))
-		}
+		stmts := append([]string{sqlLockWait, fmt.Sprintf(sqlFenceFunc, ident(schema, barrierName))}, fenceTriggers(schema, tables)...)
 		if _, err := tx.Exec(ctx, strings.Join(stmts, ";\n")); err != nil {
 			return err
 		}
@@ -108,6 +104,17 @@ func installBarrier(ctx context.Context, p *pgxpool.Pool, schema string) (string
 	return lsn, nil
 }
 
+// fenceTriggers is the barrier's trigger on each of schema's tables,
+// calling its function (schema.barrierName): one statement a table.
+func fenceTriggers(schema string, tables []string) []string {
+	fn := ident(schema, barrierName)
+	out := make([]string, len(tables))
+	for i, t := range tables {
+		out[i] = fmt.Sprintf(sqlFenceTrigger, ident(barrierName), ident(schema, t), fn)
+	}
+	return out
+}
+
 // fenceTarget puts the target's barrier (sqlTargetFenceFunc) on every
 // table of schema, in tx: the transaction that creates them, so that no
 // write but the move's lands in the target's copy before the flip. The
@@ -117,11 +124,7 @@ func fenceTarget(ctx context.Context, tx pgx.Tx, schema string) error {
 	if err != nil {
 		return err
 	}
-	fn := ident(schema, barrierName)
-	stmts := []string{fmt.Sprintf(sqlTargetFenceFunc, fn)}
-	for _, t := range tables {
-		stmts = append(stmts, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), ident(schema, t), fn))
-	}
+	stmts := append([]string{fmt.Sprintf(sqlTargetFenceFunc, ident(schema, barrierName))}, fenceTriggers(schema, tables)...)
 	if _, err := tx.Exec(ctx, strings.Join(stmts, ";\n"), pgx.QueryExecModeSimpleProtocol); err != nil {
 		return fmt.Errorf("put the write barrier on %s on the target: %w", schema, err)
 	}
@@ -204,16 +207,13 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait ti
 	// tables there. A write that gets its table lock after the barrier
 	// committed sees the new body (taking the lock processes the
 	// invalidation). A sealed barrier is never replaced here.
-	fn := ident(schema, barrierName)
 	quoted := make([]string, len(tables))
 	for i, t := range tables {
 		quoted[i] = ident(schema, t)
 	}
 	pre := []string{"LOCK TABLE " + strings.Join(quoted, ", ") + " IN SHARE ROW EXCLUSIVE MODE",
 		fenceSQL(sqlFencePrepCheck, schema, token, 0), fenceSQL(sqlFenceBodyPass, schema, token, 0)}
-	for _, q := range quoted {
-		pre = append(pre, fmt.Sprintf(sqlFenceTrigger, ident(barrierName), q, fn))
-	}
+	pre = append(pre, fenceTriggers(schema, tables)...)
 	// Creating a trigger takes the same lock as the barrier: it waits for
 	// running writes and holds new ones behind it. So it waits at most
 	// lockWait per try, like the barrier, and tries again.
