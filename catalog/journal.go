@@ -62,8 +62,12 @@ func scanMove(r pgx.Row) (MoveRow, error) {
 }
 
 const (
-	sqlInsertMove = `INSERT INTO shardkit.moves (shard, source, target, mode) VALUES ($1, $2, $3, $4) RETURNING ` + moveColumns
-	sqlOpenMove   = `SELECT ` + moveColumns + ` FROM shardkit.moves
+	// sqlInsertMove journals a move only while no migration or
+	// provisioning run holds the catalog (its lock, taken shared here,
+	// is held until the row commits: a run that starts later sees it).
+	sqlInsertMove = `INSERT INTO shardkit.moves (shard, source, target, mode)
+		SELECT $1, $2, $3, $4 WHERE pg_try_advisory_xact_lock_shared(hashtext('shardkit.provision')) RETURNING ` + moveColumns
+	sqlOpenMove = `SELECT ` + moveColumns + ` FROM shardkit.moves
 		WHERE shard = $1 AND state IN ('running', 'reversible', 'rolling_back')`
 	sqlOpenMoves = `SELECT ` + moveColumns + ` FROM shardkit.moves
 		WHERE state IN ('running', 'reversible', 'rolling_back') ORDER BY id`
@@ -85,9 +89,13 @@ const (
 )
 
 // CreateMove journals a new move of shard from source to target, running,
-// at step "created". A shard with an unfinished move is ErrMoveOpen.
+// at step "created". A shard with an unfinished move is ErrMoveOpen; a
+// migration or provisioning run in progress is ErrProvisionRunning.
 func (c *Catalog) CreateMove(ctx context.Context, shard int, source, target, mode string) (MoveRow, error) {
 	m, err := scanMove(c.pool.QueryRow(ctx, sqlInsertMove, shard, source, target, mode))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return MoveRow{}, fmt.Errorf("shardkit: shard %d: %w: wait for it to end, then start the move", shard, ErrProvisionRunning)
+	}
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23505" {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/router"
@@ -116,6 +117,7 @@ type step struct {
 	name string
 	sql  string
 	sum  string // SHA-256 of sql; "" for shardkit's own template
+	noTx bool   // marked with NoTransactionMarker: runs outside a transaction
 }
 
 // plan lists what a schema still needs, in order.
@@ -126,7 +128,7 @@ func plan(layout idgen.Layout, shard int, done map[stepKey]bool, versions []Vers
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, step{stepKey{0, PartTables}, "shardkit", sql, ""})
+		out = append(out, step{stepKey{0, PartTables}, "shardkit", sql, "", false})
 	}
 	maxDone := 0
 	for k := range done {
@@ -135,19 +137,25 @@ func plan(layout idgen.Layout, shard int, done map[stepKey]bool, versions []Vers
 		}
 	}
 	for _, v := range versions {
-		if mode != modeIndexesOnly && !done[stepKey{v.Number, PartTables}] {
+		tablesNoTx := noTransaction(v.Tables)
+		if mode != modeIndexesOnly && !done[stepKey{v.Number, PartTables}] && (mode != modeDeferIndexes || !tablesNoTx) {
 			if v.Number < maxDone {
 				return nil, &ShardError{Shard: shard, File: v.Name, Err: fmt.Errorf(
 					"%w: version %d is new but version %d is already applied; renumber it above %d",
 					ErrMigrationOrder, v.Number, maxDone, maxDone)}
 			}
-			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables, v.Checksum(PartTables)})
+			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables, v.Checksum(PartTables), tablesNoTx})
+		}
+		// The shard mover defers what runs outside a transaction with the
+		// secondary indexes: a new schema's tables come in one transaction.
+		if mode == modeIndexesOnly && tablesNoTx && !done[stepKey{v.Number, PartTables}] {
+			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables, v.Checksum(PartTables), true})
 		}
 		if v.Indexes != "" && mode != modeDeferIndexes && !done[stepKey{v.Number, PartIndexes}] {
 			if mode == modeIndexesOnly && !done[stepKey{v.Number, PartTables}] {
 				continue // its tables are not there yet
 			}
-			out = append(out, step{stepKey{v.Number, PartIndexes}, v.fileName(PartIndexes), v.Indexes, v.Checksum(PartIndexes)})
+			out = append(out, step{stepKey{v.Number, PartIndexes}, v.fileName(PartIndexes), v.Indexes, v.Checksum(PartIndexes), noTransaction(v.Indexes)})
 		}
 	}
 	return out, nil
@@ -207,20 +215,36 @@ func pending(ctx context.Context, db DB, layout idgen.Layout, shards []int, vers
 // applySchemas applies the pending steps of each shard's schema, batch
 // schemas per transaction. Each batch locks its schemas (so concurrent
 // callers never apply a step twice) and re-reads their records under the
-// lock. done is called after each committed batch with the number of
-// schemas in it.
+// lock. A step marked to run outside a transaction ends its schema's part
+// of the batch; after the batch commits, such schemas are finished one by
+// one on a session of db (applyOne). done is called after each committed
+// batch with the number of schemas in it.
 func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode, batch int,
 	then func(ctx context.Context, tx pgx.Tx) error, done func(n int)) error {
 	for start := 0; start < len(shards); start += batch {
 		end := min(start+batch, len(shards))
 		part := shards[start:end]
+		var rest []int
 		if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			if err := applyBatch(ctx, tx, layout, part, versions, mode); err != nil || then == nil {
+			var err error
+			if rest, err = applyBatch(ctx, tx, layout, part, versions, mode); err != nil || then == nil {
 				return err
 			}
 			return then(ctx, tx)
 		}); err != nil {
 			return err
+		}
+		if len(rest) > 0 {
+			if err := withSession(ctx, db, func(conn *pgx.Conn) error {
+				for _, shard := range rest {
+					if _, err := applyOne(ctx, conn, layout, shard, versions, mode, 0); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
 		if done != nil {
 			done(len(part))
@@ -229,49 +253,94 @@ func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int,
 	return nil
 }
 
-func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []int, versions []Version, mode applyMode) error {
+// applyBatch applies, in tx, the steps each shard's schema lacks up to its
+// first step that must run outside a transaction, and returns the shards
+// left with such a step.
+func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []int, versions []Version, mode applyMode) ([]int, error) {
 	keys := make([]int32, len(shards))
 	for i, s := range shards {
 		keys[i] = int32(s)
 	}
 	if _, err := tx.Exec(ctx, sqlShardLockBatch, migrateLockKey, keys); err != nil {
-		return classify(err, "")
+		return nil, classify(err, "")
 	}
 	applied, err := readApplied(ctx, tx, shards)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var recSchema, recPart, recName, recSum []string
-	var recVersion []int32
+	var rec records
+	var rest []int
 	for _, shard := range shards {
 		steps, err := plan(layout, shard, applied[shard], versions, mode)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if len(steps) == 0 {
-			continue
+		more, err := execSteps(ctx, tx, shard, steps, &rec, nil)
+		if err != nil {
+			return nil, err
 		}
-		schema := router.SchemaName(shard)
-		ident := pgx.Identifier{schema}.Sanitize()
-		// Ours: the schema itself and the search_path, in one round trip.
-		prelude := "CREATE SCHEMA IF NOT EXISTS " + ident + ";\nSET LOCAL search_path TO " + ident
-		if _, err := tx.Exec(ctx, prelude); err != nil {
-			return &ShardError{Shard: shard, Err: privilegeError(ctx, tx, err)}
-		}
-		for _, st := range steps {
-			if _, err := tx.Exec(ctx, st.sql); err != nil {
-				return &ShardError{Shard: shard, File: st.name, Err: privilegeError(ctx, tx, err)}
-			}
-			recSchema = append(recSchema, schema)
-			recVersion = append(recVersion, int32(st.version))
-			recPart = append(recPart, string(st.part))
-			recName = append(recName, st.name)
-			recSum = append(recSum, st.sum)
+		if more {
+			rest = append(rest, shard)
 		}
 	}
-	if len(recSchema) == 0 {
+	return rest, rec.write(ctx, tx)
+}
+
+// records are applied steps to record in shardkit.shard_migrations.
+type records struct {
+	schema, part, name, sum []string
+	version                 []int32
+}
+
+func (r *records) add(schema string, st step) {
+	r.schema = append(r.schema, schema)
+	r.version = append(r.version, int32(st.version))
+	r.part = append(r.part, string(st.part))
+	r.name = append(r.name, st.name)
+	r.sum = append(r.sum, st.sum)
+}
+
+func (r *records) write(ctx context.Context, q interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}) error {
+	if len(r.schema) == 0 {
 		return nil
 	}
-	_, err = tx.Exec(ctx, sqlRecord, recSchema, recVersion, recPart, recName, recSum)
+	_, err := q.Exec(ctx, sqlRecord, r.schema, r.version, r.part, r.name, r.sum)
 	return err
+}
+
+// execSteps runs a schema's steps in tx up to the first one marked to run
+// outside a transaction, adding each to rec, and reports whether such a
+// step is left. running, if not nil, is set to the step under way.
+func execSteps(ctx context.Context, tx pgx.Tx, shard int, steps []step, rec *records, running *string) (bool, error) {
+	if len(steps) == 0 {
+		return false, nil
+	}
+	if steps[0].noTx {
+		return true, nil
+	}
+	schema := router.SchemaName(shard)
+	ident := pgx.Identifier{schema}.Sanitize()
+	// Ours: the schema itself and the search_path, in one round trip.
+	prelude := "CREATE SCHEMA IF NOT EXISTS " + ident + ";\nSET LOCAL search_path TO " + ident
+	if _, err := tx.Exec(ctx, prelude); err != nil {
+		return false, &ShardError{Shard: shard, Err: privilegeError(ctx, tx, err)}
+	}
+	for _, st := range steps {
+		if st.noTx {
+			return true, nil
+		}
+		if running != nil {
+			*running = st.name
+		}
+		if _, err := tx.Exec(ctx, st.sql); err != nil {
+			if isLockTimeout(err) {
+				return false, err
+			}
+			return false, &ShardError{Shard: shard, File: st.name, Err: privilegeError(ctx, tx, err)}
+		}
+		rec.add(schema, st)
+	}
+	return false, nil
 }

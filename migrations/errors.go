@@ -3,6 +3,7 @@ package migrations
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -47,8 +48,9 @@ var (
 	// applied to some shard schemas but that is not among the files given
 	// now: put the file back as it was and run Migrate again to finish it.
 	ErrMigrationIncomplete = errors.New("migration left unfinished")
-	// ErrMovesInProgress reports shards that are moving or fenced while a
-	// migration would change their tables.
+	// ErrMovesInProgress reports shards that are moving or fenced, or
+	// moves unfinished in the journal (a *MovesError), while a migration
+	// would change their tables.
 	ErrMovesInProgress = errors.New("shard moves in progress")
 )
 
@@ -64,6 +66,37 @@ func (e *ServerError) Error() string {
 
 // Unwrap returns the underlying error.
 func (e *ServerError) Unwrap() error { return e.Err }
+
+// MoveRef names an unfinished move.
+type MoveRef struct {
+	ID             int64
+	Shard          int
+	Source, Target string
+	State          string // running, reversible or rolling_back
+	Step           string // last step finished
+}
+
+// MovesError is a migration refused because moves are unfinished
+// (ErrMovesInProgress): applied to one copy of a shard, a change breaks
+// the replication between its copies (a new column the other side lacks
+// stops the subscription), and a move's target is made from the per-shard
+// SQL the run is changing.
+type MovesError struct {
+	Moves []MoveRef
+}
+
+func (e *MovesError) Error() string {
+	parts := make([]string, len(e.Moves))
+	for i, m := range e.Moves {
+		parts[i] = fmt.Sprintf("move %d of shard %d (%s → %s) is %s at step %s", m.ID, m.Shard, m.Source, m.Target, m.State, m.Step)
+	}
+	return fmt.Sprintf("shardkit: %v: %s; a change applied to one copy of a shard would break the replication between its copies: "+
+		"complete each move (shardctl move --shard N --complete) or roll it back (shardctl rollback --shard N), then run migrate",
+		ErrMovesInProgress, strings.Join(parts, "; "))
+}
+
+// Unwrap returns ErrMovesInProgress.
+func (e *MovesError) Unwrap() error { return ErrMovesInProgress }
 
 // ShardError is an error applying a migration to one shard schema.
 type ShardError struct {

@@ -11,58 +11,132 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/router"
 )
 
-// MigrateOptions configure Migrate.
+// MigrateOptions configure Migrate. The zero value migrates every
+// server, one schema at a time per server, with a 2 s lock timeout.
 type MigrateOptions struct {
-	// Apply configures the per-schema work.
+	// Apply configures the per-schema work. Its BatchSize is Provision's:
+	// Migrate gives every schema a transaction of its own, so that it
+	// never holds one schema's locks while waiting for another's.
 	Apply ApplyOptions
-	// Progress, if not nil, is called after each batch of schemas, never
-	// concurrently.
+	// Progress, if not nil, is called after each schema and at each lock
+	// timeout, never concurrently.
 	Progress func(Progress)
-	// AllowMoving migrates even while shards are moving or fenced. The
-	// zero value refuses (ErrMovesInProgress): a table created on a moving
-	// shard's source would be missing on its target.
+	// AllowMoving migrates even while the shard map shows shards moving
+	// or fenced without a journalled move (a state left by hand). A move
+	// in the journal that is unfinished (running, reversible or rolling
+	// back) is always refused: a change applied to one copy of a shard
+	// breaks the replication between its copies.
 	AllowMoving bool
 	// Servers limits the run to these servers (by catalog name); nil means
 	// all. A name not in the catalog is refused (router.ErrUnknownServer).
+	// The catalog records the run's files only when no other server lacks
+	// them.
 	Servers []string
+	// LockTimeout bounds each wait for a lock (SET LOCAL lock_timeout):
+	// the requests queued behind a waiting ALTER wait at most this long.
+	// A schema whose wait times out is rolled back, retried after the
+	// others with backoff and jitter. 0 means DefaultLockTimeout (2 s); a
+	// negative value waits without bound (the server's setting).
+	LockTimeout time.Duration
+	// MaxLockWait is how long one schema may spend in attempts that time
+	// out before Migrate gives it up: the other schemas finish, and Migrate
+	// returns a *LockWaitError (ErrLockWait) naming the schema and the
+	// blocker. 0 means DefaultMaxLockWait (1 min).
+	MaxLockWait time.Duration
+	// RetryBase and RetryMax shape the backoff between attempts of one
+	// schema: doubling from RetryBase up to RetryMax, with jitter. 0 means
+	// 200 ms and 5 s.
+	RetryBase, RetryMax time.Duration
+	// WorkersPerServer is how many schemas of one server are migrated at
+	// once, each on its own connection; 0 means 1. Workers bounds the busy
+	// workers over all servers; 0 means no bound beyond that.
+	WorkersPerServer, Workers int
+	// Pause is how long each worker waits after each schema: a throttle
+	// for busy servers and their replicas. 0 means none.
+	Pause time.Duration
+	// DryRun changes nothing: the Summary lists what would run where
+	// (Summary.Planned).
+	DryRun bool
+}
+
+func (o MigrateOptions) withDefaults() MigrateOptions {
+	switch {
+	case o.LockTimeout == 0:
+		o.LockTimeout = DefaultLockTimeout
+	case o.LockTimeout < 0:
+		o.LockTimeout = 0
+	}
+	if o.MaxLockWait <= 0 {
+		o.MaxLockWait = DefaultMaxLockWait
+	}
+	if o.RetryBase <= 0 {
+		o.RetryBase = defaultRetryBase
+	}
+	if o.RetryMax <= 0 {
+		o.RetryMax = defaultRetryMax
+	}
+	o.RetryMax = max(o.RetryMax, o.RetryBase)
+	if o.WorkersPerServer <= 0 {
+		o.WorkersPerServer = 1
+	}
+	return o
 }
 
 // Migrate applies the per-shard versions not yet applied to every shard
-// schema on every server, one worker per server, all servers in parallel.
-// It applies every version the catalog records plus the new files of
-// shardSQL (a nil shardSQL applies what the catalog already holds), and
-// records the new files in the catalog only once every schema applied
-// them. A file that fails on a schema returns an error wrapping
-// ErrMigrationFailed and a *ShardError naming the shard, server and file,
-// and leaves the catalog as it was. Each batch of schemas is one
-// transaction and each applied step is recorded on its server (with its
-// checksum), so a failed or interrupted Migrate, run again with the same
-// files, finishes the job. An applied file that changed is refused with
+// schema on every server; MigrateWithSummary says what it did.
+func Migrate(ctx context.Context, cat *catalog.Catalog, shardSQL fs.FS, opts MigrateOptions) error {
+	_, err := MigrateWithSummary(ctx, cat, shardSQL, opts)
+	return err
+}
+
+// MigrateWithSummary applies the per-shard versions not yet applied to
+// every shard schema on every server, servers in parallel, and says what
+// it did. It applies every version the catalog records plus the new files
+// of shardSQL (a nil shardSQL applies what the catalog already holds).
+//
+// Each schema is migrated in a transaction of its own with a lock timeout
+// (MigrateOptions.LockTimeout); a schema whose lock times out is retried
+// after the others, and one that waited MaxLockWait is given up with a
+// *LockWaitError naming the blocker, the others finished. A file marked
+// with NoTransactionMarker runs outside a transaction (CREATE INDEX
+// CONCURRENTLY). Each applied step is recorded on its server, per schema
+// and with its checksum, in the step's transaction, so a failed or
+// interrupted run, run again with the same files, does only what is left.
+//
+// The catalog records the new files only once every schema applied them: a
+// file that fails on a schema returns an error wrapping ErrMigrationFailed
+// and a *ShardError naming the shard, server and file, and leaves the
+// catalog as it was. An applied file that changed is refused with
 // ErrMigrationChanged, also when a failed run applied it to only some
 // schemas; a file such a run applied that is missing now, with
-// ErrMigrationIncomplete.
-func Migrate(ctx context.Context, cat *catalog.Catalog, shardSQL fs.FS, opts MigrateOptions) error {
+// ErrMigrationIncomplete. An unfinished move in the journal is refused
+// with a *MovesError (ErrMovesInProgress) naming it; while the run lasts,
+// no move can start (catalog.ErrProvisionRunning).
+func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.FS, opts MigrateOptions) (Summary, error) {
+	opts = opts.withDefaults()
 	versions, err := ReadVersions(shardSQL)
 	if err != nil {
-		return err
+		return Summary{}, err
 	}
 	if err := cat.Migrate(ctx); err != nil {
-		return err
+		return Summary{}, err
 	}
 	snap, err := cat.Load(ctx)
 	if err != nil {
-		return err
+		return Summary{}, err
 	}
 	only := map[string]bool{}
 	for _, name := range opts.Servers {
 		if _, ok := snap.Server(name); !ok {
-			return unknownServer(snap, name)
+			return Summary{}, unknownServer(snap, name)
 		}
 		only[name] = true
 	}
@@ -74,34 +148,187 @@ func Migrate(ctx context.Context, cat *catalog.Catalog, shardSQL fs.FS, opts Mig
 			}
 		}
 		if len(busy) > 0 {
-			return fmt.Errorf("shardkit: %w: shards %s; finish or roll back the moves first",
+			return Summary{}, fmt.Errorf("shardkit: %w: shards %s; finish or roll back the moves first",
 				ErrMovesInProgress, strings.Join(busy, ", "))
 		}
 	}
+	var sum Summary
 	// The catalog records the run's files only once every schema applied
 	// them, in a transaction held open over the run (under the provisioning
-	// lock, so runs take turns): a run that fails records nothing, and the
-	// catalog never holds a version that applies nowhere.
-	return cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
+	// lock, so runs take turns and no move starts): a run that fails
+	// records nothing, and the catalog never holds a version that applies
+	// nowhere.
+	err = cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
 		if err := tx.LockProvision(ctx); err != nil {
+			return err
+		}
+		if err := refuseOpenMoves(ctx, tx); err != nil {
 			return err
 		}
 		plan, err := planRun(ctx, tx, cat, versions, shardSQL != nil)
 		if err != nil {
 			return err
 		}
-		cfg := migrateConfig{apply: opts.Apply, progress: opts.Progress, only: only, versions: plan.versions, given: true}
-		if err := migrateAll(ctx, cat, nil, cfg); err != nil {
+		mode := modeAll
+		if opts.Apply.DeferIndexes {
+			mode = modeDeferIndexes
+		}
+		work, err := gatherWork(ctx, snap, only, plan.versions, mode, opts.DryRun)
+		defer func() {
+			for _, w := range work {
+				if w.conn != nil {
+					_ = w.conn.Close(context.Background())
+				}
+			}
+		}()
+		if err != nil {
+			return err
+		}
+		r := &runner{opts: opts, layout: snap.Layout, versions: plan.versions, mode: mode}
+		if opts.DryRun {
+			sum.Planned = planned(work)
+			for _, w := range work {
+				sum.Pending += len(w.shards)
+			}
+			sum.Servers = len(work)
+			return nil
+		}
+		err = r.run(ctx, work)
+		sum = r.sum
+		if err != nil {
 			if len(plan.changes) == 0 {
 				return err
 			}
+			if errors.Is(err, ErrLockWait) {
+				return fmt.Errorf("%w; the catalog records this run's files once every schema has them", err)
+			}
 			if ctx.Err() != nil {
-				return fmt.Errorf("%w; the catalog records none of this run's files: run migrate again with the same files to finish", err)
+				return fmt.Errorf("%w; every schema migrated is recorded on its server, the catalog records none of this run's files: "+
+					"run migrate again with the same files to finish", err)
 			}
 			return &failedRun{err: err}
 		}
+		if len(only) > 0 && len(plan.changes) > 0 {
+			if lacking, err := othersLacking(ctx, snap, only, plan.versions, mode); err != nil || lacking {
+				return err
+			}
+		}
+		for _, c := range plan.changes {
+			sum.Recorded = append(sum.Recorded, c.Name)
+		}
 		return writeChanges(ctx, tx, plan)
 	})
+	return sum, err
+}
+
+// refuseOpenMoves returns a *MovesError for the journal's unfinished moves.
+func refuseOpenMoves(ctx context.Context, tx *catalog.Tx) error {
+	open, err := tx.OpenMoves(ctx)
+	if err != nil || len(open) == 0 {
+		return err
+	}
+	e := &MovesError{}
+	for _, m := range open {
+		e.Moves = append(e.Moves, MoveRef{ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, State: m.State, Step: m.Step})
+	}
+	return e
+}
+
+// gatherWork connects to each server of the run, installs shardkit's
+// objects (not in a dry run) and finds the schemas that need work. The
+// connections are returned with the work, also on error.
+func gatherWork(ctx context.Context, snap *router.Snapshot, only map[string]bool, versions []Version, mode applyMode, dry bool) ([]serverWork, error) {
+	var work []serverWork
+	for _, s := range snap.Servers() {
+		if s.State != "retired" && (len(only) == 0 || only[s.Name]) {
+			work = append(work, serverWork{srv: s})
+		}
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range work {
+		w := &work[i]
+		g.Go(func() error {
+			c, err := connect(gctx, w.srv.Name, w.srv.Admin())
+			if err != nil {
+				return err
+			}
+			w.conn = c
+			if !dry {
+				if err := EnsureServer(gctx, c, snap.Layout); err != nil {
+					return &ServerError{Server: w.srv.Name, Err: err}
+				}
+			}
+			steps, err := pendingSteps(gctx, c, snap.Layout, snap.ShardsOn(w.srv.Name), versions, mode)
+			if err != nil {
+				return withServer(w.srv.Name, err)
+			}
+			w.steps = steps
+			for _, s := range snap.ShardsOn(w.srv.Name) {
+				if len(steps[s]) > 0 {
+					w.shards = append(w.shards, s)
+				}
+			}
+			return nil
+		})
+	}
+	return work, g.Wait()
+}
+
+// othersLacking reports whether a server outside only lacks a step.
+func othersLacking(ctx context.Context, snap *router.Snapshot, only map[string]bool, versions []Version, mode applyMode) (bool, error) {
+	rest := map[string]bool{}
+	for _, s := range snap.Servers() {
+		if s.State != "retired" && !only[s.Name] {
+			rest[s.Name] = true
+		}
+	}
+	if len(rest) == 0 {
+		return false, nil
+	}
+	work, err := gatherWork(ctx, snap, rest, versions, mode, true)
+	for _, w := range work {
+		if w.conn != nil {
+			_ = w.conn.Close(context.Background())
+		}
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, w := range work {
+		if len(w.shards) > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// pendingSteps returns the steps each of shards still needs; a schema
+// of shardkit's not yet installed needs everything.
+func pendingSteps(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode) (map[int][]step, error) {
+	var applied map[int]map[stepKey]bool
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		applied, err = readApplied(ctx, tx, shards)
+		return err
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
+		applied, err = nil, nil // a dry run on a server not provisioned yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[int][]step{}
+	for _, s := range shards {
+		steps, err := plan(layout, s, applied[s], versions, mode)
+		if err != nil {
+			return nil, err
+		}
+		if len(steps) > 0 {
+			out[s] = steps
+		}
+	}
+	return out, nil
 }
 
 // failedRun is the error of a Migrate whose files failed on a schema: it

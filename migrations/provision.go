@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -47,6 +48,15 @@ type Progress struct {
 	ServerTotal int
 	Done        int
 	Total       int
+	// The fields below are Migrate's. Schema is the schema just migrated
+	// or, with Wait set, the one whose lock timed out.
+	Schema  string
+	Elapsed time.Duration // since the run began
+	ETA     time.Duration // at the rate so far; 0 until known
+	Retries int           // lock timeouts so far
+	// Wait, when not nil, reports a lock timeout: the schema is retried
+	// later (after the others are tried) unless it waited MaxLockWait.
+	Wait *LockWait
 }
 
 // ProvisionOptions configure Provision.

@@ -93,6 +93,9 @@ func ReadVersions(fsys fs.FS) ([]Version, error) {
 		if strings.TrimSpace(string(b)) == "" {
 			return nil, fmt.Errorf("shardkit: %w: %q is empty", ErrBadMigrationFile, name)
 		}
+		if err := checkStatements(name, string(b)); err != nil {
+			return nil, err
+		}
 		if m[3] != "" {
 			if _, dup := indexes[n]; dup {
 				return nil, fmt.Errorf("shardkit: %w: two index files for version %d", ErrBadMigrationFile, n)
@@ -123,4 +126,24 @@ func ReadVersions(fsys fs.FS) ([]Version, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
 	return out, nil
+}
+
+// checkStatements refuses a file whose CREATE INDEX CONCURRENTLY cannot
+// run: one in a file without NoTransactionMarker (Postgres refuses it in
+// a transaction), or one without an index name (a rerun after an
+// interrupted build could not find what to rebuild).
+func checkStatements(name, body string) error {
+	marked := noTransaction(body)
+	for _, stmt := range splitStatements(body) {
+		index, ok := concurrentIndex(stmt)
+		switch {
+		case ok && !marked:
+			return fmt.Errorf("shardkit: %w: %q builds an index CONCURRENTLY, which cannot run in a transaction: "+
+				"put it in a file of its own with the line %q", ErrBadMigrationFile, name, NoTransactionMarker)
+		case ok && index == "":
+			return fmt.Errorf("shardkit: %w: %q builds an index CONCURRENTLY without naming it: name it, "+
+				"so that a rerun after an interrupted build finds and rebuilds it", ErrBadMigrationFile, name)
+		}
+	}
+	return nil
 }
