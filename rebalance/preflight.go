@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/inventory"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
@@ -43,6 +44,12 @@ var (
 	// ErrSchemaDrift reports an object of the per-shard SQL that the
 	// source lacks or has in another form.
 	ErrSchemaDrift = errors.New("the source's schema differs from what its per-shard SQL creates: bring the object in line on the source (or add the change to the per-shard SQL) before the move")
+	// ErrMigrationRunning reports a move refused because a migration (or
+	// a provisioning run) holds the catalog: the target would be created
+	// from per-shard SQL the run is changing, and the run would change
+	// one copy only. It is catalog.ErrProvisionRunning, which the journal
+	// returns when the run starts between the preflight and the move.
+	ErrMigrationRunning = catalog.ErrProvisionRunning
 	// ErrSequenceNearMax reports a sequence of the shard too close to its
 	// MAXVALUE for the cutover to carry it (last value plus up to twice
 	// Config.SequenceMargin, twice: a move and its rollback).
@@ -160,6 +167,7 @@ func (r *Report) fail(name, server, object, detail string, sentinel error) {
 // Names of the checks.
 const (
 	CheckNoOpenMove      = "no unfinished move"
+	CheckNoMigration     = "no migration running"
 	CheckWalLevel        = "wal_level"
 	CheckReplicaIdentity = "replica identity"
 	CheckCapacity        = "replication capacity"
@@ -226,6 +234,13 @@ func checkTarget(snap *router.Snapshot, shard int, target string) (router.Placem
 }
 
 func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report) error {
+	if busy, err := mv.cfg.Catalog.ProvisionRunning(ctx); err != nil {
+		return err
+	} else if busy {
+		r.fail(CheckNoMigration, "", "", "a migration or provisioning run holds the catalog: wait for it to end, then move", ErrMigrationRunning)
+	} else {
+		r.pass(CheckNoMigration, "", "none")
+	}
 	if m, err := mv.j.open(ctx, r.Shard); err == nil {
 		// The other checks would only repeat it (the schema on that
 		// move's target, its slots).

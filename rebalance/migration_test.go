@@ -1,0 +1,72 @@
+package rebalance
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"testing"
+	"testing/fstest"
+
+	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/migrations"
+)
+
+// TestMoveRefusedDuringMigration: while a migration runs (it holds the
+// catalog's provisioning lock for its whole run), a move's preflight fails
+// with ErrMigrationRunning and nothing is journalled; once the migration
+// has finished, the same move succeeds and its target has the new version.
+// A migration started while the move is unfinished is refused naming it.
+func TestMoveRefusedDuringMigration(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, 1, 4) // shards 0-3 on s0
+	seedPhotos(t, e, 1, 50)
+	mv := e.mover(t, Config{})
+	v2 := fstest.MapFS{"0002_photos_width.sql": {Data: []byte("ALTER TABLE photos ADD COLUMN width int NOT NULL DEFAULT 0;")}}
+	for _, name := range []string{"0001_photos.sql", "0001_photos.indexes.sql"} {
+		b, err := fs.ReadFile(testSQL, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v2[name] = &fstest.MapFile{Data: b}
+	}
+	var during error
+	if err := migrations.Migrate(ctx, e.cat, v2, migrations.MigrateOptions{Progress: func(p migrations.Progress) {
+		if p.Done == 1 {
+			_, during = mv.Move(ctx, 1, "s1", MoveOptions{})
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var pe *PreflightError
+	if !errors.As(during, &pe) || !errors.Is(during, ErrMigrationRunning) || !errors.Is(during, catalog.ErrProvisionRunning) {
+		t.Fatalf("a move during the migration: err = %v; want a *PreflightError with ErrMigrationRunning", during)
+	}
+	if ms, err := RecentMoves(ctx, e.cat, 10); err != nil || len(ms) != 0 {
+		t.Fatalf("the refused move left %d journal rows (%v)", len(ms), err)
+	}
+	// A new mover: a Mover reads the catalog's per-shard SQL once, so one
+	// made before the migration would create the target without version 2
+	// (its preflight refuses that, ErrShardSQLMismatch).
+	m, err := e.mover(t, Config{}).Move(ctx, 1, "s1", MoveOptions{})
+	if err != nil {
+		t.Fatalf("the move after the migration: %v", err)
+	}
+	var n int
+	if err := e.pools["s1"].QueryRow(ctx, `SELECT count(*) FROM information_schema.columns
+		WHERE table_schema = 'shard_0001' AND table_name = 'photos' AND column_name = 'width'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("the target's photos has %d width columns (%v), want 1", n, err)
+	}
+	v3 := fstest.MapFS{}
+	for k, f := range v2 {
+		v3[k] = f
+	}
+	v3["0003_photos_height.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE photos ADD COLUMN height int;")}
+	err = migrations.Migrate(ctx, e.cat, v3, migrations.MigrateOptions{})
+	var me *migrations.MovesError
+	if !errors.As(err, &me) || len(me.Moves) != 1 || me.Moves[0].ID != m.ID || me.Moves[0].State != "reversible" {
+		t.Fatalf("a migration during the reversible move %d: err = %v; want a *MovesError naming it", m.ID, err)
+	}
+	if _, err := e.mover(t, Config{}).Rollback(ctx, 1); err != nil {
+		t.Fatalf("rollback after the refused migration: %v", err)
+	}
+}
