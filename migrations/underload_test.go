@@ -1,0 +1,242 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/plugin"
+	"github.com/shardkit/shardkit/router"
+)
+
+// photo is testdata/shardsql's photos table as the application's model
+// knows it: version 1's columns, none of those the migrations add.
+type photo struct {
+	ID        int64
+	UserID    int64 `gorm:"column:user_id" shard:"key"`
+	Caption   string
+	CreatedAt time.Time
+}
+
+func (photo) TableName() string { return "photos" }
+
+// loadShards is the shard count of the test: few, so that it stays fast.
+const loadShards = 40
+
+// versionFiles is testdata/shardsql plus the given files.
+func versionFiles(t *testing.T, extra map[string]string) fstest.MapFS {
+	t.Helper()
+	out := fstest.MapFS{}
+	base := os.DirFS("testdata/shardsql")
+	for _, name := range []string{"0001_photos.sql", "0001_photos.indexes.sql"} {
+		b, err := fs.ReadFile(base, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = &fstest.MapFile{Data: b}
+	}
+	for name, sql := range extra {
+		out[name] = &fstest.MapFile{Data: []byte(sql)}
+	}
+	return out
+}
+
+// load is the application under test: workers that insert, read one
+// user's feed and read the newest photos of all shards, counting errors
+// and the longest single-shard request per shard.
+type load struct {
+	db      *gorm.DB
+	ops     atomic.Int64
+	mu      sync.Mutex
+	errs    []error
+	slowest [loadShards]time.Duration
+}
+
+func (l *load) run(ctx context.Context, worker int) {
+	for i := 0; ctx.Err() == nil; i++ {
+		user := int64(1 + (worker*7+i)%loadShards) // 1..40: a zero key reads as none
+		db := l.db.WithContext(ctx)
+		began := time.Now()
+		var err error
+		single := true
+		switch i % 3 {
+		case 0:
+			err = db.Create(&photo{UserID: user, Caption: fmt.Sprintf("w%d-%d", worker, i)}).Error
+		case 1:
+			var feed []photo
+			err = db.Where("user_id = ?", user).Order("id DESC").Limit(10).Find(&feed).Error
+		default:
+			single = false
+			var newest []photo
+			err = db.Clauses(plugin.AllShards()).Order("id DESC").Limit(20).Find(&newest).Error
+		}
+		took := time.Since(began)
+		if ctx.Err() != nil {
+			return // the test's own end, not a failure
+		}
+		l.ops.Add(1)
+		l.mu.Lock()
+		if err != nil && len(l.errs) < 20 {
+			l.errs = append(l.errs, err)
+		} else if err != nil {
+			l.errs = append(l.errs[:19], err)
+		}
+		if single {
+			l.slowest[user%loadShards] = max(l.slowest[user%loadShards], took)
+		}
+		l.mu.Unlock()
+	}
+}
+
+// waitOps waits until the workers have done n more requests, or a minute.
+func (l *load) waitOps(n int64) error {
+	target := l.ops.Load() + n
+	for deadline := time.Now().Add(time.Minute); l.ops.Load() < target; {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the load did %d requests in a minute, want %d", l.ops.Load()-target+n, n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a counter
+	}
+	return nil
+}
+
+// TestAddColumnUnderLoad: the photo application keeps reading and writing
+// while ADD COLUMN … DEFAULT runs on every shard, while the run is
+// interrupted half-way (the shards of one server at two schema versions
+// for as long as it takes the application to make a few hundred
+// requests) and resumed, and while a second change waits out a
+// transaction holding one shard's table: no request fails, and no request
+// to another shard waits anything like the migration's lock waits.
+func TestAddColumnUnderLoad(t *testing.T) {
+	ctx := context.Background()
+	catDSN := pgtest.NewDatabase(t, 0)
+	cat, err := catalog.Open(ctx, catDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	servers := []migrations.ServerSpec{{Name: "a", DSN: pgtest.NewDatabase(t, 0)}, {Name: "b", DSN: pgtest.NewDatabase(t, 1)}}
+	if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: servers, Shards: loadShards,
+		ShardSQL: versionFiles(t, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := router.New(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaser, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, stop, err := idgen.Start(ctx, r.Snapshot().Layout, leaser, idgen.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plugin.Register(plugin.Config{Router: r, IDs: gen}, &photo{})
+	if err := db.Use(p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+
+	l := &load{db: db}
+	lctx, endLoad := context.WithCancel(ctx)
+	var workers sync.WaitGroup
+	for w := range 8 {
+		workers.Go(func() { l.run(lctx, w) })
+	}
+	defer func() { endLoad(); workers.Wait() }()
+	if err := l.waitOps(100); err != nil {
+		t.Fatal(err)
+	}
+
+	// ADD COLUMN … DEFAULT, interrupted half-way; the application runs on
+	// with the shards at two versions; then the rerun finishes.
+	width := versionFiles(t, map[string]string{"0002_photos_width.sql": "ALTER TABLE photos ADD COLUMN width integer NOT NULL DEFAULT 0;"})
+	mctx, interrupt := context.WithCancel(ctx)
+	err = migrations.Migrate(mctx, cat, width, migrations.MigrateOptions{Progress: func(p migrations.Progress) {
+		if p.Done >= loadShards/2 {
+			interrupt()
+		}
+	}})
+	interrupt()
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("the interrupted run: err = %v, want context.Canceled", err)
+	}
+	if err := l.waitOps(300); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Migrate(ctx, cat, width, migrations.MigrateOptions{}); err != nil {
+		t.Fatalf("the rerun: %v", err)
+	}
+	if err := l.waitOps(100); err != nil {
+		t.Fatal(err)
+	}
+
+	// A second change while a transaction holds shard 7's table: the
+	// schema is retried until the holder ends; the others do not wait.
+	const blocked = 7
+	holder := pgtest.Connect(t, servers[0].DSN)
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT count(*) FROM shard_%04d.photos", blocked)); err != nil {
+		t.Fatal(err)
+	}
+	height := versionFiles(t, map[string]string{
+		"0002_photos_width.sql":  "ALTER TABLE photos ADD COLUMN width integer NOT NULL DEFAULT 0;",
+		"0003_photos_height.sql": "ALTER TABLE photos ADD COLUMN height integer NOT NULL DEFAULT 0;",
+	})
+	const lockTimeout = 300 * time.Millisecond
+	sum, err := migrations.MigrateWithSummary(ctx, cat, height, migrations.MigrateOptions{LockTimeout: lockTimeout, RetryBase: 50 * time.Millisecond,
+		Progress: func(p migrations.Progress) {
+			if p.Wait != nil && p.Wait.Attempts == 3 {
+				_ = l.waitOps(100) // requests beside the waiting ALTER; checked below either way
+				_ = tx.Rollback(ctx)
+			}
+		}})
+	if err != nil {
+		t.Fatalf("the change beside a blocker: %v", err)
+	}
+	if err := l.waitOps(100); err != nil {
+		t.Fatal(err)
+	}
+	endLoad()
+	workers.Wait()
+	t.Logf("%d requests; the second change: %+v", l.ops.Load(), sum)
+	if len(l.errs) > 0 {
+		t.Fatalf("%d+ requests failed during the migrations, e.g. %v", len(l.errs), l.errs[0])
+	}
+	if sum.Retries < 3 || sum.LongestLockSchema != fmt.Sprintf("shard_%04d", blocked) {
+		t.Fatalf("the second change: %+v; want at least 3 lock timeouts on shard %d", sum, blocked)
+	}
+	// A request to another shard never queues behind the blocked ALTER: its
+	// time is the machine's, not the lock's. The bound is ten lock timeouts,
+	// far above a shared machine's hiccup and far below what a batch holding
+	// other schemas' locks for the blocker's whole transaction would cost.
+	for shard, d := range l.slowest {
+		if shard != blocked && d > 10*lockTimeout {
+			t.Errorf("a request to shard %d took %v; want well under %v", shard, d, 10*lockTimeout)
+		}
+	}
+}
