@@ -26,33 +26,21 @@ type partials struct {
 	rows [][]any
 }
 
-// read runs the statement's built SQL and keeps its rows.
-func (pt *partials) read(stmt *gorm.Statement) error {
-	rows, err := stmt.ConnPool.QueryContext(stmt.Context, stmt.SQL.String(), stmt.Vars...)
-	if err != nil {
-		return err
+// memRows serves the rows as a server's: each column as the driver
+// described it.
+func (pt partials) memRows() *memrows.Rows {
+	r := &memrows.Rows{Cols: make([]memrows.Column, len(pt.cols)), Data: make([][]driver.Value, len(pt.rows))}
+	for i, ct := range pt.cols {
+		r.Cols[i] = memrows.Column{Name: ct.Name(), DBType: ct.DatabaseTypeName(), Scan: ct.ScanType()}
 	}
-	defer rows.Close()
-	cols, err := rows.ColumnTypes()
-	if err != nil {
-		return err
-	}
-	pt.cols = cols
-	for rows.Next() {
-		vals := make([]any, len(cols))
-		ptrs := make([]any, len(cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
+	for i, row := range pt.rows {
+		vals := make([]driver.Value, len(row))
+		for j, v := range row {
+			vals[j] = v
 		}
-		if err := rows.Scan(ptrs...); err != nil {
-			return err
-		}
-		pt.rows = append(pt.rows, vals)
+		r.Data[i] = vals
 	}
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	return rows.Close()
+	return r
 }
 
 // numericCol is avg's output column: Postgres's avg of integers and

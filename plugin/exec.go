@@ -35,12 +35,13 @@ func (s saved) restore(stmt *gorm.Statement) {
 }
 
 // prepare points a statement at the i-th shard of a fan-out and clears
-// what the previous shard's run built.
+// what the previous shard's run built. Its clauses are a copy of base
+// that building changes nothing else of (ownClauses).
 func (p *Plugin) prepare(db *gorm.DB, d *decision, i int, base map[string]clause.Clause) error {
 	stmt := db.Statement
 	stmt.SQL.Reset()
 	stmt.Vars = nil
-	stmt.Clauses = maps.Clone(base)
+	stmt.Clauses = ownClauses(base)
 	return p.bind(db, d, i)
 }
 

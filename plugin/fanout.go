@@ -1,20 +1,25 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"reflect"
 	"slices"
-	"sync"
 	"sync/atomic"
 
-	"golang.org/x/sync/errgroup"
 	"gorm.io/gorm"
-	"gorm.io/gorm/callbacks"
+
+	"github.com/shardkit/shardkit/internal/memrows"
 )
 
-// fanoutQuery runs a read of several shards: planned once (readplan.go),
-// its units read, the servers at once, then their answers merged into
-// the statement's destination.
+// fanoutQuery runs a read of several shards in four stages: plan
+// (readplan.go: what each shard runs, how the shards are batched, how the
+// answers merge), render (render.go: every statement's text and
+// arguments, built with GORM), execute (readexec.go: the servers at once,
+// each running its statements' text and reading their rows) and merge
+// (here, pagemerge.go and aggmerge.go: each answer scanned by GORM and
+// merged as it arrives). All but execute run on the caller's goroutine;
+// execute's goroutines never touch GORM state.
 func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) {
 	stmt := db.Statement
 	s := save(stmt)
@@ -30,35 +35,125 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) {
 		defer func() { stmt.RaiseErrorOnNotFound = rp.raise }()
 		stmt.RaiseErrorOnNotFound = false
 	}
-	res := newReadResults(rp)
-	run := func(db *gorm.DB, u int) bool { return p.readUnit(db, rp, res, u) }
-	for _, u := range p.fanoutByServer(db, d, rp.units, partialOf(stmt), run) {
-		res.drop(u) // a server that did not answer (Partial): none of its rows
-	}
-	if db.Error != nil {
+	stmts, err := p.renderRead(db, rp)
+	if err != nil {
+		db.AddError(err)
 		return
+	}
+	res := newReadResults(rp, stmts, partialOf(stmt))
+	if !db.DryRun {
+		x := newReadExec(p, stmt.Context, d.m.table, stmts, &res.enough)
+		x.run(d.tx != nil, func(k int) bool { return p.take(db, rp, res, x, k) })
+		if db.Error != nil {
+			return
+		}
 	}
 	p.mergeRead(db, rp, res, s)
 }
 
 // readResults are the units' answers, each at its unit's position in the
 // plan, so that the merge does not depend on which server answers first.
+// Only the caller's goroutine reads and writes them.
 type readResults struct {
-	counts []int64         // shapeCount
-	rows   []reflect.Value // shapeRows: a unit's rows until the unit is merged into page
-	page   *pageMerger     // shapeRows
-	parts  []partials      // shapeAggregate
+	counts  []int64         // shapeCount
+	rows    []reflect.Value // shapeRows: a unit's rows until the unit is merged into page
+	page    *pageMerger     // shapeRows
+	parts   []partials      // shapeAggregate
+	pending []int           // per unit, its statements not answered yet
+	partial *PartialResult  // the read's Partial scope, nil without one
+	enough  atomic.Bool     // the page needs no more rows (see pageMerger.full)
 }
 
-func newReadResults(rp *readPlan) *readResults {
+func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResults {
 	n := len(rp.units)
+	r := &readResults{pending: make([]int, n), partial: pr}
+	for _, st := range stmts {
+		r.pending[st.unit]++
+	}
 	switch rp.shape {
 	case shapeCount:
-		return &readResults{counts: make([]int64, n)}
+		r.counts = make([]int64, n)
 	case shapeAggregate:
-		return &readResults{parts: make([]partials, n)}
+		r.parts = make([]partials, n)
+	default:
+		r.rows, r.page = make([]reflect.Value, n), newPageMerger(rp.sliceTyp, rp.keys, rp.pushed)
 	}
-	return &readResults{rows: make([]reflect.Value, n), page: newPageMerger(rp.sliceTyp, rp.keys, rp.pushed)}
+	return r
+}
+
+// take handles statement k's answer on the caller's goroutine: its rows
+// are scanned and kept for their unit, and a unit whose statements are
+// all in is merged; a failure fails the read, or, for a server that is
+// unavailable in a Partial read, leaves that server's units from k's on
+// out of it. It returns false when the read has failed.
+func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, k int) bool {
+	st, a := &x.stmts[k], &x.answers[k]
+	if a.err != nil {
+		return p.unitFailed(db, rp, res, x, k)
+	}
+	u := st.unit
+	switch rp.shape {
+	case shapeCount:
+		var n int64
+		if !p.scanAnswer(db, a.rows, &n) {
+			return false
+		}
+		res.counts[u] += n
+	case shapeAggregate:
+		if res.parts[u].cols == nil {
+			res.parts[u].cols = a.rows.cols
+		}
+		res.parts[u].rows = append(res.parts[u].rows, a.rows.rows...)
+	default:
+		tmp := reflect.New(rp.sliceTyp)
+		if !p.scanAnswer(db, a.rows, tmp.Interface()) {
+			return false
+		}
+		res.rows[u] = appendRows(res.rows[u], tmp.Elem())
+	}
+	a.rows = partials{} // read: its rows are the unit's now
+	if res.pending[u]--; res.pending[u] == 0 && res.page != nil {
+		// a unit whose server fails part-way adds none (Partial)
+		res.page.add(u, res.rows[u])
+		res.rows[u] = reflect.Value{}
+		if res.page.full() {
+			res.enough.Store(true)
+		}
+	}
+	return true
+}
+
+// unitFailed handles the failure of statement k (see take).
+func (p *Plugin) unitFailed(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, k int) bool {
+	st, err := &x.stmts[k], x.answers[k].err
+	if !unavailable(err) {
+		db.AddError(err)
+		return false
+	}
+	se := &ServerError{Server: st.server, Table: rp.d.m.table, Err: err}
+	var known *ServerError
+	if errors.As(err, &known) {
+		se.Err = known.Err
+	}
+	units := x.following(k)
+	for _, u := range units {
+		for _, i := range rp.units[u] {
+			se.Shards = append(se.Shards, rp.d.shards[i])
+		}
+	}
+	slices.Sort(se.Shards)
+	if s, gerr := p.pools.get(rp.d.snap, st.server); gerr == nil {
+		s.report(err, p.cfg.ServerRetry)
+	}
+	if res.partial == nil {
+		db.AddError(se)
+		return false
+	}
+	res.partial.add(se)
+	for _, u := range units {
+		res.drop(u)
+	}
+	return true
 }
 
 // drop forgets what unit u read.
@@ -73,94 +168,20 @@ func (r *readResults) drop(u int) {
 	}
 }
 
-// into points the statement at a fresh destination for one statement of
-// unit u, and returns the function that adds what it read to the unit's
-// answer.
-func (r *readResults) into(stmt *gorm.Statement, rp *readPlan, u int) func() {
-	switch rp.shape {
-	case shapeCount:
-		n := new(int64)
-		stmt.Dest, stmt.ReflectValue = n, reflect.ValueOf(n).Elem()
-		return func() { r.counts[u] += *n }
-	case shapeAggregate:
-		// GORM builds the statement for a destination; the partial rows
-		// are read by partials.read, not scanned into it.
-		var tmp []map[string]any
-		stmt.Dest, stmt.ReflectValue = &tmp, reflect.ValueOf(&tmp).Elem()
-		return func() {}
-	}
-	tmp := reflect.New(rp.sliceTyp)
-	stmt.Dest, stmt.ReflectValue = tmp.Interface(), tmp.Elem()
-	return func() { r.rows[u] = appendRows(r.rows[u], tmp.Elem()) }
-}
-
-// readUnit reads unit u and, for rows, merges them into the page once
-// all of them are in: a unit whose server fails part-way adds none
-// (Partial leaves it out).
-func (p *Plugin) readUnit(db *gorm.DB, rp *readPlan, res *readResults, u int) bool {
-	if res.page != nil && res.page.full() {
-		return true
-	}
-	if !p.readShards(db, rp, res, u) {
+// scanAnswer scans a statement's rows into dest with GORM's own scanning,
+// on the caller's goroutine, as GORM's query callback scans a server's
+// rows: the same conversions, from the same driver values.
+func (p *Plugin) scanAnswer(db *gorm.DB, pt partials, dest any) bool {
+	rows, err := memrows.Query(context.Background(), pt.memRows())
+	if err != nil {
+		db.AddError(err)
 		return false
 	}
-	if res.page != nil {
-		res.page.add(u, res.rows[u])
-		res.rows[u] = reflect.Value{}
-	}
-	return true
-}
-
-// readShards reads a unit's shards in one statement where its text
-// allows (see unionSQL), else one shard at a time.
-func (p *Plugin) readShards(db *gorm.DB, rp *readPlan, res *readResults, u int) bool {
-	unit := rp.units[u]
-	rest := unit
-	if len(unit) > 1 && !db.DryRun {
-		ok, unioned := p.readOne(db, rp, res, u, unit[0], unit)
-		if !ok || unioned {
-			return ok
-		}
-		rest = unit[1:] // the first shard was read alone
-	}
-	for _, i := range rest {
-		if ok, _ := p.readOne(db, rp, res, u, i, nil); !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// readOne runs one statement of unit u: shard i's, or, given the unit's
-// shards in union, all of them at once (unioned reports which).
-func (p *Plugin) readOne(db *gorm.DB, rp *readPlan, res *readResults, u, i int, union []int) (ok, unioned bool) {
+	defer rows.Close()
 	stmt := db.Statement
-	if err := p.prepare(db, rp.d, i, rp.base); err != nil {
-		fail(db, rp.d.m, rp.d.shards[i], err)
-		return false, false
-	}
-	collect := res.into(stmt, rp, u)
-	unioned = union != nil && p.unionSQL(db, rp, union)
-	switch {
-	case rp.shape == shapeAggregate:
-		if !unioned {
-			callbacks.BuildQuerySQL(db)
-		}
-		if db.Error == nil && !db.DryRun {
-			p.bounded(db, func(db *gorm.DB) { db.AddError(res.parts[u].read(db.Statement)) })
-		}
-	case unioned:
-		p.bounded(db, p.orig.query)
-	default:
-		stmt.SQL.Reset()
-		stmt.Vars = nil
-		p.bounded(db, p.runQuery)
-	}
-	if db.Error != nil {
-		return false, unioned
-	}
-	collect()
-	return true, unioned
+	stmt.Dest, stmt.ReflectValue = dest, reflect.ValueOf(dest).Elem()
+	gorm.Scan(rows, db, 0)
+	return db.Error == nil
 }
 
 // mergeRead puts the merged answer of the units into the statement's
@@ -205,94 +226,4 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 	default:
 		rv.Set(acc)
 	}
-}
-
-// fanoutByServer runs run for each position of the plan's shards: the
-// shards of one server one after another, the servers at once, each on a
-// clone of the statement. A read in GORM's own transaction, or on one
-// server, runs on the statement itself. The first error is the
-// statement's; the other servers stop at their next shard. A server that
-// is unavailable fails the read with a *ServerError naming the shards not
-// read, or, with pr (a Partial read), is recorded there and its units
-// are returned as lost, the read going on with the other servers.
-func (p *Plugin) fanoutByServer(db *gorm.DB, d *decision, units [][]int, pr *PartialResult, run func(db *gorm.DB, u int) bool) (lost []int) {
-	byServer := map[string][]int{}
-	var servers []string
-	for u, unit := range units {
-		srv := d.places[unit[0]].Server
-		if _, ok := byServer[srv]; !ok {
-			servers = append(servers, srv)
-		}
-		byServer[srv] = append(byServer[srv], u)
-	}
-	var (
-		mu     sync.Mutex
-		failed atomic.Bool
-	)
-	// serve runs one server's units; it returns the error that stops the
-	// read, nil when the server is done or recorded as missing.
-	serve := func(sdb *gorm.DB, server string) error {
-		us := byServer[server]
-		for k, u := range us {
-			if failed.Load() {
-				return nil
-			}
-			if run(sdb, u) {
-				continue
-			}
-			err := sdb.Error
-			if !unavailable(err) {
-				return err
-			}
-			se := &ServerError{Server: server, Table: d.m.table, Err: err}
-			var known *ServerError
-			if errors.As(err, &known) {
-				se.Err = known.Err
-			}
-			for _, u := range us[k:] {
-				for _, i := range units[u] {
-					se.Shards = append(se.Shards, d.shards[i])
-				}
-			}
-			slices.Sort(se.Shards)
-			if s, gerr := p.pools.get(d.snap, server); gerr == nil {
-				s.report(err, p.cfg.ServerRetry)
-			}
-			if pr == nil {
-				return se
-			}
-			mu.Lock()
-			pr.add(se)
-			lost = append(lost, us[k:]...)
-			mu.Unlock()
-			sdb.Error = nil
-			return nil
-		}
-		return nil
-	}
-	if len(servers) == 1 || d.tx != nil || db.DryRun {
-		for _, server := range servers {
-			if err := serve(db, server); err != nil {
-				db.Error = err
-				return lost
-			}
-		}
-		return lost
-	}
-	var g errgroup.Group
-	for _, server := range servers {
-		sdb := db.Session(&gorm.Session{Context: db.Statement.Context}) // a clone of the statement
-		sdb.Statement.BuildClauses = db.Statement.BuildClauses          // set per callback chain, not cloned
-		g.Go(func() error {
-			err := serve(sdb, server)
-			if err != nil {
-				failed.Store(true)
-			}
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		db.AddError(err)
-	}
-	return lost
 }

@@ -35,6 +35,10 @@ type Plugin struct {
 	// covers; 0: the package's unionBatch. Tests and benchmarks set it
 	// (1: one statement per shard) to compare the ways of reading.
 	unionBatch int
+	// running, when set, is called by the goroutine that runs a statement
+	// of a multi-shard read, before it runs: tests see what the servers
+	// get (it must be safe for concurrent use).
+	running func(*readStmt)
 }
 
 // originals are GORM's own callbacks that the plugin wraps.

@@ -431,15 +431,13 @@ func TestUnionFoldsIntoOneAppend(t *testing.T) {
 		sent []string
 		vars [][]any
 	)
-	orig := e.p.orig.query
-	e.p.orig.query = func(db *gorm.DB) {
+	e.p.running = func(st *readStmt) {
 		mu.Lock()
-		sent = append(sent, db.Statement.SQL.String())
-		vars = append(vars, slices.Clone(db.Statement.Vars))
+		sent = append(sent, st.sql)
+		vars = append(vars, slices.Clone(st.vars))
 		mu.Unlock()
-		orig(db)
 	}
-	t.Cleanup(func() { e.p.orig.query = orig })
+	t.Cleanup(func() { e.p.running = nil })
 	ctx := context.Background()
 	for _, read := range []struct {
 		name  string

@@ -41,13 +41,7 @@ func (p *Plugin) ours(cp gorm.ConnPool) bool {
 
 // fail records a routing error on the statement.
 func fail(db *gorm.DB, m *model, shard int, err error) {
-	var se *ShardError
-	var sv *ServerError
-	if errors.As(err, &se) || errors.As(err, &sv) || m == nil {
-		db.AddError(err)
-		return
-	}
-	db.AddError(&ShardError{Shard: shard, Table: m.table, Err: err})
+	db.AddError(shardFailure(m, shard, err))
 }
 
 // failRow records err and, for a Row statement, leaves an error row as
@@ -88,6 +82,17 @@ func (p *Plugin) route(db *gorm.DB, o op) {
 	// the executor reads, is copied to the heap.
 	var d decision
 	sharded, err := p.decide(db, o, &d)
+	if sharded {
+		// A chain shared after Session shares its WHERE's list with every
+		// statement run from it, and GORM's build reorders that list in
+		// place: this statement builds its own.
+		if c, ok := stmt.Clauses["WHERE"]; ok {
+			if w, ok := c.Expression.(clause.Where); ok {
+				c.Expression = ownWhere(w)
+				stmt.Clauses["WHERE"] = c
+			}
+		}
+	}
 	if err == nil && sharded && len(d.shards) == 1 {
 		err = p.bind(db, &d, 0)
 	}

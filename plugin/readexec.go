@@ -1,0 +1,278 @@
+package plugin
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
+
+	"github.com/shardkit/shardkit/router"
+)
+
+// The execute stage of a read of several shards. Its goroutines, one per
+// server, take statements whose text and arguments were rendered on the
+// caller's goroutine (render.go), run them on connections of their own,
+// and read the rows into values they own. They never read or write GORM
+// state: no *gorm.DB, no *gorm.Statement, no clause. GORM's builders
+// mutate what they build from (clause.Where.Build reorders a leading Or in
+// place), so a statement shared by goroutines is a wrong answer waiting
+// to happen. Every answer goes back to the caller's goroutine, which
+// scans and merges it (fanout.go).
+
+// readStmt is one statement of a read of several shards, rendered before
+// any statement runs.
+type readStmt struct {
+	unit   int           // the plan's unit it belongs to
+	shards []int         // the logical shards it reads
+	server string        // the physical server it runs on
+	conn   gorm.ConnPool // the server's pool, a replica's, or the transaction's part there
+	schema string        // a read that joins other tables runs with this schema on its search_path ("": none)
+	sql    string
+	vars   []any
+	err    error // binding failed (the server is known down, say): it fails without running
+}
+
+// stmtAnswer is a statement's outcome, written by the goroutine that ran
+// it and read by the caller once the goroutine has sent its index.
+type stmtAnswer struct {
+	rows partials
+	err  error
+}
+
+// readExec runs a read's statements: the statements of one server one
+// after another, the servers at once.
+type readExec struct {
+	p       *Plugin
+	ctx     context.Context
+	table   string
+	stmts   []readStmt
+	answers []stmtAnswer
+	servers []string // in plan order
+	byServ  [][]int  // statement indexes of each server, in plan order
+	stop    atomic.Bool
+	// enough is set by the caller when the merged page needs no more rows
+	// (a LIMIT with no ORDER BY): the servers skip their other statements.
+	enough *atomic.Bool
+}
+
+func newReadExec(p *Plugin, ctx context.Context, table string, stmts []readStmt, enough *atomic.Bool) *readExec {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	x := &readExec{p: p, ctx: ctx, table: table, stmts: stmts, answers: make([]stmtAnswer, len(stmts)), enough: enough}
+	at := map[string]int{}
+	for k, st := range stmts {
+		j, ok := at[st.server]
+		if !ok {
+			j = len(x.servers)
+			at[st.server] = j
+			x.servers = append(x.servers, st.server)
+			x.byServ = append(x.byServ, nil)
+		}
+		x.byServ[j] = append(x.byServ[j], k)
+	}
+	return x
+}
+
+// run runs the statements and calls take, on the caller's goroutine, with
+// the index of each statement as its answer arrives (in plan order within
+// a server). take returns false to stop the read: the servers start no
+// further statement. A server stops at its first failed statement. With
+// serial set, the statements run on the caller's goroutine, server after
+// server (a read in a transaction, or of one server).
+func (x *readExec) run(serial bool, take func(k int) bool) {
+	next := func() bool { return !x.stop.Load() && !x.enough.Load() }
+	if serial || len(x.servers) == 1 {
+		for _, ks := range x.byServ {
+			for _, k := range ks {
+				if !next() {
+					return
+				}
+				x.answers[k].rows, x.answers[k].err = x.p.runStmt(x.ctx, &x.stmts[k], x.table)
+				if !take(k) {
+					x.stop.Store(true)
+				}
+				if x.answers[k].err != nil {
+					break
+				}
+			}
+		}
+		return
+	}
+	ctx, cancel := context.WithCancel(x.ctx)
+	defer cancel()
+	// Buffered for every message: a goroutine never waits for the caller.
+	done := make(chan int, len(x.stmts)+len(x.servers))
+	for j, ks := range x.byServ {
+		go func() {
+			defer func() { done <- -1 - j }()
+			for _, k := range ks {
+				if !next() {
+					return
+				}
+				a := &x.answers[k]
+				a.rows, a.err = x.p.runStmt(ctx, &x.stmts[k], x.table)
+				done <- k
+				if a.err != nil {
+					return
+				}
+			}
+		}()
+	}
+	for left := len(x.servers); left > 0; {
+		k := <-done
+		if k < 0 {
+			left--
+			continue
+		}
+		if x.stop.Load() {
+			continue // the read has failed: what still arrives is not read
+		}
+		if !take(k) {
+			x.stop.Store(true)
+			cancel() // the statements still running answer nothing that is read
+		}
+	}
+}
+
+// following returns the units of statement k's server from k's unit on,
+// in plan order: what a server that failed at k did not read.
+func (x *readExec) following(k int) []int {
+	var units []int
+	for _, ks := range x.byServ {
+		i := slices.Index(ks, k)
+		if i < 0 {
+			continue
+		}
+		for _, j := range ks[i:] {
+			if u := x.stmts[j].unit; len(units) == 0 || units[len(units)-1] != u {
+				units = append(units, u)
+			}
+		}
+	}
+	return units
+}
+
+// runStmt runs one rendered statement and reads its rows. It runs off the
+// caller's goroutine: it touches database/sql alone. Its context is
+// bounded by StatementTimeout (plus deadlineGrace) unless the caller's
+// ends sooner; a statement that bound stopped gets a *ServerError, as a
+// one-shard statement does (bounded).
+func (p *Plugin) runStmt(parent context.Context, st *readStmt, table string) (partials, error) {
+	if st.err != nil {
+		return partials{}, st.err
+	}
+	if p.running != nil {
+		p.running(st)
+	}
+	ctx, cancel, limit := p.statementBound(parent)
+	defer cancel()
+	rows, err := st.query(ctx, table)
+	if err != nil && limit > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+		var se *ServerError
+		if !errors.As(err, &se) {
+			err = &ServerError{Server: st.server, Shards: slices.Clone(st.shards), Table: table, Err: fmt.Errorf("no answer within %v: %w", limit, err)}
+		}
+	}
+	return rows, err
+}
+
+// statementBound returns the context a statement runs under: parent,
+// bounded by StatementTimeout plus deadlineGrace unless parent ends
+// sooner, and the bound (0: none).
+func (p *Plugin) statementBound(parent context.Context) (context.Context, context.CancelFunc, time.Duration) {
+	t := p.cfg.StatementTimeout
+	if t <= 0 {
+		return parent, func() {}, 0
+	}
+	t += deadlineGrace
+	if dl, ok := parent.Deadline(); ok && time.Until(dl) <= t {
+		return parent, func() {}, 0
+	}
+	ctx, cancel := context.WithTimeout(parent, t)
+	return ctx, cancel, t
+}
+
+// query runs the statement's text on its connection, in a read-only
+// transaction with the shard's schema on its search_path when it joins
+// other tables (they resolve there), and reads every row.
+func (st *readStmt) query(ctx context.Context, table string) (partials, error) {
+	if st.schema == "" {
+		return readAll(ctx, st.conn, st.sql, st.vars)
+	}
+	pool, ok := st.conn.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	})
+	if !ok {
+		return readAll(ctx, st.conn, st.sql, st.vars)
+	}
+	shard := -1
+	if len(st.shards) == 1 {
+		shard = st.shards[0]
+	}
+	tx, err := pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return partials{}, &ShardError{Shard: shard, Table: table, Err: err}
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, setSearchPath, pgx.Identifier{st.schema}.Sanitize()); err != nil {
+		return partials{}, &ShardError{Shard: shard, Table: table, Err: err}
+	}
+	rows, err := readAll(ctx, tx, st.sql, st.vars)
+	if err != nil {
+		return rows, err
+	}
+	return rows, tx.Commit()
+}
+
+// readAll runs a query and keeps its rows as the driver returned them
+// (database/sql copies the bytes it hands out).
+func readAll(ctx context.Context, q interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}, text string, vars []any) (partials, error) {
+	var pt partials
+	rows, err := q.QueryContext(ctx, text, vars...)
+	if err != nil {
+		return pt, err
+	}
+	defer rows.Close()
+	if pt.cols, err = rows.ColumnTypes(); err != nil {
+		return pt, err
+	}
+	for rows.Next() {
+		vals := make([]any, len(pt.cols))
+		ptrs := make([]any, len(pt.cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return pt, err
+		}
+		pt.rows = append(pt.rows, vals)
+	}
+	if err := rows.Err(); err != nil {
+		return pt, err
+	}
+	return pt, rows.Close()
+}
+
+// schemaOf is the schema a one-shard statement of the read runs with on
+// its search_path: the shard's, when the statement joins other tables and
+// its connection is a pool (a transaction's part has it set already).
+func schemaOf(stmt *gorm.Statement, shard int) string {
+	if len(stmt.Joins) == 0 {
+		return ""
+	}
+	if _, ok := stmt.ConnPool.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}); !ok {
+		return ""
+	}
+	return router.SchemaName(shard)
+}

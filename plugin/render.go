@@ -1,0 +1,147 @@
+package plugin
+
+import (
+	"errors"
+	"maps"
+	"reflect"
+	"slices"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/callbacks"
+	"gorm.io/gorm/clause"
+)
+
+// The render stage of a read of several shards: every statement's SQL
+// text and arguments, built with GORM on the caller's goroutine before
+// any statement runs (readexec.go runs them). Each is built from a
+// private copy of what GORM's builders mutate (ownClauses).
+
+// renderRead renders the statements of a planned read: per unit, one
+// statement for its shards in union where the text allows (unionSQL),
+// else one per shard. A statement whose shard cannot be bound to its
+// server (known down) is kept with its error and fails when it would
+// run; an error building the SQL fails the read.
+func (p *Plugin) renderRead(db *gorm.DB, rp *readPlan) ([]readStmt, error) {
+	stmt := db.Statement
+	stmt.Dest, stmt.ReflectValue = rp.buildDest()
+	var out []readStmt
+	for u, unit := range rp.units {
+		rest := unit
+		if len(unit) > 1 && !db.DryRun {
+			st, unioned, err := p.render(db, rp, u, unit[0], unit)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, st)
+			if unioned || st.err != nil {
+				continue
+			}
+			rest = unit[1:] // the first shard was rendered alone
+		}
+		for _, i := range rest {
+			st, _, err := p.render(db, rp, u, i, nil)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, st)
+			if st.err != nil {
+				break // the unit fails there
+			}
+		}
+	}
+	return out, nil
+}
+
+// render renders the statement of shard i of unit u, or, given the unit's
+// shards in union, of all of them at once (unioned reports which).
+func (p *Plugin) render(db *gorm.DB, rp *readPlan, u, i int, union []int) (st readStmt, unioned bool, err error) {
+	stmt, d := db.Statement, rp.d
+	st = readStmt{unit: u, server: d.places[i].Server, shards: []int{d.shards[i]}}
+	if err := p.prepare(db, d, i, rp.base); err != nil {
+		st.err = shardFailure(d.m, d.shards[i], err)
+		return st, false, nil
+	}
+	unioned = union != nil && p.unionSQL(db, rp, union)
+	if !unioned {
+		stmt.SQL.Reset()
+		stmt.Vars = nil
+		callbacks.BuildQuerySQL(db)
+	}
+	if db.Error != nil {
+		return st, false, db.Error
+	}
+	st.sql, st.vars, st.conn = stmt.SQL.String(), slices.Clone(stmt.Vars), stmt.ConnPool
+	if unioned {
+		st.shards = make([]int, len(union))
+		for j, k := range union {
+			st.shards[j] = d.shards[k]
+		}
+	} else if rp.shape != shapeAggregate {
+		st.schema = schemaOf(stmt, d.shards[i])
+	}
+	return st, unioned, nil
+}
+
+// buildDest is the destination each statement of the read is built for:
+// GORM picks the columns of a smaller struct, and the primary key
+// conditions of a struct, from it. It is never scanned into.
+func (rp *readPlan) buildDest() (any, reflect.Value) {
+	switch rp.shape {
+	case shapeCount:
+		n := new(int64)
+		return n, reflect.ValueOf(n).Elem()
+	case shapeAggregate:
+		var tmp []map[string]any
+		return &tmp, reflect.ValueOf(&tmp).Elem()
+	}
+	tmp := reflect.New(rp.sliceTyp)
+	return tmp.Interface(), tmp.Elem()
+}
+
+// shardFailure is the error of a statement that failed on one shard
+// before it ran: a *ShardError naming the shard, unless the error names
+// its shard or server already.
+func shardFailure(m *model, shard int, err error) error {
+	var se *ShardError
+	var sv *ServerError
+	if errors.As(err, &se) || errors.As(err, &sv) || m == nil {
+		return err
+	}
+	return &ShardError{Shard: shard, Table: m.table, Err: err}
+}
+
+// ownClauses copies a statement's clauses deep enough that building them
+// changes nothing another statement reads: GORM's clause.Where.Build
+// moves a leading lone Or behind the first other condition by swapping
+// entries of its own slice, and BuildQuerySQL appends the statement's
+// joins to the FROM clause's.
+func ownClauses(in map[string]clause.Clause) map[string]clause.Clause {
+	out := maps.Clone(in)
+	if c, ok := out["WHERE"]; ok {
+		if w, ok := c.Expression.(clause.Where); ok {
+			c.Expression = ownWhere(w)
+			out["WHERE"] = c
+		}
+	}
+	if c, ok := out["FROM"]; ok {
+		if f, ok := c.Expression.(clause.From); ok {
+			f.Tables, f.Joins = slices.Clone(f.Tables), slices.Clone(f.Joins)
+			c.Expression = f
+			out["FROM"] = c
+		}
+	}
+	return out
+}
+
+// ownWhere copies the condition lists clause.Where.Build reorders: its
+// own, and that of its one AndConditions, which it builds in its place.
+func ownWhere(w clause.Where) clause.Where {
+	w.Exprs = slices.Clone(w.Exprs)
+	if len(w.Exprs) == 1 {
+		if and, ok := w.Exprs[0].(clause.AndConditions); ok {
+			and.Exprs = slices.Clone(and.Exprs)
+			w.Exprs[0] = and
+		}
+	}
+	return w
+}
