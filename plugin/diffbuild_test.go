@@ -47,14 +47,20 @@ type result struct {
 }
 
 // chain builds a statement and its Go text side by side. With a nil q it
-// only prints.
+// only prints. upTo and from split a chain in two (diffconc_test.go):
+// with upTo set, only the steps up to that one apply; with from set,
+// only the steps after that one do (q holds the steps before).
 type chain struct {
-	q    *gorm.DB
-	text strings.Builder
+	q     *gorm.DB
+	text  strings.Builder
+	steps int
+	upTo  int
+	from  int
 }
 
 func (ch *chain) do(text string, f func(*gorm.DB) *gorm.DB) {
-	if ch.q != nil {
+	ch.steps++
+	if ch.q != nil && (ch.upTo == 0 || ch.steps <= ch.upTo) && ch.steps > ch.from {
 		ch.q = f(ch.q)
 	}
 	ch.text.WriteString("." + text)

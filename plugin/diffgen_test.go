@@ -293,8 +293,13 @@ func (g *gen) calls() []call {
 			case 5:
 				out[i].How = callNot
 			}
-		} else if g.pick(8) == 7 {
-			out[i].How = callNot
+		} else {
+			switch g.pick(8) {
+			case 6:
+				out[i].How = callOr // GORM moves a leading lone Or behind the next condition
+			case 7:
+				out[i].How = callNot
+			}
 		}
 	}
 	return out
