@@ -76,7 +76,11 @@ func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) bool {
 	stmt := db.Statement
 	u := union{keys: rp.keys, limit: rp.pushed, count: rp.shape == shapeCount, q: stmt.DB.Dialector}
 	u.fold = rp.shape != shapeAggregate && (!u.count || countsRows(stmt))
-	branch, ok := buildBranch(db, u.fold, u.count)
+	var cols []string
+	if rp.shape == shapeRows {
+		cols = modelColumns(stmt, rp.d.m)
+	}
+	branch, ok := buildBranch(db, u.fold, u.count, cols)
 	first := rp.d.m.quoted[rp.d.shards[idx[0]]]
 	if !ok || strings.Contains(branch, "'") || strings.Contains(branch, "$$") || !strings.Contains(branch, first) {
 		return false
@@ -95,15 +99,17 @@ func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) bool {
 
 // buildBranch builds the statement's SELECT with GORM, as one shard
 // would run it. A folded read's branch has no ORDER BY and LIMIT (the
-// union applies them), and a folded count's branch selects 1; the
-// clauses come back for a statement that falls back to one shard at a
-// time.
-func buildBranch(db *gorm.DB, fold, count bool) (string, bool) {
+// union applies them), and a folded count's branch selects 1; a branch
+// given cols selects them instead of *. The clauses come back for a
+// statement that falls back to one shard at a time.
+func buildBranch(db *gorm.DB, fold, count bool, cols []string) (string, bool) {
 	stmt := db.Statement
-	if fold {
+	if fold || cols != nil {
 		saved := maps.Clone(stmt.Clauses)
 		defer func() { stmt.Clauses = saved }()
 		stmt.Clauses = maps.Clone(saved)
+	}
+	if fold {
 		delete(stmt.Clauses, "ORDER BY")
 		delete(stmt.Clauses, "LIMIT")
 		if count {
@@ -112,8 +118,41 @@ func buildBranch(db *gorm.DB, fold, count bool) (string, bool) {
 			stmt.Clauses["SELECT"] = one
 		}
 	}
+	if cols != nil {
+		sel := clause.Select{Distinct: stmt.Distinct, Columns: make([]clause.Column, len(cols))}
+		for i, c := range cols {
+			sel.Columns[i] = clause.Column{Name: c}
+		}
+		stmt.Clauses["SELECT"] = clause.Clause{Name: "SELECT", Expression: sel}
+	}
 	callbacks.BuildQuerySQL(db)
 	return stmt.SQL.String(), db.Error == nil
+}
+
+// modelColumns returns the model's columns for a read of rows into the
+// model's own struct that would select *, nil for any other read. Its
+// union names them, so that the read does not depend on every branch's
+// table having the same columns: shards part-way through a schema change
+// (a column added on some, not yet on others) read as one, and a column
+// the model does not know is not read, as GORM would not scan it.
+func modelColumns(stmt *gorm.Statement, m *model) []string {
+	if len(stmt.Selects) > 0 || len(stmt.Omits) > 0 {
+		return nil
+	}
+	if _, ok := stmt.Clauses["SELECT"]; ok {
+		return nil
+	}
+	t := stmt.ReflectValue.Type()
+	if t.Kind() == reflect.Slice {
+		t = t.Elem()
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t != m.schema.ModelType {
+		return nil
+	}
+	return m.schema.DBNames
 }
 
 // union writes the text of a one-statement read of several schemas.
