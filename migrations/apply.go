@@ -225,9 +225,13 @@ func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int,
 		end := min(start+batch, len(shards))
 		part := shards[start:end]
 		var rest []int
+		// Inside a caller's transaction (a new schema nobody serves yet:
+		// the shard mover's target, or its rehearsal), steps marked to run
+		// outside one run in it, their concurrent index builds as plain ones.
+		_, inTx := db.(pgx.Tx)
 		if err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 			var err error
-			if rest, err = applyBatch(ctx, tx, layout, part, versions, mode); err != nil || then == nil {
+			if rest, err = applyBatch(ctx, tx, layout, part, versions, mode, inTx); err != nil || then == nil {
 				return err
 			}
 			return then(ctx, tx)
@@ -256,7 +260,7 @@ func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int,
 // applyBatch applies, in tx, the steps each shard's schema lacks up to its
 // first step that must run outside a transaction, and returns the shards
 // left with such a step.
-func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []int, versions []Version, mode applyMode) ([]int, error) {
+func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []int, versions []Version, mode applyMode, inTx bool) ([]int, error) {
 	keys := make([]int32, len(shards))
 	for i, s := range shards {
 		keys[i] = int32(s)
@@ -275,7 +279,7 @@ func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []in
 		if err != nil {
 			return nil, err
 		}
-		more, err := execSteps(ctx, tx, shard, steps, &rec, nil)
+		more, err := execSteps(ctx, tx, shard, steps, &rec, nil, inTx)
 		if err != nil {
 			return nil, err
 		}
@@ -312,12 +316,13 @@ func (r *records) write(ctx context.Context, q interface {
 
 // execSteps runs a schema's steps in tx up to the first one marked to run
 // outside a transaction, adding each to rec, and reports whether such a
-// step is left. running, if not nil, is set to the step under way.
-func execSteps(ctx context.Context, tx pgx.Tx, shard int, steps []step, rec *records, running *string) (bool, error) {
+// step is left. running, if not nil, is set to the step under way. With
+// inTx, a marked step runs in tx too (inTransaction).
+func execSteps(ctx context.Context, tx pgx.Tx, shard int, steps []step, rec *records, running *string, inTx bool) (bool, error) {
 	if len(steps) == 0 {
 		return false, nil
 	}
-	if steps[0].noTx {
+	if steps[0].noTx && !inTx {
 		return true, nil
 	}
 	schema := router.SchemaName(shard)
@@ -328,13 +333,17 @@ func execSteps(ctx context.Context, tx pgx.Tx, shard int, steps []step, rec *rec
 		return false, &ShardError{Shard: shard, Err: privilegeError(ctx, tx, err)}
 	}
 	for _, st := range steps {
-		if st.noTx {
+		if st.noTx && !inTx {
 			return true, nil
 		}
 		if running != nil {
 			*running = st.name
 		}
-		if _, err := tx.Exec(ctx, st.sql); err != nil {
+		sql := st.sql
+		if st.noTx {
+			sql = inTransaction(sql)
+		}
+		if _, err := tx.Exec(ctx, sql); err != nil {
 			if isLockTimeout(err) {
 				return false, err
 			}

@@ -61,7 +61,7 @@ func applyOne(ctx context.Context, conn *pgx.Conn, layout idgen.Layout, shard in
 				return err
 			}
 			var rec records
-			more, err := execSteps(ctx, tx, shard, steps, &rec, &running)
+			more, err := execSteps(ctx, tx, shard, steps, &rec, &running, false)
 			if err != nil {
 				return err
 			}

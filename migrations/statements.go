@@ -214,3 +214,19 @@ func stripLeadingComments(s string) string {
 		}
 	}
 }
+
+// inTransaction rewrites a file marked NoTransactionMarker to run in a
+// transaction on a schema nobody serves yet: each CREATE INDEX
+// CONCURRENTLY becomes a plain CREATE INDEX of the same name and
+// definition (the only difference is how the build locks the table).
+func inTransaction(sql string) string {
+	stmts := splitStatements(sql)
+	for i, stmt := range stmts {
+		s := stripLeadingComments(stmt)
+		if loc := concurrentlyRE.FindStringIndex(s); loc != nil {
+			head := s[:loc[1]]
+			stmts[i] = head[:len(head)-len("CONCURRENTLY")] + s[loc[1]:]
+		}
+	}
+	return strings.Join(stmts, ";\n")
+}

@@ -77,3 +77,11 @@ func TestReadVersionsConcurrently(t *testing.T) {
 		})
 	}
 }
+
+func TestInTransaction(t *testing.T) {
+	in := NoTransactionMarker + "\n-- why\ncreate unique index concurrently if not exists a_x ON a (x);\nSELECT 'CONCURRENTLY';"
+	want := "create unique index  if not exists a_x ON a (x);\nSELECT 'CONCURRENTLY'"
+	if got := inTransaction(in); got != want {
+		t.Fatalf("inTransaction = %q, want %q", got, want)
+	}
+}

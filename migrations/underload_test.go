@@ -58,22 +58,40 @@ func versionFiles(t *testing.T, extra map[string]string) fstest.MapFS {
 
 // load is the application under test: workers that insert, read one
 // user's feed and read the newest photos of all shards, counting errors
-// and the longest single-shard request per shard.
+// and the longest single-shard request per shard, and keeping every
+// request's time when keep is set (for figures).
 type load struct {
 	db      *gorm.DB
+	shards  int // users 1..shards, one per shard
+	keep    bool
 	ops     atomic.Int64
 	mu      sync.Mutex
 	errs    []error
-	slowest [loadShards]time.Duration
+	slowest map[int]time.Duration
+	samples []sample
+}
+
+// sample is one request: when it ended, how long it took, the shard it
+// went to (-1 for a read of all shards), and whether it failed.
+type sample struct {
+	at     time.Time
+	took   time.Duration
+	shard  int
+	insert bool
+	failed bool
+}
+
+func newLoad(db *gorm.DB, shards int) *load {
+	return &load{db: db, shards: shards, slowest: map[int]time.Duration{}}
 }
 
 func (l *load) run(ctx context.Context, worker int) {
 	for i := 0; ctx.Err() == nil; i++ {
-		user := int64(1 + (worker*7+i)%loadShards) // 1..40: a zero key reads as none
+		user := int64(1 + (worker*7919+i*31)%l.shards) // 1..shards: a zero key reads as none
+		shard := int(user) % l.shards
 		db := l.db.WithContext(ctx)
 		began := time.Now()
 		var err error
-		single := true
 		switch i % 3 {
 		case 0:
 			err = db.Create(&photo{UserID: user, Caption: fmt.Sprintf("w%d-%d", worker, i)}).Error
@@ -81,7 +99,7 @@ func (l *load) run(ctx context.Context, worker int) {
 			var feed []photo
 			err = db.Where("user_id = ?", user).Order("id DESC").Limit(10).Find(&feed).Error
 		default:
-			single = false
+			shard = -1
 			var newest []photo
 			err = db.Clauses(plugin.AllShards()).Order("id DESC").Limit(20).Find(&newest).Error
 		}
@@ -89,17 +107,24 @@ func (l *load) run(ctx context.Context, worker int) {
 		if ctx.Err() != nil {
 			return // the test's own end, not a failure
 		}
-		l.ops.Add(1)
-		l.mu.Lock()
-		if err != nil && len(l.errs) < 20 {
-			l.errs = append(l.errs, err)
-		} else if err != nil {
-			l.errs = append(l.errs[:19], err)
-		}
-		if single {
-			l.slowest[user%loadShards] = max(l.slowest[user%loadShards], took)
-		}
-		l.mu.Unlock()
+		l.record(sample{at: time.Now(), took: took, shard: shard, insert: i%3 == 0, failed: err != nil}, err)
+	}
+}
+
+func (l *load) record(s sample, err error) {
+	l.ops.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err != nil && len(l.errs) < 20 {
+		l.errs = append(l.errs, err)
+	} else if err != nil {
+		l.errs = append(l.errs[:19], err)
+	}
+	if s.shard >= 0 {
+		l.slowest[s.shard] = max(l.slowest[s.shard], s.took)
+	}
+	if l.keep {
+		l.samples = append(l.samples, s)
 	}
 }
 
@@ -158,7 +183,7 @@ func TestAddColumnUnderLoad(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 
-	l := &load{db: db}
+	l := newLoad(db, loadShards)
 	lctx, endLoad := context.WithCancel(ctx)
 	var workers sync.WaitGroup
 	for w := range 8 {

@@ -21,7 +21,11 @@ func TestMoveRefusedDuringMigration(t *testing.T) {
 	e := newEnv(t, 2, 1, 4) // shards 0-3 on s0
 	seedPhotos(t, e, 1, 50)
 	mv := e.mover(t, Config{})
-	v2 := fstest.MapFS{"0002_photos_width.sql": {Data: []byte("ALTER TABLE photos ADD COLUMN width int NOT NULL DEFAULT 0;")}}
+	v2 := fstest.MapFS{
+		"0002_photos_width.sql": {Data: []byte("ALTER TABLE photos ADD COLUMN width int NOT NULL DEFAULT 0;")},
+		"0003_photos_width_index.sql": {Data: []byte(migrations.NoTransactionMarker +
+			"\nCREATE INDEX CONCURRENTLY photos_width ON photos (width);")},
+	}
 	for _, name := range []string{"0001_photos.sql", "0001_photos.indexes.sql"} {
 		b, err := fs.ReadFile(testSQL, name)
 		if err != nil {
@@ -56,11 +60,17 @@ func TestMoveRefusedDuringMigration(t *testing.T) {
 		WHERE table_schema = 'shard_0001' AND table_name = 'photos' AND column_name = 'width'`).Scan(&n); err != nil || n != 1 {
 		t.Fatalf("the target's photos has %d width columns (%v), want 1", n, err)
 	}
+	// The index built outside a transaction is built on the target too.
+	var valid bool
+	if err := e.pools["s1"].QueryRow(ctx, `SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = 'shard_0001' AND c.relname = 'photos_width'`).Scan(&valid); err != nil || !valid {
+		t.Fatalf("the target's photos_width: valid %v, %v; want a valid index", valid, err)
+	}
 	v3 := fstest.MapFS{}
 	for k, f := range v2 {
 		v3[k] = f
 	}
-	v3["0003_photos_height.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE photos ADD COLUMN height int;")}
+	v3["0004_photos_height.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE photos ADD COLUMN height int;")}
 	err = migrations.Migrate(ctx, e.cat, v3, migrations.MigrateOptions{})
 	var me *migrations.MovesError
 	if !errors.As(err, &me) || len(me.Moves) != 1 || me.Moves[0].ID != m.ID || me.Moves[0].State != "reversible" {
