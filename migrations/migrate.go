@@ -20,7 +20,7 @@ import (
 )
 
 // MigrateOptions configure Migrate. The zero value migrates every
-// server, one schema at a time per server, with a 2 s lock timeout.
+// server, one schema at a time per server, with a 500 ms lock timeout.
 type MigrateOptions struct {
 	// Apply configures the per-schema work. Its BatchSize is Provision's:
 	// Migrate gives every schema a transaction of its own, so that it
@@ -43,7 +43,7 @@ type MigrateOptions struct {
 	// LockTimeout bounds each wait for a lock (SET LOCAL lock_timeout):
 	// the requests queued behind a waiting ALTER wait at most this long.
 	// A schema whose wait times out is rolled back, retried after the
-	// others with backoff and jitter. 0 means DefaultLockTimeout (2 s); a
+	// others with backoff and jitter. 0 means DefaultLockTimeout (500 ms); a
 	// negative value waits without bound (the server's setting).
 	LockTimeout time.Duration
 	// MaxLockWait is how long one schema may spend in attempts that time

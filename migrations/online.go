@@ -16,7 +16,7 @@ import (
 
 // Defaults of MigrateOptions.
 const (
-	DefaultLockTimeout = 2 * time.Second
+	DefaultLockTimeout = 500 * time.Millisecond
 	DefaultMaxLockWait = time.Minute
 	defaultRetryBase   = 200 * time.Millisecond
 	defaultRetryMax    = 5 * time.Second

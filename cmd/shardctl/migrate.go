@@ -16,7 +16,7 @@ func init() { commands = append(commands, newMigrateCmd) }
 
 func newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "migrate [--sql DIR] [--server NAME ...] [--dry-run] [--lock-timeout 2s] [--max-lock-wait 1m] [--workers-per-server 1] [--workers N] [--pause D]",
+		Use:   "migrate [--sql DIR] [--server NAME ...] [--dry-run] [--lock-timeout 500ms] [--max-lock-wait 1m] [--workers-per-server 1] [--workers N] [--pause D]",
 		Short: "Apply new per-shard migrations to every shard schema on every server",
 		Long: `migrate records the new NNNN_name.sql files of --sql DIR in the catalog
 (refusing an applied file that was edited, or a new version numbered below
