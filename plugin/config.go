@@ -18,6 +18,7 @@ const (
 	DefaultMaxIdleConns     = 10
 	DefaultConnMaxIdleTime  = 5 * time.Minute
 	DefaultConnectTimeout   = 5 * time.Second
+	DefaultMaxConnecting    = 4
 	DefaultServerRetry      = time.Second
 	DefaultStatementTimeout = 30 * time.Second
 	DefaultWarmUpTimeout    = 2 * time.Second
@@ -107,10 +108,26 @@ type Config struct {
 	// model's table exists in each shard schema. False (the default)
 	// checks, with one query per server.
 	SkipTableCheck bool
-	// ConnectTimeout bounds a new connection to a server by the default
-	// OpenDB (a DSN's connect_timeout wins). Zero means
-	// DefaultConnectTimeout; negative means none.
+	// ConnectTimeout bounds reaching a server (its TCP connection) by the
+	// default OpenDB: a server that does not accept a connection in time
+	// is taken as down for ServerRetry. A server that accepted it but is
+	// slow to start the session (busy: hundreds of processes starting at
+	// once) is not down: the statement waits for it within its caller's
+	// deadline and StatementTimeout, and a caller's deadline that passes
+	// first arrives as a *BusyError (ErrServerBusy, and the context's
+	// error), the server still up. Only a session not started within
+	// StatementTimeout (plus a second) takes the server as down, as a
+	// statement that gets no answer does: a frozen server. A DSN's
+	// connect_timeout wins, and bounds the whole connection as pgx does.
+	// Zero means DefaultConnectTimeout; negative means none.
 	ConnectTimeout time.Duration
+	// MaxConnecting bounds the connection attempts under way at once to
+	// each server (its primary and each replica) by the default OpenDB:
+	// statements beyond it wait, within their deadline, for an attempt to
+	// finish, so that a burst or a fleet starting together does not hand
+	// a busy server more session starts than it can serve. Zero means
+	// DefaultMaxConnecting; negative means no bound.
+	MaxConnecting int
 	// ServerRetry is how long a server whose connection failed is taken
 	// as down: its statements fail at once with ErrServerUnavailable,
 	// then one statement tries it again. Zero means DefaultServerRetry;
@@ -180,6 +197,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	if c.MaxConnecting == 0 {
+		c.MaxConnecting = DefaultMaxConnecting
 	}
 	if c.ServerRetry == 0 {
 		c.ServerRetry = DefaultServerRetry

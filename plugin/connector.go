@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,7 +41,9 @@ type serverConnector struct {
 	with    driver.Connector // with the plugin's statement_timeout, if it adds one
 	without driver.Connector // without it: nil when the plugin adds none
 	timeout time.Duration    // the statement_timeout the plugin adds
-	connect time.Duration    // the plugin's bound on a new connection, 0: none
+	connect time.Duration    // the plugin's bound on reaching the server (TCP), 0: none
+	startup time.Duration    // the bound on a session's start for a caller without a deadline, 0: none
+	slots   chan struct{}    // one per connection attempt under way; nil: unbounded
 	named   bool             // named prepared statements (StatementCacheCapacity > 0)
 	log     *slog.Logger
 
@@ -58,11 +61,21 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 		c.log = slog.Default()
 	}
 	if !strings.Contains(dsn, "connect_timeout") && cfg.ConnectTimeout > 0 {
-		// Bounded here rather than by pgx, so that a connection the
-		// server did not accept in time tells apart from one whose
-		// caller gave up first (see Connect).
+		// Only reaching the server is bounded by ConnectTimeout, and
+		// here rather than by pgx, so that a server that did not
+		// accept the connection in time tells apart from a caller who
+		// gave up first. A server that accepted it but is slow to
+		// start the session is busy, not down: that wait is the
+		// caller's (see Connect).
 		c.connect = cfg.ConnectTimeout
 		pc.ConnectTimeout = 0
+		pc.DialFunc = dialWithin(pc.DialFunc, cfg.ConnectTimeout)
+	}
+	if cfg.StatementTimeout > 0 {
+		c.startup = cfg.StatementTimeout + deadlineGrace
+	}
+	if cfg.MaxConnecting > 0 {
+		c.slots = make(chan struct{}, cfg.MaxConnecting)
 	}
 	if !strings.Contains(dsn, "default_query_exec_mode") && !strings.Contains(dsn, "statement_cache_capacity") {
 		if cfg.StatementCacheCapacity > 0 {
@@ -100,6 +113,12 @@ func (c *serverConnector) Driver() driver.Driver { return stdlib.GetDefaultDrive
 // plus a second) still bounds each statement, and the role's or database's
 // statement_timeout bounds it on the server.
 func (c *serverConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	start := time.Now()
+	release, err := c.acquire(ctx)
+	if err != nil {
+		return nil, &BusyError{Server: c.server, Waited: time.Since(start), Err: fmt.Errorf("waiting for one of the %d connection attempts under way: %w", cap(c.slots), err)}
+	}
+	defer release()
 	conn, err := c.dial(ctx)
 	if err != nil && c.without != nil && !c.refused.Load() && refusesParam(err, "statement_timeout") {
 		c.refused.Store(true)
@@ -111,7 +130,7 @@ func (c *serverConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn, err = c.dial(ctx)
 	}
 	if err != nil {
-		return nil, c.classify(err)
+		return nil, c.classify(ctx, err, start)
 	}
 	if sc, ok := conn.(*stdlib.Conn); ok && !c.named {
 		return unnamedConn{sc}, nil
@@ -119,41 +138,98 @@ func (c *serverConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	return conn, nil
 }
 
+// acquire takes one of the server's connection attempt slots, waiting
+// within ctx: a process that needs many connections at once (a burst
+// after start-up, a fleet restarted together) opens them a few at a time,
+// so that a server busy with startups is not handed more of them than it
+// can start, and the connections already open serve the rest meanwhile.
+func (c *serverConnector) acquire(ctx context.Context) (release func(), err error) {
+	if c.slots == nil {
+		return func() {}, nil
+	}
+	select {
+	case c.slots <- struct{}{}:
+		return func() { <-c.slots }, nil
+	default:
+	}
+	select {
+	case c.slots <- struct{}{}:
+		return func() { <-c.slots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// dial opens a connection. A caller without a deadline (database/sql's
+// own openings, the plugin's start-up) waits for the session's start at
+// most c.startup, the bound a statement has: a server that takes longer
+// does not answer.
 func (c *serverConnector) dial(ctx context.Context) (driver.Conn, error) {
 	dc := c.with
 	if c.without != nil && c.refused.Load() {
 		dc = c.without
 	}
-	if c.connect <= 0 {
+	if _, ok := ctx.Deadline(); ok || c.startup <= 0 {
 		return dc.Connect(ctx)
 	}
-	cctx, cancel := context.WithTimeout(ctx, c.connect)
+	sctx, cancel := context.WithTimeout(ctx, c.startup)
 	defer cancel()
-	conn, err := dc.Connect(cctx)
-	if err != nil && ctx.Err() == nil && cctx.Err() != nil {
-		err = &connectTimeoutError{after: c.connect, err: err}
+	conn, err := dc.Connect(sctx)
+	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
+		err = &connectTimeoutError{after: c.startup, started: true, err: err}
 	}
 	return conn, err
 }
 
+// dialWithin bounds dial by d: a server that does not accept the TCP
+// connection within d (no answer to the handshake: a host down or cut
+// off) is unreachable.
+func dialWithin(dial pgconn.DialFunc, d time.Duration) pgconn.DialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		conn, err := dial(dctx, network, addr)
+		if err != nil && ctx.Err() == nil && dctx.Err() != nil {
+			err = &connectTimeoutError{after: d, err: err}
+		}
+		return conn, err
+	}
+}
+
 // classify turns a refusal for a configuration reason into a
-// *ConfigError naming the server.
-func (c *serverConnector) classify(err error) error {
+// *ConfigError naming the server, and a connection whose caller's
+// context ended before the server started the session into a *BusyError:
+// the server was reached and is slow, which is the caller's wait, not
+// the server's failure.
+func (c *serverConnector) classify(ctx context.Context, err error, start time.Time) error {
 	if configRefusal(err) {
 		return &ConfigError{Server: c.server, Err: err}
+	}
+	var ct *connectTimeoutError
+	if ctx.Err() != nil && !errors.As(err, &ct) && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || pgconn.Timeout(err)) {
+		if cause := context.Cause(ctx); !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %w", cause, err)
+		}
+		return &BusyError{Server: c.server, Waited: time.Since(start), Err: err}
 	}
 	return err
 }
 
-// connectTimeoutError reports a connection the server did not accept
-// within Config.ConnectTimeout while the caller was still waiting: the
-// server is unreachable, unlike a connection whose caller gave up.
+// connectTimeoutError reports a server that did not accept a connection
+// within Config.ConnectTimeout (TCP), or did not start its session within
+// a statement's bound for a caller without a deadline of its own, while
+// the caller was still waiting: the server is unreachable or does not
+// answer, unlike a connection whose caller gave up first.
 type connectTimeoutError struct {
-	after time.Duration
-	err   error
+	after   time.Duration
+	started bool // the TCP connection was made; the session did not start
+	err     error
 }
 
 func (e *connectTimeoutError) Error() string {
+	if e.started {
+		return fmt.Sprintf("no session started within %v: %v", e.after, e.err)
+	}
 	return fmt.Sprintf("no connection within %v: %v", e.after, e.err)
 }
 

@@ -41,6 +41,32 @@ func (e *ServerError) Error() string {
 // Unwrap returns ErrServerUnavailable and the driver's error.
 func (e *ServerError) Unwrap() []error { return []error{ErrServerUnavailable, e.Err} }
 
+// ErrServerBusy reports a statement whose caller's context ended while a
+// connection to its server was being opened: the server was reached but
+// had not started the session yet (overloaded: a fleet starting at once,
+// a burst of new connections), or the process's attempts to connect to it
+// were all under way (Config.MaxConnecting). It arrives as a *BusyError,
+// which also matches the context's error (context.DeadlineExceeded). The
+// server is not taken as down: retry with a backoff, or give the caller
+// more time.
+var ErrServerBusy = errors.New("server busy: no connection before the caller's deadline")
+
+// BusyError is ErrServerBusy with the server and how long the caller
+// waited for a connection to it.
+type BusyError struct {
+	Server string        // the physical server
+	Waited time.Duration // from the connection request to the caller's deadline
+	Err    error         // the context's error and the driver's
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("shardkit: server %s busy: no connection within the caller's deadline (waited %v): %v; the server is up but slow to accept sessions: retry with a backoff or a longer deadline",
+		e.Server, e.Waited.Round(time.Millisecond), e.Err)
+}
+
+// Unwrap returns ErrServerBusy and the context's and driver's error.
+func (e *BusyError) Unwrap() []error { return []error{ErrServerBusy, e.Err} }
+
 // shardList prints at most ten shard numbers.
 func shardList(s []int) string {
 	if len(s) > 10 {
@@ -65,8 +91,9 @@ func knownDown(err error) bool {
 // a refusal for a configuration reason (configRefusal), or the end of the
 // caller's own context. The plugin's own deadline (bounded) and connect
 // timeout arrive as a *ServerError and a connectTimeoutError: a caller
-// who gave up, whether waiting for a pooled connection, a new one or an
-// answer, says nothing about the server.
+// who gave up, whether waiting for a pooled connection, a new one (a
+// *BusyError: the server accepted it and was slow to start the session)
+// or an answer, says nothing about the server.
 func unavailable(err error) bool {
 	if err == nil {
 		return false
@@ -74,7 +101,7 @@ func unavailable(err error) bool {
 	if errors.Is(err, ErrServerUnavailable) {
 		return true
 	}
-	if configRefusal(err) {
+	if errors.Is(err, ErrServerBusy) || configRefusal(err) {
 		return false
 	}
 	var ct *connectTimeoutError
@@ -209,8 +236,32 @@ func (s *serverDB) report(err error, retry time.Duration) {
 			s.downUntil.Store(0)
 		}
 	} else if !knownDown(err) {
-		s.downUntil.Store(time.Now().UnixNano() + int64(retry))
+		if s.downUntil.Swap(time.Now().UnixNano()+int64(retry)) == 0 {
+			s.takenDown.Add(1)
+		}
 	}
+}
+
+// ServerHealth is one physical server as the plugin sees it.
+type ServerHealth struct {
+	Server    string
+	Down      bool  // taken as down now: its statements fail at once until a retry finds it back
+	TakenDown int64 // times it was taken as down since its pool opened
+}
+
+// Health reports the servers whose pools are open, by name: whether each
+// is taken as down, and how often it was. A server slow to answer or to
+// start sessions is not taken as down (see Config.ConnectTimeout); a
+// count that grows under load alone says that something else is wrong.
+func (p *Plugin) Health() []ServerHealth {
+	p.pools.mu.RLock()
+	defer p.pools.mu.RUnlock()
+	out := make([]ServerHealth, 0, len(p.pools.by))
+	for name, s := range p.pools.by {
+		out = append(out, ServerHealth{Server: name, Down: s.downUntil.Load() != 0, TakenDown: s.takenDown.Load()})
+	}
+	slices.SortFunc(out, func(a, b ServerHealth) int { return strings.Compare(a.Server, b.Server) })
+	return out
 }
 
 // outcome runs after each chain's executor: a statement that could not

@@ -21,6 +21,7 @@ type serverDB struct {
 	name      string
 	dsns      string          // the DSNs it was opened with (see dsnKey)
 	downUntil atomic.Int64    // unix ns until which the server is taken as down; 0: up
+	takenDown atomic.Int64    // times taken as down
 	replicas  []gorm.ConnPool // replica pools, possibly none
 	repDBs    []*sql.DB
 }

@@ -1,0 +1,260 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/internal/testkit"
+)
+
+// holdProxy is a TCP proxy on loopback in front of a server. While it
+// holds, it accepts connections and sends nothing on them (their startup
+// waits, as on a server whose CPU is saturated by session starts) until
+// released; then it passes them on to the server.
+type holdProxy struct {
+	ln     net.Listener
+	target string
+
+	mu       sync.Mutex
+	release  chan struct{} // closed when the held connections may go on; nil: not holding
+	held     int           // connections held now
+	maxHeld  int           // most held at once since the last hold
+	heldFrom time.Time     // when the first connection of this hold arrived
+	conns    []net.Conn
+}
+
+func startHoldProxy(t *testing.T, target string) *holdProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdProxy{ln: ln, target: target}
+	t.Cleanup(p.close)
+	go p.serve()
+	return p
+}
+
+func (p *holdProxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		release := p.release
+		if release != nil {
+			if p.held == 0 && p.heldFrom.IsZero() {
+				p.heldFrom = time.Now()
+			}
+			p.held++
+			p.maxHeld = max(p.maxHeld, p.held)
+		}
+		p.mu.Unlock()
+		go func() {
+			if release != nil {
+				<-release
+				p.mu.Lock()
+				p.held--
+				p.mu.Unlock()
+			}
+			p.pass(c)
+		}()
+	}
+}
+
+// pass forwards c to the server until either side closes.
+func (p *holdProxy) pass(c net.Conn) {
+	defer c.Close()
+	s, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer s.Close()
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(s, c); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(c, s); done <- struct{}{} }()
+	<-done
+}
+
+// hold makes new connections wait, and starts the counts afresh.
+func (p *holdProxy) hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.release, p.maxHeld, p.heldFrom = make(chan struct{}), 0, time.Time{}
+}
+
+// letGo passes the held connections on and stops holding.
+func (p *holdProxy) letGo() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.release != nil {
+		close(p.release)
+		p.release = nil
+	}
+}
+
+// state returns the connections held now, the most held at once in this
+// hold, and how long since the first of them arrived.
+func (p *holdProxy) state() (held, most int, since time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.heldFrom.IsZero() {
+		since = time.Since(p.heldFrom)
+	}
+	return p.held, p.maxHeld, since
+}
+
+// close stops accepting (the port then refuses) and cuts every connection.
+func (p *holdProxy) close() {
+	_ = p.ln.Close()
+	p.letGo()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// TestSlowStartupIsBackpressure puts server b behind a proxy that accepts
+// its connections and holds their startup for longer than ConnectTimeout,
+// as a server saturated by a fleet's session starts does, and checks what
+// the plugin makes of it: a caller whose deadline passes gets a
+// *BusyError matching its context's deadline, not a *ServerError, and b
+// is not taken as down (the next statement tries it); callers with time
+// to wait get their rows once the startups go through, with no more
+// attempts under way at once than MaxConnecting; a's shards answer
+// throughout. Then the proxy's port closes (refused, as a stopped
+// server's): that is an outage, reported at once and taking b down.
+func TestSlowStartupIsBackpressure(t *testing.T) {
+	const connectTimeout = 100 * time.Millisecond
+	const maxConnecting = 2
+	var proxy *holdProxy
+	e := newEnv(t, envOpts{
+		appDSN: func(server, direct string) string {
+			if server != "b" {
+				return ""
+			}
+			u, err := url.Parse(direct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy = startHoldProxy(t, u.Host)
+			u.Host = proxy.ln.Addr().String()
+			return u.String()
+		},
+		cfg: func(c *Config) {
+			c.ConnectTimeout = connectTimeout
+			c.MaxConnecting = maxConnecting
+			c.MaxIdleConns = -1 // every statement opens its own connection
+			c.SkipWarmUp = true
+		},
+	})
+	var ua, ub int64
+	for u := int64(1); u <= int64(e.shards); u++ {
+		if err := e.db.Create(&Photo{UserID: u, Caption: "x"}).Error; err != nil {
+			t.Fatal(err)
+		}
+		if e.serverOf(t, e.shardOf(u)) == "a" {
+			ua = u
+		} else {
+			ub = u
+		}
+	}
+	if ua == 0 || ub == 0 {
+		t.Fatal("want users on both servers")
+	}
+	health := func() ServerHealth {
+		for _, h := range e.p.Health() {
+			if h.Server == "b" {
+				return h
+			}
+		}
+		t.Fatal("Health does not report server b")
+		return ServerHealth{}
+	}
+	notDown := func(when string) {
+		t.Helper()
+		if h := health(); h.Down || h.TakenDown != 0 {
+			t.Fatalf("%s: server b is taken as down: %+v", when, h)
+		}
+	}
+	read := func(ctx context.Context, user int64) error {
+		var p Photo
+		return e.db.WithContext(ctx).Where("user_id = ?", user).Take(&p).Error
+	}
+
+	// A caller whose deadline passes while b's startup is held.
+	proxy.hold()
+	const callerDeadline = 3 * connectTimeout
+	ctx, cancel := context.WithTimeout(context.Background(), callerDeadline)
+	start := time.Now()
+	err := read(ctx, ub)
+	took := time.Since(start)
+	cancel()
+	var be *BusyError
+	if !errors.As(err, &be) || be.Server != "b" || !errors.Is(err, ErrServerBusy) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrServerUnavailable) {
+		t.Fatalf("read past the caller's deadline: %v, want a *BusyError for b matching context.DeadlineExceeded and not ErrServerUnavailable", err)
+	}
+	if took < callerDeadline {
+		t.Fatalf("read returned after %v, before the caller's deadline %v: it did not wait", took, callerDeadline)
+	}
+	t.Logf("caller's deadline: %v after %v", err, took.Round(time.Millisecond))
+	notDown("after a caller's deadline")
+	if err := read(context.Background(), ua); err != nil {
+		t.Fatalf("read on a while b is slow: %v", err)
+	}
+	proxy.letGo()
+
+	// Callers with time: they wait past ConnectTimeout, MaxConnecting at a
+	// time reach b, and all get their rows once b starts the sessions.
+	proxy.hold()
+	const callers = 6
+	errs := make(chan error, callers)
+	for range callers {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), testkit.Wait)
+			defer cancel()
+			errs <- read(ctx, ub)
+		}()
+	}
+	testkit.Until(t, testkit.Wait, func() error {
+		if held, _, since := proxy.state(); held < maxConnecting || since < 3*connectTimeout {
+			return fmt.Errorf("%d startups held for %v, want %d held for more than %v", held, since, maxConnecting, 3*connectTimeout)
+		}
+		return nil
+	})
+	notDown("while startups are held past ConnectTimeout")
+	_, most, _ := proxy.state()
+	proxy.letGo()
+	for range callers {
+		if err := <-errs; err != nil {
+			t.Fatalf("read on b once its startups went through: %v", err)
+		}
+	}
+	if most > maxConnecting {
+		t.Fatalf("%d connection attempts to b under way at once, want at most MaxConnecting = %d", most, maxConnecting)
+	}
+	notDown("after the held startups went through")
+
+	// A port that refuses is an outage: at once, and b taken as down.
+	proxy.close()
+	start = time.Now()
+	err = read(context.Background(), ub)
+	var se *ServerError
+	if !errors.As(err, &se) || se.Server != "b" || !errors.Is(err, ErrServerUnavailable) {
+		t.Fatalf("read on a refusing b: %v, want a *ServerError for b", err)
+	}
+	if h := health(); !h.Down || h.TakenDown != 1 {
+		t.Fatalf("a refusing b: %+v, want it taken as down once", h)
+	}
+	t.Logf("refused: %v after %v", err, time.Since(start).Round(time.Millisecond))
+}
