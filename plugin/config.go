@@ -148,20 +148,33 @@ type Config struct {
 	// bounded by the plugin; give their context a deadline. Zero means
 	// DefaultStatementTimeout; negative means none.
 	StatementTimeout time.Duration
-	// SkipWarmUp skips opening every shard's tables at start-up (see
-	// Register): start-up is then faster, and the first read across a
-	// server's shards pays for it instead.
+	// WarmUp opens, at start-up, every registered table of every shard
+	// on one connection per server, so that the first read across a
+	// server's shards on that connection does not pay for opening them
+	// (see Register). False (the default) leaves that to the first read
+	// across shards, which opens what it reads, while single-shard
+	// statements open only their shard's tables: on direct connections
+	// every process has backends of its own, and a fleet that each
+	// warmed them would make every server open every table once per
+	// process, several times the CPU of the rest of a process's start
+	// and a backend a few times larger, for reads across shards most
+	// processes may not make soon (docs/scale.md measures it). Turn it
+	// on for a few long-lived processes that read across shards soon
+	// after they start.
+	WarmUp bool
+	// SkipWarmUp turns the start-up warm-up off even where WarmUp or
+	// WarmUpInBackground asks for it (configurations written when the
+	// warm-up was on by default set it).
 	SkipWarmUp bool
 	// WarmUpTimeout bounds the start-up warm-up: what is not warmed by
 	// then is left to the first read that needs it, so a process's
-	// start-up stays short when hundreds start at once against the same
+	// start-up stays short when many start at once against the same
 	// servers. Zero means DefaultWarmUpTimeout; negative means no bound.
 	WarmUpTimeout time.Duration
-	// WarmUpInBackground runs the warm-up after Register returns, on one
-	// connection per server, instead of before: start-up does not wait
-	// for it, and reads that come while it runs use other connections,
-	// cold ones. Behind a transaction pooler, whose server connections
-	// are shared and stay warm across processes, it is the better choice.
+	// WarmUpInBackground runs the warm-up (it implies WarmUp) after
+	// Register returns, on one connection per server, instead of before:
+	// start-up does not wait for it, and reads that come while it runs
+	// use other connections, cold ones.
 	WarmUpInBackground bool
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
 	// over pgx, as StatementCacheCapacity, ConnectTimeout and
@@ -206,6 +219,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = DefaultStatementTimeout
+	}
+	if !c.WarmUp && !c.WarmUpInBackground {
+		c.SkipWarmUp = true
 	}
 	if c.WarmUpTimeout == 0 {
 		c.WarmUpTimeout = DefaultWarmUpTimeout

@@ -45,9 +45,11 @@ const warmBatch = 100
 // a real read) and run under EXPLAIN ANALYZE (the executor opens each
 // table and index and reads their pages), so no rows come back however
 // wide they are. Servers are warmed at once; one that does not answer is
-// skipped (its first statement says so). The whole is bounded by
-// Config.WarmUpTimeout, and runs after start-up with
-// Config.WarmUpInBackground.
+// skipped (its first statement says so). It runs only when Config.WarmUp
+// asks for it: a fleet of processes each warming its own connections
+// costs the servers more than the first reads it spares (see
+// Config.WarmUp). The whole is bounded by Config.WarmUpTimeout, and runs
+// after start-up with Config.WarmUpInBackground.
 func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
 	if ctx == nil {
 		ctx = context.Background()

@@ -72,7 +72,7 @@ func waitWarm(t *testing.T, e *env) {
 // first read across shards does not pay for it.
 func TestWarmUp(t *testing.T) {
 	// No bound: this checks what the warm-up opens, not how long it may take.
-	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUpTimeout = -1 }})
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUp, c.WarmUpTimeout = true, -1 }})
 	waitWarm(t, e)
 }
 
@@ -84,31 +84,39 @@ func TestWarmUpInBackground(t *testing.T) {
 }
 
 // TestWarmUpBounded: a warm-up whose bound has passed before it starts
-// opens no table, and start-up goes on without it. A read of one shard
-// after start-up is the marker: once its scan shows, a warm-up's would
-// have too.
+// opens no table, and start-up goes on without it.
 func TestWarmUpBounded(t *testing.T) {
-	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUpTimeout = time.Nanosecond }})
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUp, c.WarmUpTimeout = true, time.Nanosecond }})
+	onlyReadScanned(t, e)
+}
+
+// TestWarmUpOffByDefault: without Config.WarmUp, start-up opens no shard
+// table; a read opens what it reads.
+func TestWarmUpOffByDefault(t *testing.T) {
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t)})
+	onlyReadScanned(t, e)
+}
+
+// onlyReadScanned reads one shard and checks that its table is the only
+// one scanned. The read is the marker: once its scan shows in the
+// statistics, a warm-up's would have too.
+func onlyReadScanned(t *testing.T, e *env) {
+	t.Helper()
 	if err := e.db.Where("user_id = ?", 0).Find(&[]Photo{}).Error; err != nil {
 		t.Fatal(err)
 	}
 	server, marker := e.serverOf(t, 0), "shard_0000.photos"
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		cold := coldTables(t, e, server)
-		if !slices.Contains(cold, marker) {
-			break
+	testkit.Until(t, time.Minute, func() error { // statistics arrive asynchronously
+		if slices.Contains(coldTables(t, e, server), marker) {
+			return fmt.Errorf("the read of %s does not show in the statistics yet", marker)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the read of %s never showed in the statistics", marker)
-		}
-		time.Sleep(200 * time.Millisecond) // poll: statistics arrive asynchronously
-	}
+		return nil
+	})
 	total := 0
 	for _, name := range e.servers {
 		total += len(coldTables(t, e, name))
 	}
-	if want := 64*4 - 1; total != want {
-		t.Fatalf("%d shard tables unscanned after a warm-up past its bound and one read, want %d (all but the read's)", total, want)
+	if want := e.shards*4 - 1; total != want {
+		t.Fatalf("%d shard tables unscanned after start-up and one read, want %d (all but the read's)", total, want)
 	}
 }

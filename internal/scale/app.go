@@ -249,10 +249,10 @@ func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, rt *r
 	}
 	rep.Leased = time.Since(time.Unix(0, cfg.Spawned))
 	switch cfg.WarmUp {
-	case "off":
-		pcfg.SkipWarmUp = true
+	case "bounded":
+		pcfg.WarmUp = true
 	case "full":
-		pcfg.WarmUpTimeout = -1
+		pcfg.WarmUp, pcfg.WarmUpTimeout = true, -1
 	case "background":
 		pcfg.WarmUpInBackground = true
 	}

@@ -32,8 +32,9 @@ type Options struct {
 	// Poll is the routers' map-version interval (router.WatchOptions.Poll).
 	// 0 means router.DefaultPoll.
 	Poll time.Duration
-	// WarmUp is the plugin's start-up warm-up: "bounded" (the default,
-	// plugin.DefaultWarmUpTimeout), "background", "full" (no bound) or "off".
+	// WarmUp is the plugin's start-up warm-up: "off" (the default, the
+	// plugin's: the first read across shards opens the tables), "bounded"
+	// (plugin.DefaultWarmUpTimeout), "background" or "full" (no bound).
 	WarmUp string
 	// Direct connects the app processes to the servers and the catalog
 	// directly instead of through a PgBouncer in front of each.
@@ -77,7 +78,7 @@ func (o Options) withDefaults() Options {
 	dur(&o.Poll, router.DefaultPoll)
 	dur(&o.Ready, 5*time.Minute)
 	if o.WarmUp == "" {
-		o.WarmUp = "bounded"
+		o.WarmUp = "off"
 	}
 	return o
 }

@@ -28,7 +28,7 @@ func main() {
 	flag.DurationVar(&o.Load, "load", 0, "load before and after the moves, each (0: 10s)")
 	flag.DurationVar(&o.Every, "every", 0, "each process's write-and-read interval (0: 500ms)")
 	flag.DurationVar(&o.Poll, "poll", 0, "the routers' map-version interval (0: router.DefaultPoll)")
-	flag.StringVar(&o.WarmUp, "warmup", "bounded", "the plugin's warm-up: bounded, background, full or off")
+	flag.StringVar(&o.WarmUp, "warmup", "off", "the plugin's start-up warm-up: off (the plugin's default), bounded, background or full")
 	flag.BoolVar(&o.Direct, "direct", false, "connect the processes to the servers and the catalog directly, not through PgBouncers")
 	flag.IntVar(&o.LeaseBits, "lease-bits", 0, "each process's ID lease width, 6 (whole slots: 63 processes) to 10 (1008 processes); 0: 6")
 	flag.BoolVar(&o.FirstRead, "first-read", false, "time each process's first read across all shards")
