@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./...
 RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/... ./relay/...
 
-.PHONY: test test-short vet lint bench fuzz demo demo-pooled reliability scale generate postgres tools figures
+.PHONY: test test-short vet lint bench fuzz demo demo-pooled reliability scale scale-direct generate postgres tools figures
 
 ## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
 # Both stages always run: a failure in the first must not hide what -race finds.
@@ -68,6 +68,14 @@ reliability: postgres
 SCALE_FLAGS ?= -procs 20,100,300 -routers 4 -relays 10 -lease-bits 10
 scale: postgres
 	$(GO) run ./internal/scale/cmd/scale $(SCALE_FLAGS)
+
+## scale-direct: the deployment the quickstart starts with: every app process connects straight
+## to the servers and the catalog (no pooler, no relay), one router each polling the catalog,
+## 10-bit ID leases; 20, 100 and 200 processes let go at once (see docs/scale.md#direct-connections).
+## SCALE_DIRECT_FLAGS replaces the flags.
+SCALE_DIRECT_FLAGS ?= -procs 20,100,200 -routers 1 -direct -lease-bits 10 -together
+scale-direct: postgres
+	$(GO) run ./internal/scale/cmd/scale $(SCALE_DIRECT_FLAGS)
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres

@@ -39,9 +39,21 @@ type appConfig struct {
 	Every      time.Duration
 	WarmUp     string
 	FirstRead  bool
+	Together   bool // wait for "go" on stdin before starting; start-up is timed from it
 	LeaseBits  int
 	Relays     []string // the relays' sockets; none: the routers poll the catalog
 	Spawned    int64    // unix ns at which the harness started the process
+}
+
+// waitGo reads the harness's "go" (see Options.Together) and returns in
+// for the rest.
+func waitGo(in io.Reader) (io.Reader, error) {
+	br := bufio.NewReader(in)
+	line, err := readLine(br)
+	if err == nil && line != "go" {
+		err = fmt.Errorf("harness said %q, want go", line)
+	}
+	return br, err
 }
 
 // appReport is what an app process reports when its stdin closes.
@@ -51,6 +63,7 @@ type appReport struct {
 	Startup   time.Duration // spawn to the plugin ready (db.Use returned)
 	Routed    time.Duration // spawn to every router loaded
 	Leased    time.Duration // spawn to the ID slot leased (or refused)
+	Opened    time.Duration // spawn to GORM open on the catalog, before the plugin's Use
 	FirstRead time.Duration // 0 unless asked for
 	Writes    int
 	Reads     int
@@ -58,6 +71,7 @@ type appReport struct {
 	Samples   []string // the first few errors
 	IDs       []int64
 	Misplaced int // IDs whose shard bits are not their key's shard
+	TakenDown int // times the plugin took a server as down (plugin.Health), all servers
 	Routers   []routerLog
 	Start     memory // after start-up
 	End       memory // after the load
@@ -115,6 +129,13 @@ func AppMain() {
 // runApp starts the app, says "ready" on out, runs the load until in
 // closes, and returns its report.
 func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
+	if cfg.Together {
+		var err error
+		if in, err = waitGo(in); err != nil {
+			return nil, err
+		}
+		cfg.Spawned = time.Now().UnixNano()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rep := &appReport{Index: cfg.Index, Path: "go"}
@@ -132,7 +153,7 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 	}
 	rt := routers[0]
 	rep.Routed = time.Since(time.Unix(0, cfg.Spawned))
-	db, closeDB, err := startPlugin(ctx, cfg, cats[0], rt, rep)
+	db, p, closeDB, err := startPlugin(ctx, cfg, cats[0], rt, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +181,9 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 			watchers.Wait()
 			for i, r := range routers {
 				rep.Routers[i].Final = r.Snapshot().Version
+			}
+			for _, h := range p.Health() {
+				rep.TakenDown += int(h.TakenDown)
 			}
 			rep.End = readMemory()
 			return rep, nil
@@ -226,9 +250,9 @@ func startRouters(ctx, wctx context.Context, cfg appConfig, rep *appReport, watc
 }
 
 // startPlugin leases the process's ID slot (or leaves IDs to next_id()
-// when none is free), opens GORM with the plugin on rt and returns it with
-// what closes both.
-func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, rt *router.Router, rep *appReport) (*gorm.DB, func(), error) {
+// when none is free), opens GORM with the plugin on rt and returns both
+// with what closes them.
+func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, rt *router.Router, rep *appReport) (*gorm.DB, *plugin.Plugin, func(), error) {
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -242,7 +266,7 @@ func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, rt *r
 	case errors.Is(err, idgen.ErrNoFreeSlot):
 		rep.Path = "db"
 	case err != nil:
-		return nil, nil, err
+		return nil, nil, nil, err
 	default:
 		closers = append(closers, release)
 		pcfg.IDs = gen
@@ -259,20 +283,21 @@ func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, rt *r
 	db, err := gorm.Open(postgres.Open(cfg.CatalogDSN+"&default_query_exec_mode=exec"), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closers = append(closers, func() {
 		if sqlDB, err := db.DB(); err == nil {
 			_ = sqlDB.Close()
 		}
 	})
+	rep.Opened = time.Since(time.Unix(0, cfg.Spawned))
 	p := plugin.Register(pcfg, &Item{})
 	if err := db.Use(p); err != nil {
 		closeAll()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	closers = append(closers, func() { _ = p.Close() })
-	return db, closeAll, nil
+	return db, p, closeAll, nil
 }
 
 // writeAndRead inserts one item for a random user and reads it back by

@@ -73,6 +73,33 @@ func treeCPU(root int) float64 {
 	return total
 }
 
+// reapedCPU reads the CPU seconds of a process's children that it has
+// waited for (cutime and cstime): a postmaster's backends that exited.
+func reapedCPU(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 15 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[13], 64)
+	st, _ := strconv.ParseFloat(f[14], 64)
+	return (ut + st) / clockTicks
+}
+
+// clusterCPU is the CPU seconds a cluster has used so far: its postmaster,
+// its live processes and those that exited (short-lived backends too).
+func clusterCPU(dataDir string) float64 {
+	pm := postmaster(dataDir)
+	if pm == 0 {
+		return 0
+	}
+	return treeCPU(pm) + reapedCPU(pm)
+}
+
 // postmaster returns the PID of a cluster's postmaster.
 func postmaster(dataDir string) int { return pidFile(filepath.Join(dataDir, "postmaster.pid")) }
 

@@ -39,6 +39,12 @@ type Options struct {
 	// Direct connects the app processes to the servers and the catalog
 	// directly instead of through a PgBouncer in front of each.
 	Direct bool
+	// Together holds every app process, once spawned, until all are, and
+	// then lets them start at one moment: a fleet restarted at once, whose
+	// start is not spread by the spawning (on a loaded machine the harness
+	// takes seconds to spawn hundreds of processes). Start-up is then
+	// timed from that moment.
+	Together bool
 	// FirstRead makes each process read across every shard once, timed,
 	// right after start-up: the cost the warm-up is there to hide.
 	FirstRead bool

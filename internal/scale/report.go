@@ -17,9 +17,10 @@ type Result struct {
 	IDs, Duplicates, Misplaced int
 	GoPath, DBPath             int // processes whose IDs were made in Go / by next_id()
 	Writes, Reads, Errors      int
+	TakenDown                  int // times a process's plugin took a server as down, all processes
 	ErrorSamples               []string
 	Startup                    []time.Duration // spawn to ready, each process
-	Routed, Leased             []time.Duration // spawn to the routers loaded, to the slot leased
+	Routed, Leased, Opened     []time.Duration // spawn to the routers loaded, to the slot leased, to GORM open (before the plugin's Use)
 	AllReady                   time.Duration   // first spawn to the last process's start-up done
 	FirstRead                  []time.Duration // each process's first read across all shards
 	RSSStart, RSSEnd           []float64       // MB, each process
@@ -44,12 +45,15 @@ type Result struct {
 	// The shard servers' client backends, and their poolers' clients
 	// (most seen, all servers; 0 when direct).
 	ServerClients              int
+	ServerStartCPU             float64 // seconds, all shard servers, first spawn to every process ready
+	ServerCPU                  float64 // seconds, all shard servers, over Window
 	BackendsStart, BackendsEnd procmem.Backends
 	MoveTimes                  []time.Duration
 }
 
 // OK reports whether the run found no duplicate or misplaced ID, no
-// request error and no router left on an old map; else why not.
+// request error, no server taken as down and no router left on an old
+// map; else why not.
 func (r *Result) OK() error {
 	var why []string
 	if r.Duplicates > 0 {
@@ -60,6 +64,9 @@ func (r *Result) OK() error {
 	}
 	if r.Errors > 0 {
 		why = append(why, fmt.Sprintf("%d request errors (%s)", r.Errors, strings.Join(r.ErrorSamples, "; ")))
+	}
+	if r.TakenDown > 0 {
+		why = append(why, fmt.Sprintf("servers taken as down %d times", r.TakenDown))
 	}
 	if r.Stale > 0 || r.NeverReached > 0 {
 		why = append(why, fmt.Sprintf("%d routers left on an old map, %d flips never served", r.Stale, r.NeverReached))
@@ -85,13 +92,14 @@ func (r *Result) summarise(procs []*proc, flips map[int64]int64) {
 		r.Writes += rep.Writes
 		r.Reads += rep.Reads
 		r.Errors += rep.Errors
+		r.TakenDown += rep.TakenDown
 		for _, s := range rep.Samples {
 			if len(r.ErrorSamples) < 5 {
 				r.ErrorSamples = append(r.ErrorSamples, s)
 			}
 		}
 		r.Startup = append(r.Startup, rep.Startup)
-		r.Routed, r.Leased = append(r.Routed, rep.Routed), append(r.Leased, rep.Leased)
+		r.Routed, r.Leased, r.Opened = append(r.Routed, rep.Routed), append(r.Leased, rep.Leased), append(r.Opened, rep.Opened)
 		r.AllReady = max(r.AllReady, p.spawned.Sub(first)+rep.Startup)
 		if rep.FirstRead > 0 {
 			r.FirstRead = append(r.FirstRead, rep.FirstRead)
@@ -129,6 +137,7 @@ func (r *Result) summarise(procs []*proc, flips map[int64]int64) {
 	slices.Sort(r.Startup)
 	slices.Sort(r.Routed)
 	slices.Sort(r.Leased)
+	slices.Sort(r.Opened)
 	slices.Sort(r.FirstRead)
 }
 
@@ -166,6 +175,7 @@ func (r *Result) Table() string {
 	row("IDs issued / duplicates / outside their shard", fmt.Sprintf("%d / %d / %d", r.IDs, r.Duplicates, r.Misplaced), "processes")
 	row("ID path (processes)", fmt.Sprintf("Go-made %d, next_id() %d", r.GoPath, r.DBPath), "processes")
 	row("requests / errors", fmt.Sprintf("%d / %d", r.Writes+r.Reads, r.Errors), "processes")
+	row("servers taken as down (times, all processes)", fmt.Sprint(r.TakenDown), "processes")
 	row("shard moves (each)", durations(r.MoveTimes), "harness")
 	row("flip → every router (p50 / p99 / max)", fmt.Sprintf("%s / %s / %s over %d flips × routers",
 		ms(quantile(r.Propagation, 0.5)), ms(quantile(r.Propagation, 0.99)), ms(quantile(r.Propagation, 1)), len(r.Propagation)), "routers")
@@ -189,9 +199,15 @@ func (r *Result) Table() string {
 		row(fmt.Sprintf("relays' CPU (%d processes)", o.Relays), fmt.Sprintf("%.1f s in %.0f s = %.1f%% of a core; %.3f ms/s per router",
 			r.RelayCPU, r.Window.Seconds(), 100*r.RelayCPU/max(r.Window.Seconds(), 1e-9), perRouter), "routers")
 	}
-	row("start-up: spawn → plugin ready (p50 / max; first spawn → last ready)", fmt.Sprintf("%s / %s; %s", ms(quantile(r.Startup, 0.5)), ms(quantile(r.Startup, 1)), ms(r.AllReady)), "processes")
-	row("… of which routers loaded, slot leased (p50 / max)", fmt.Sprintf("%s / %s, %s / %s", ms(quantile(r.Routed, 0.5)), ms(quantile(r.Routed, 1)),
-		ms(quantile(r.Leased, 0.5)), ms(quantile(r.Leased, 1))), "processes")
+	startup := "start-up: spawn → plugin ready (p50 / max; first spawn → last ready)"
+	if o.Together {
+		startup = "start-up, all let go at once: go → plugin ready (p50 / max; go → last ready)"
+	}
+	row(startup, fmt.Sprintf("%s / %s; %s", ms(quantile(r.Startup, 0.5)), ms(quantile(r.Startup, 1)), ms(r.AllReady)), "processes")
+	row("… of which routers loaded, slot leased, GORM open before the plugin's Use (p50 / max)", fmt.Sprintf("%s / %s, %s / %s, %s / %s", ms(quantile(r.Routed, 0.5)), ms(quantile(r.Routed, 1)),
+		ms(quantile(r.Leased, 0.5)), ms(quantile(r.Leased, 1)), ms(quantile(r.Opened, 0.5)), ms(quantile(r.Opened, 1))), "processes")
+	row("shard servers' CPU: start-up (per process) / load", fmt.Sprintf("%.1f s (%.0f ms) / %.1f s in %.0f s = %.1f%% of a core",
+		r.ServerStartCPU, 1000*r.ServerStartCPU/float64(max(o.Procs, 1)), r.ServerCPU, r.Window.Seconds(), 100*r.ServerCPU/max(r.Window.Seconds(), 1e-9)), "servers")
 	if len(r.FirstRead) > 0 {
 		row("first read across all shards (p50 / max)", fmt.Sprintf("%s / %s", ms(quantile(r.FirstRead, 0.5)), ms(quantile(r.FirstRead, 1))), "processes")
 	}

@@ -100,7 +100,7 @@ func (r *run) do(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cpu0, relay0, at0 := r.catalogCPU(), r.relayCPU(), time.Now()
+	cpu0, relay0, srv0, at0 := r.catalogCPU(), r.relayCPU(), r.serversCPU(), time.Now()
 	sampler := r.sampleCatalog(ctx)
 
 	sleep(ctx, r.o.Load)
@@ -113,6 +113,7 @@ func (r *run) do(ctx context.Context) error {
 	r.res.RSSLate = r.rss()
 	r.res.CatalogCPU = r.catalogCPU() - cpu0
 	r.res.RelayCPU = r.relayCPU() - relay0
+	r.res.ServerCPU = r.serversCPU() - srv0
 	r.res.Window = time.Since(at0)
 	sampler()
 	if r.res.BackendsEnd, err = readBackends(ctx, r.serverAdmins()); err != nil {
@@ -137,10 +138,10 @@ func (r *run) spawn(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), r.serversCPU()
 	for i := range r.o.Procs {
 		cfg, _ := json.Marshal(appConfig{Index: i, CatalogDSN: r.e.catalogDSN, Routers: r.o.Routers, Poll: r.o.Poll,
-			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, LeaseBits: r.o.LeaseBits, Relays: r.sockets, Spawned: time.Now().UnixNano()})
+			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, Together: r.o.Together, LeaseBits: r.o.LeaseBits, Relays: r.sockets, Spawned: time.Now().UnixNano()})
 		p := &proc{cmd: exec.Command(exe)}
 		p.cmd.Stderr = &limitedWriter{w: &p.stderr, n: 4096}
 		p.spawned = time.Now()
@@ -150,6 +151,16 @@ func (r *run) spawn(ctx context.Context) error {
 		r.procs = append(r.procs, p)
 	}
 	r.log.Info("app processes started", "procs", r.o.Procs, "took", time.Since(start).Round(time.Millisecond))
+	if r.o.Together {
+		at := time.Now()
+		for i, p := range r.procs {
+			if _, err := fmt.Fprintln(p.stdin, "go"); err != nil {
+				return fmt.Errorf("start app process %d: %w", i, err)
+			}
+			p.spawned = at
+		}
+		start, cpu0 = at, r.serversCPU()
+	}
 	errs := make(chan error, len(r.procs))
 	for i, p := range r.procs {
 		go func() {
@@ -179,8 +190,19 @@ func (r *run) spawn(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+	r.res.ServerStartCPU = r.serversCPU() - cpu0
 	r.log.Info("app processes ready", "procs", r.o.Procs, "took", time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// serversCPU is the CPU seconds the shard servers' clusters have used so
+// far.
+func (r *run) serversCPU() float64 {
+	cpu := 0.0
+	for _, c := range r.e.set.Clusters[1:] {
+		cpu += clusterCPU(c.Dir)
+	}
+	return cpu
 }
 
 // startChild starts cmd, this binary run again in the mode that the

@@ -16,25 +16,28 @@ func TestMain(m *testing.M) {
 // TestScaleShort is make scale at a size make test affords: two dozen app
 // processes of three routers each, a shard move in the middle of their
 // load, the routers polling the catalog; then a dozen processes whose
-// routers wait on two relays. It fails on any duplicate or misplaced ID,
-// request error, or router left on an old map; the table it logs (-v) has
-// the figures.
+// routers wait on two relays; then two dozen processes on direct
+// connections let go at once (make scale-direct). It fails on any
+// duplicate or misplaced ID, request error, server taken as down, or
+// router left on an old map; the table it logs (-v) has the figures.
 func TestScaleShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts two dozen OS processes; the first stage of make test runs it")
 	}
 	for _, tt := range []struct {
-		name          string
-		procs, relays int
+		name             string
+		procs, relays    int
+		direct, together bool
 	}{
-		{"polling", 24, 0},
-		{"relays", 12, 2},
+		{"polling", 24, 0, false, false},
+		{"relays", 12, 2, false, false},
+		{"direct", 24, 0, true, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			res, err := Run(ctx, Options{Procs: tt.procs, Routers: 3, Shards: 64, Load: 3 * time.Second, Every: 200 * time.Millisecond,
-				Poll: 100 * time.Millisecond, FirstRead: true, Relays: tt.relays}, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+				Poll: 100 * time.Millisecond, FirstRead: true, Relays: tt.relays, Direct: tt.direct, Together: tt.together}, slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 			if err != nil {
 				t.Fatal(err)
 			}

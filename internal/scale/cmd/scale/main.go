@@ -31,6 +31,7 @@ func main() {
 	flag.StringVar(&o.WarmUp, "warmup", "off", "the plugin's start-up warm-up: off (the plugin's default), bounded, background or full")
 	flag.BoolVar(&o.Direct, "direct", false, "connect the processes to the servers and the catalog directly, not through PgBouncers")
 	flag.IntVar(&o.LeaseBits, "lease-bits", 0, "each process's ID lease width, 6 (whole slots: 63 processes) to 10 (1008 processes); 0: 6")
+	flag.BoolVar(&o.Together, "together", false, "hold the spawned processes until all are, then start them at one moment (a fleet restarted at once); start-up is timed from it")
 	flag.BoolVar(&o.FirstRead, "first-read", false, "time each process's first read across all shards")
 	flag.IntVar(&o.Relays, "relays", 0, "relay processes (one per host in a deployment) that the routers wait on, instead of polling the catalog")
 	flag.Parse()
