@@ -241,7 +241,7 @@ func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int,
 		if len(rest) > 0 {
 			if err := withSession(ctx, db, func(conn *pgx.Conn) error {
 				for _, shard := range rest {
-					if _, err := applyOne(ctx, conn, layout, shard, versions, mode, 0); err != nil {
+					if _, err := applyOne(ctx, conn, layout, shard, versions, mode, timeouts{}); err != nil {
 						return err
 					}
 				}

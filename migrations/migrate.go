@@ -46,6 +46,12 @@ type MigrateOptions struct {
 	// others with backoff and jitter. 0 means DefaultLockTimeout (500 ms); a
 	// negative value waits without bound (the server's setting).
 	LockTimeout time.Duration
+	// BuildLockTimeout bounds the waits of CREATE and DROP INDEX
+	// CONCURRENTLY in files marked NoTransactionMarker: they wait for the
+	// transactions older than the build, holding a lock that no read or
+	// write waits for, and a build cut short starts again from nothing.
+	// 0 means MaxLockWait; a negative value waits without bound.
+	BuildLockTimeout time.Duration
 	// MaxLockWait is how long one schema may spend in attempts that time
 	// out before Migrate gives it up: the other schemas finish, and Migrate
 	// returns a *LockWaitError (ErrLockWait) naming the schema and the
@@ -76,6 +82,12 @@ func (o MigrateOptions) withDefaults() MigrateOptions {
 	}
 	if o.MaxLockWait <= 0 {
 		o.MaxLockWait = DefaultMaxLockWait
+	}
+	switch {
+	case o.BuildLockTimeout == 0:
+		o.BuildLockTimeout = o.MaxLockWait
+	case o.BuildLockTimeout < 0:
+		o.BuildLockTimeout = 0
 	}
 	if o.RetryBase <= 0 {
 		o.RetryBase = defaultRetryBase

@@ -210,7 +210,7 @@ func (r *runner) work(ctx context.Context, server string, conn *pgx.Conn, q *que
 			}
 		}
 		began := time.Now()
-		file, err := applyOne(ctx, conn, r.layout, j.shard, r.versions, r.mode, r.opts.LockTimeout)
+		file, err := applyOne(ctx, conn, r.layout, j.shard, r.versions, r.mode, timeouts{lock: r.opts.LockTimeout, build: r.opts.BuildLockTimeout})
 		if r.slots != nil {
 			<-r.slots
 		}

@@ -327,3 +327,83 @@ func TestMigrateDryRunAndServers(t *testing.T) {
 	}
 	checkRecords(t, e.servers, 8, 4)
 }
+
+// TestMigrateConcurrentIndexWaits: a concurrent index build waits for
+// transactions older than it, which no request queues behind, so it waits
+// past the lock timeout, up to BuildLockTimeout; past that, the schema is
+// given up naming the old transaction, and the rerun rebuilds the invalid
+// index the cut-short build left.
+func TestMigrateConcurrentIndexWaits(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	if err := Provision(ctx, e.cat, ProvisionOptions{Servers: e.servers, Shards: 2, ShardSQL: testSQL}); err != nil {
+		t.Fatal(err)
+	}
+	files := addColumn()
+	delete(files, "0002_photos_width.sql")
+	files["0002_photos_caption.sql"] = &fstest.MapFile{Data: []byte(NoTransactionMarker + "\nCREATE INDEX CONCURRENTLY photos_caption ON photos (caption);")}
+	// oldSnapshot opens a transaction holding a snapshot, as a long report would.
+	oldSnapshot := func() (int, pgx.Tx) {
+		conn := pgtest.Connect(t, e.servers[0].DSN)
+		var pid int
+		if err := conn.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, `SELECT count(*) FROM shardkit.shard_migrations`); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		return pid, tx
+	}
+	pid, tx := oldSnapshot()
+	err := Migrate(ctx, e.cat, files, MigrateOptions{LockTimeout: 20 * time.Millisecond, BuildLockTimeout: 100 * time.Millisecond,
+		MaxLockWait: 300 * time.Millisecond, RetryBase: 10 * time.Millisecond})
+	var lw *LockWaitError
+	if !errors.As(err, &lw) || len(lw.Blockers) == 0 || lw.Blockers[0].PID != pid || lw.Blockers[0].Lock != "an older transaction" {
+		t.Fatalf("err = %v; want a *LockWaitError naming pid %d, an older transaction", err, pid)
+	}
+	_ = tx.Rollback(ctx)
+
+	// Again, with the build's own bound (MaxLockWait) and a 20 ms lock
+	// timeout: the build waits out the old transaction.
+	_, tx = oldSnapshot()
+	watcher := pgtest.Connect(t, e.servers[0].DSN)
+	released := make(chan error, 1)
+	go func() {
+		defer func() { _ = tx.Rollback(ctx) }()
+		// The build has waited 10 lock timeouts by the server's clock.
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			var waiting bool
+			err := watcher.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE '%CREATE INDEX CONCURRENTLY%'
+				AND pid <> pg_backend_pid() AND wait_event_type IS NOT NULL AND now() - query_start > interval '200 ms')`).Scan(&waiting)
+			if err != nil || waiting {
+				released <- err
+				return
+			}
+			if time.Now().After(deadline) {
+				released <- errors.New("no build waited 200 ms within 30 s")
+				return
+			}
+			time.Sleep(10 * time.Millisecond) // polling a condition
+		}
+	}()
+	sum, err := MigrateWithSummary(ctx, e.cat, files, MigrateOptions{LockTimeout: 20 * time.Millisecond, MaxLockWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if sum.Retries != 0 || sum.Schemas == 0 || len(sum.Recorded) != 1 {
+		t.Fatalf("summary %+v; want the build to wait without a lock timeout, and the file recorded", sum)
+	}
+	var valid int
+	if err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+		WHERE c.relname = 'photos_caption' AND i.indisvalid`).Scan(&valid); err != nil || valid != 2 {
+		t.Fatalf("%d valid photos_caption indexes (%v), want 2", valid, err)
+	}
+}

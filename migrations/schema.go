@@ -15,12 +15,13 @@ import (
 
 // Statements of one schema's migration.
 const (
-	sqlLockTimeoutLocal = `SELECT set_config('lock_timeout', $1, true)`
-	sqlSessionSettings  = `SELECT set_config('lock_timeout', $1, false), set_config('search_path', $2, false)`
-	sqlSessionReset     = `RESET lock_timeout; RESET search_path`
-	sqlShardLock        = `SELECT pg_advisory_lock($1, $2)`
-	sqlShardUnlock      = `SELECT pg_advisory_unlock($1, $2)`
-	sqlIndexValid       = `SELECT i.indisvalid FROM pg_catalog.pg_index i
+	sqlLockTimeoutLocal   = `SELECT set_config('lock_timeout', $1, true)`
+	sqlLockTimeoutSession = `SELECT set_config('lock_timeout', $1, false)`
+	sqlSessionSettings    = `SELECT set_config('lock_timeout', $1, false), set_config('search_path', $2, false)`
+	sqlSessionReset       = `RESET lock_timeout; RESET search_path`
+	sqlShardLock          = `SELECT pg_advisory_lock($1, $2)`
+	sqlShardUnlock        = `SELECT pg_advisory_unlock($1, $2)`
+	sqlIndexValid         = `SELECT i.indisvalid FROM pg_catalog.pg_index i
 JOIN pg_catalog.pg_class c ON c.oid = i.indexrelid
 JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2`
@@ -31,21 +32,33 @@ func timeoutSetting(d time.Duration) string {
 	return fmt.Sprintf("%dms", d.Milliseconds())
 }
 
+// timeouts bound one schema's lock waits; 0 leaves the server's setting.
+type timeouts struct {
+	// lock bounds every wait but those of concurrent index builds.
+	lock time.Duration
+	// build bounds the waits of CREATE and DROP INDEX CONCURRENTLY: they
+	// wait for older transactions holding SHARE UPDATE EXCLUSIVE, which
+	// no read or write waits for, so they may wait longer than the
+	// requests behind an ALTER could; a build cut short is rebuilt from
+	// nothing.
+	build time.Duration
+}
+
 // applyOne brings one shard's schema up to versions on conn: the steps that
 // run in a transaction together in one (the schema's own: a schema never
 // holds its locks while another's are awaited), each step marked to run
-// outside one on the session (runNoTx). lockTimeout, if not 0, bounds every
-// lock wait; a wait past it is returned as the driver's error (55P03,
-// isLockTimeout) with nothing of the current step done. It returns the
+// outside one on the session (runNoTx). to bounds the lock waits; a wait
+// past it is returned as the driver's error (55P03, isLockTimeout) with
+// nothing of the current step recorded. It returns the
 // name of the file under way when it stopped.
 func applyOne(ctx context.Context, conn *pgx.Conn, layout idgen.Layout, shard int, versions []Version, mode applyMode,
-	lockTimeout time.Duration) (string, error) {
+	to timeouts) (string, error) {
 	for {
 		var running string
 		var next *step
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if lockTimeout > 0 {
-				if _, err := tx.Exec(ctx, sqlLockTimeoutLocal, timeoutSetting(lockTimeout)); err != nil {
+			if to.lock > 0 {
+				if _, err := tx.Exec(ctx, sqlLockTimeoutLocal, timeoutSetting(to.lock)); err != nil {
 					return err
 				}
 			}
@@ -76,7 +89,7 @@ func applyOne(ctx context.Context, conn *pgx.Conn, layout idgen.Layout, shard in
 		if next == nil {
 			return "", nil
 		}
-		if err := runNoTx(ctx, conn, shard, *next, lockTimeout); err != nil {
+		if err := runNoTx(ctx, conn, shard, *next, to); err != nil {
 			return next.name, err
 		}
 	}
@@ -87,15 +100,19 @@ func applyOne(ctx context.Context, conn *pgx.Conn, layout idgen.Layout, shard in
 // and records it. A CREATE INDEX CONCURRENTLY whose index is already valid
 // is skipped; one whose index an interrupted build left invalid drops it
 // first.
-func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, lockTimeout time.Duration) (err error) {
+func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, to timeouts) (err error) {
 	schema := router.SchemaName(shard)
-	setting := timeoutSetting(lockTimeout)
-	if lockTimeout <= 0 {
-		if err := conn.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&setting); err != nil {
-			return err
-		}
+	var dflt string
+	if err := conn.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&dflt); err != nil {
+		return err
 	}
-	if _, err := conn.Exec(ctx, sqlSessionSettings, setting, pgx.Identifier{schema}.Sanitize()); err != nil {
+	setting := func(d time.Duration) string {
+		if d <= 0 {
+			return dflt
+		}
+		return timeoutSetting(d)
+	}
+	if _, err := conn.Exec(ctx, sqlSessionSettings, setting(to.lock), pgx.Identifier{schema}.Sanitize()); err != nil {
 		return err
 	}
 	defer func() {
@@ -114,7 +131,13 @@ func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, lockTimeou
 		return nil // a concurrent run did it
 	}
 	for _, stmt := range splitStatements(st.sql) {
-		if name, ok := concurrentIndex(stmt); ok && name != "" {
+		name, build := concurrentIndex(stmt)
+		if build {
+			if _, err := conn.Exec(ctx, sqlLockTimeoutSession, setting(to.build)); err != nil {
+				return err
+			}
+		}
+		if build && name != "" {
 			var valid bool
 			err := conn.QueryRow(ctx, sqlIndexValid, schema, name).Scan(&valid)
 			switch {
@@ -131,6 +154,11 @@ func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, lockTimeou
 		}
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return wrapStep(shard, st, err)
+		}
+		if build {
+			if _, err := conn.Exec(ctx, sqlLockTimeoutSession, setting(to.lock)); err != nil {
+				return err
+			}
 		}
 	}
 	var rec records

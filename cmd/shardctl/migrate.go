@@ -33,7 +33,8 @@ that holds the lock (pid, state, age, last statement). A schema that spent
 migrate exits naming the blocker. A file with the line
   -- shardkit:no-transaction
 runs outside a transaction, statement by statement (CREATE INDEX
-CONCURRENTLY; an index left invalid by an interrupted build is rebuilt).
+CONCURRENTLY, which waits up to --build-lock-timeout for older
+transactions; an index left invalid by an interrupted build is rebuilt).
 
 Every schema migrated is recorded on its server at once: interrupted
 (Ctrl-C, kill) or stopped, and run again, migrate does only what is left.
@@ -52,13 +53,14 @@ back): complete or roll it back first. While migrate runs, no move starts.`,
 	var servers []string
 	var allowMoving, quiet, dryRun bool
 	var batch, perServer, workers int
-	var lockTimeout, maxLockWait, pause time.Duration
+	var lockTimeout, maxLockWait, buildLockTimeout, pause time.Duration
 	cmd.Flags().StringVar(&sqlDir, "sql", "", "directory of the application's per-shard SQL files (NNNN_name.sql)")
 	cmd.Flags().StringArrayVar(&servers, "server", nil, "only this server (repeatable; default all); the catalog records the files once no server lacks them")
 	cmd.Flags().BoolVar(&allowMoving, "allow-moving", false, "migrate even while the shard map shows shards moving or fenced with no unfinished move in the journal")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would run where; change nothing")
 	cmd.Flags().DurationVar(&lockTimeout, "lock-timeout", migrations.DefaultLockTimeout, "longest wait for one lock before the schema is rolled back and retried later")
 	cmd.Flags().DurationVar(&maxLockWait, "max-lock-wait", migrations.DefaultMaxLockWait, "time one schema may spend in attempts that time out before it is given up")
+	cmd.Flags().DurationVar(&buildLockTimeout, "build-lock-timeout", 0, "longest wait of a CREATE INDEX CONCURRENTLY for older transactions (0: --max-lock-wait); no request waits behind it")
 	cmd.Flags().IntVar(&perServer, "workers-per-server", 1, "schemas migrated at once on each server, each on its own connection")
 	cmd.Flags().IntVar(&workers, "workers", 0, "schemas migrated at once over all servers (0: no bound beyond --workers-per-server)")
 	cmd.Flags().DurationVar(&pause, "pause", 0, "pause of each worker after each schema (throttle)")
@@ -78,7 +80,7 @@ back): complete or roll it back first. While migrate runs, no move starts.`,
 		for _, d := range []struct {
 			flag string
 			v    time.Duration
-		}{{"--lock-timeout", lockTimeout}, {"--max-lock-wait", maxLockWait}, {"--pause", pause}} {
+		}{{"--lock-timeout", lockTimeout}, {"--max-lock-wait", maxLockWait}, {"--build-lock-timeout", buildLockTimeout}, {"--pause", pause}} {
 			if d.v < 0 {
 				return fmt.Errorf("%w: %s %s: want a duration of 0 or more", errUsage, d.flag, d.v)
 			}
@@ -116,6 +118,7 @@ back): complete or roll it back first. While migrate runs, no move starts.`,
 			Servers:          servers,
 			LockTimeout:      lockTimeout,
 			MaxLockWait:      maxLockWait,
+			BuildLockTimeout: buildLockTimeout,
 			WorkersPerServer: perServer,
 			Workers:          workers,
 			Pause:            pause,
