@@ -71,6 +71,17 @@
 // A read scoped with [Partial] returns what the reachable servers hold
 // and lists the shards it could not read in a [PartialResult].
 //
+// A read of several servers is planned, rendered, executed and merged.
+// Every statement's SQL text and arguments are built with GORM on the
+// caller's goroutine, from a private copy of the clauses GORM's builders
+// change (clause.Where.Build reorders a leading Or in place), before any
+// statement runs; one goroutine per server then runs the text on its own
+// connection and reads the rows into values it owns; the caller scans
+// each answer with GORM's own Scan and merges it. Goroutines never read
+// or write GORM state. A *gorm.DB is safe to share between goroutines,
+// and so is a chain after Session, as GORM documents: each sharded
+// statement builds from its own WHERE list.
+//
 // # Refusals
 //
 // What the plugin cannot route or merge exactly is refused, never guessed
@@ -136,10 +147,13 @@ package plugin
 //     internal/sqlcond), shardset.go, subquery.go, raw.go, assign.go
 //     (IDs of new rows), models.go.
 //   - Execution: exec.go (writes across shards, moved-shard retries).
-//   - Scatter and merge: readplan.go (plan), fanout.go (execute),
-//     scatter.go (one UNION ALL statement per server batch),
-//     readrows.go and pagemerge.go (merging rows); every merge orders
-//     values with internal/pgorder.
+//   - Reads across shards: readplan.go (plan), render.go (every
+//     statement's text, on the caller's goroutine), readexec.go (execute:
+//     the only code of a read that runs on other goroutines, and it
+//     touches database/sql alone), fanout.go (the stages in order, and
+//     the merge of each answer as it arrives), scatter.go (one UNION ALL
+//     statement per server batch), readrows.go and pagemerge.go (merging
+//     rows); every merge orders values with internal/pgorder.
 //   - Aggregates: aggplan.go, aggparse.go, aggmerge.go (partials combined
 //     and served to GORM's scanning through internal/memrows).
 //   - Lookups: lookup.go, lookupread.go, lookupupdate.go, lookupwrite.go,
