@@ -262,10 +262,24 @@ func scanClauses(stmt *gorm.Statement) clauseScan {
 // sub-query).
 func (m *model) shardsAndShape(db *gorm.DB, o op, cs clauseScan, snap *router.Snapshot) (shardSet, bool, error) {
 	set, pureAnd, err := m.whereShards(db.Statement, cs, snap)
+	if err == nil && !pureAnd && loneOrs(cs) {
+		// A WHERE of lone Ors only, with the model's key conditions
+		// GORM appends: clause.Where.Build moves the first of those to
+		// the front, so the statement reads "key OR …", and the key's
+		// shards join the clause's.
+		pk, perr := m.valueShards(db, o, snap)
+		if perr != nil {
+			return set, false, perr
+		}
+		if pk.known {
+			set = set.or(pk)
+		}
+		return set, false, nil
+	}
 	if err != nil || !pureAnd {
-		// GORM appends the model's key conditions with AND after any
-		// OR: they would bind to the last branch only, so they narrow
-		// nothing here.
+		// Otherwise GORM appends the model's key conditions with AND
+		// after any OR: they bind to the last branch only, so they
+		// narrow nothing here.
 		return set, false, err
 	}
 	pk, err := m.valueShards(db, o, snap)
@@ -273,6 +287,22 @@ func (m *model) shardsAndShape(db *gorm.DB, o op, cs clauseScan, snap *router.Sn
 		return set, true, err
 	}
 	return set.and(pk), true, nil
+}
+
+// loneOrs reports a WHERE clause whose every condition is a lone Or
+// (db.Or(cond) with no Where before it): GORM builds them joined by OR,
+// and moves a condition appended later in front of them.
+func loneOrs(cs clauseScan) bool {
+	w, ok := cs.where.Expression.(clause.Where)
+	if !cs.hasWhere || !ok || len(w.Exprs) == 0 {
+		return false
+	}
+	for _, e := range w.Exprs {
+		if or, ok := e.(clause.OrConditions); !ok || len(or.Exprs) > 1 {
+			return false
+		}
+	}
+	return true
 }
 
 // valueShards reads the shards of the primary keys in the statement's
