@@ -126,10 +126,12 @@ FROM generate_series(1, %d) AS g`
 	}
 	for _, r := range reads {
 		for _, mode := range []struct {
-			name  string
-			batch int
-		}{{"union_100", 100}, {"union_250", 250}, {"union_500", 500}, {"per_shard", 1}} {
+			name    string
+			batch   int
+			unnamed bool // PreparedReadsNever: the fallback behind a pooler without prepared statements
+		}{{"union_100", 100, false}, {"union_100_exec", 100, true}, {"union_250", 250, false}, {"union_500", 500, false}, {"per_shard", 1, false}} {
 			e.p.unionBatch = mode.batch
+			e.namedReads(b, !mode.unnamed)
 			for range 3 {
 				_ = r.fn(all)
 				_ = r.fn(plain)
@@ -165,7 +167,21 @@ FROM generate_series(1, %d) AS g`
 		}
 	}
 	e.p.unionBatch = 0
+	e.namedReads(b, true)
 	_ = ctx
+}
+
+// namedReads makes the plugin's reads across shards run named or unnamed
+// on every server, as PreparedReads would.
+func (e *env) namedReads(t testing.TB, on bool) {
+	t.Helper()
+	for _, s := range e.servers {
+		srv, err := e.p.pools.get(e.r.Snapshot(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.named = on
+	}
 }
 
 // cpuReads is how many reads of all shards measureCPU times (the plain

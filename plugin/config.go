@@ -84,6 +84,11 @@ type Config struct {
 	// Nil means dbresolver.RandomPolicy. Reads go to the primary when the
 	// statement carries dbresolver.Write or a locking clause.
 	ReplicaPolicy dbresolver.Policy
+	// PreparedReads says where reads across shards run as named prepared
+	// statements, each connection keeping at most PreparedReadsPerConn of
+	// them (see PreparedReads). The zero value, PreparedReadsDirect, runs
+	// them prepared on the servers the application reaches directly.
+	PreparedReads PreparedReads
 	// StatementCacheCapacity chooses how the default OpenDB runs
 	// statements. Zero (the default) means no named prepared statement
 	// on the servers and no cache in the client: each statement is sent

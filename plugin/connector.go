@@ -86,6 +86,9 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 			// mostly misses, while it grows the client's memory; exec
 			// mode keeps nothing and still takes one round trip.
 			pc.DefaultQueryExecMode = pgx.QueryExecModeExec
+			// The cache holds only the reads across shards the plugin
+			// runs prepared (PreparedReads), at most this many.
+			pc.StatementCacheCapacity = PreparedReadsPerConn
 		}
 	}
 	// Named statements are safe only where the DSN or the configuration

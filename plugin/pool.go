@@ -23,7 +23,10 @@ type serverDB struct {
 	downUntil atomic.Int64    // unix ns until which the server is taken as down; 0: up
 	takenDown atomic.Int64    // times taken as down
 	replicas  []gorm.ConnPool // replica pools, possibly none
-	repDBs    []*sql.DB
+	// named and namedReplicas: reads across shards run as named prepared
+	// statements on the primary's pool, on the replicas' (PreparedReads)
+	named, namedReplicas bool
+	repDBs               []*sql.DB
 }
 
 // pools opens one pool per physical server on first use and keeps it
@@ -80,13 +83,14 @@ func (ps *pools) openServer(name string, srv router.Server) (*serverDB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
 	}
-	s := &serverDB{DB: primary, name: name, dsns: dsnKey(srv)}
+	s := &serverDB{DB: primary, name: name, dsns: dsnKey(srv), named: ps.cfg.namedReads(srv, srv.DSN, false), namedReplicas: len(srv.Replicas) > 0}
 	for _, dsn := range srv.Replicas {
 		r, err := ps.open(name, dsn)
 		if err != nil {
 			_ = s.close()
 			return nil, fmt.Errorf("shardkit: open a replica of server %s: %w", name, err)
 		}
+		s.namedReplicas = s.namedReplicas && ps.cfg.namedReads(srv, dsn, true)
 		s.replicas = append(s.replicas, r)
 		s.repDBs = append(s.repDBs, r)
 	}

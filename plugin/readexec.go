@@ -33,6 +33,7 @@ type readStmt struct {
 	server string        // the physical server it runs on
 	conn   gorm.ConnPool // the server's pool, a replica's, or the transaction's part there
 	schema string        // a read that joins other tables runs with this schema on its search_path ("": none)
+	named  bool          // run as a named prepared statement (PreparedReads)
 	sql    string
 	vars   []any
 	err    error // binding failed (the server is known down, say): it fails without running
@@ -203,6 +204,9 @@ func (p *Plugin) statementBound(parent context.Context) (context.Context, contex
 // transaction with the shard's schema on its search_path when it joins
 // other tables (they resolve there), and reads every row.
 func (st *readStmt) query(ctx context.Context, table string) (partials, error) {
+	if st.named {
+		return readAll(ctx, st.conn, st.sql, append([]any{asPrepared}, st.vars...))
+	}
 	if st.schema == "" {
 		return readAll(ctx, st.conn, st.sql, st.vars)
 	}

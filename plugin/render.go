@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"database/sql"
 	"errors"
 	"maps"
 	"reflect"
@@ -76,6 +77,7 @@ func (p *Plugin) render(db *gorm.DB, rp *readPlan, u, i int, union []int) (st re
 		for j, k := range union {
 			st.shards[j] = d.shards[k]
 		}
+		st.named = p.namedOn(d, st)
 	} else if rp.shape != shapeAggregate {
 		st.schema = schemaOf(stmt, d.shards[i])
 	}
@@ -144,4 +146,18 @@ func ownWhere(w clause.Where) clause.Where {
 		}
 	}
 	return w
+}
+
+// namedOn reports whether a statement reading several shards runs as a
+// named prepared statement where it is bound: on a server's pool or a
+// replica's as PreparedReads allows, never on a transaction's part.
+func (p *Plugin) namedOn(d *decision, st readStmt) bool {
+	switch c := st.conn.(type) {
+	case *serverDB:
+		return c.named
+	case *sql.DB:
+		srv, err := p.pools.get(d.snap, st.server)
+		return err == nil && srv.namedReplicas
+	}
+	return false
 }
