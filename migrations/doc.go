@@ -14,7 +14,8 @@
 //	);
 //
 // shardkit applies each file to each shard schema (shard_0000 …) in a
-// transaction with SET LOCAL search_path TO that schema only, so no
+// transaction (unless the file is marked NoTransactionMarker) with SET
+// LOCAL search_path TO that schema only, so no
 // identifier is templated into application SQL, and records it on the
 // server in shardkit.shard_migrations (schema, version, part, and the
 // SHA-256 of what it ran): every run is idempotent and an interrupted one
@@ -45,6 +46,29 @@
 //	// later, new files in db/shard:
 //	err = migrations.Migrate(ctx, cat, os.DirFS("db/shard"), migrations.MigrateOptions{})
 //	report, _ := migrations.Status(ctx, cat)
+//
+// # Migrating online
+//
+// [MigrateWithSummary] (and [Migrate]) gives each schema a transaction of
+// its own with a lock_timeout (MigrateOptions.LockTimeout, 500 ms by
+// default), so that no request waits long behind an ALTER and no schema's
+// locks are held while another's are awaited. A schema whose lock times
+// out is retried after the others, with backoff and jitter; each timeout
+// is reported (Progress.Wait) with the sessions holding the lock; a schema
+// that waited MaxLockWait is given up with a [*LockWaitError] naming them,
+// the others finished. A file carrying [NoTransactionMarker] runs outside
+// a transaction, statement by statement, for CREATE INDEX CONCURRENTLY.
+// Migrate refuses while a move is unfinished ([*MovesError]); while it
+// runs, no move can be journalled.
+//
+//	sum, err := migrations.MigrateWithSummary(ctx, cat, os.DirFS("db/shard"), migrations.MigrateOptions{
+//		WorkersPerServer: 2,
+//		Progress: func(p migrations.Progress) {
+//			if p.Wait != nil {
+//				log.Printf("%s waits for %v", p.Wait.Schema, p.Wait.Blockers)
+//			}
+//		},
+//	})
 //
 // # Objects on each shard server
 //
