@@ -64,8 +64,10 @@ back): complete or roll it back first. While migrate runs, no move starts.`,
 	cmd.Flags().IntVar(&perServer, "workers-per-server", 1, "schemas migrated at once on each server, each on its own connection")
 	cmd.Flags().IntVar(&workers, "workers", 0, "schemas migrated at once over all servers (0: no bound beyond --workers-per-server)")
 	cmd.Flags().DurationVar(&pause, "pause", 0, "pause of each worker after each schema (throttle)")
+	// --batch is kept so that scripts that pass it still run; every schema
+	// now has a transaction of its own.
 	cmd.Flags().IntVar(&batch, "batch", 25, "ignored: every schema has a transaction of its own")
-	_ = cmd.Flags().MarkDeprecated("batch", "every schema is migrated in a transaction of its own")
+	_ = cmd.Flags().MarkHidden("batch")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar (lock waits are still reported)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := checkAtLeast("--batch", batch, 1); err != nil {
