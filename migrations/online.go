@@ -102,7 +102,8 @@ func (q *queue) next(ctx context.Context) (*job, error) {
 	}
 }
 
-func (q *queue) defer_(j *job) {
+// postpone puts a schema back, to be tried once its backoff has passed.
+func (q *queue) postpone(j *job) {
 	q.mu.Lock()
 	q.later = append(q.later, j)
 	q.mu.Unlock()
@@ -229,7 +230,7 @@ func (r *runner) work(ctx context.Context, server string, conn *pgx.Conn, q *que
 				continue
 			}
 			j.ready = time.Now().Add(backoff(j.attempts, r.opts.RetryBase, r.opts.RetryMax))
-			q.defer_(j)
+			q.postpone(j)
 		default:
 			return withServer(server, err)
 		}
