@@ -41,7 +41,6 @@ type serverConnector struct {
 	with    driver.Connector // with the plugin's statement_timeout, if it adds one
 	without driver.Connector // without it: nil when the plugin adds none
 	timeout time.Duration    // the statement_timeout the plugin adds
-	connect time.Duration    // the plugin's bound on reaching the server (TCP), 0: none
 	startup time.Duration    // the bound on a session's start for a caller without a deadline, 0: none
 	slots   chan struct{}    // one per connection attempt under way; nil: unbounded
 	named   bool             // named prepared statements (StatementCacheCapacity > 0)
@@ -67,7 +66,6 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 		// gave up first. A server that accepted it but is slow to
 		// start the session is busy, not down: that wait is the
 		// caller's (see Connect).
-		c.connect = cfg.ConnectTimeout
 		pc.ConnectTimeout = 0
 		pc.DialFunc = dialWithin(pc.DialFunc, cfg.ConnectTimeout)
 	}
