@@ -22,12 +22,18 @@ type holdProxy struct {
 	ln     net.Listener
 	target string
 
-	mu       sync.Mutex
-	release  chan struct{} // closed when the held connections may go on; nil: not holding
-	held     int           // connections held now
-	maxHeld  int           // most held at once since the last hold
-	heldFrom time.Time     // when the first connection of this hold arrived
-	conns    []net.Conn
+	mu    sync.Mutex
+	cur   *holding // the hold in force; nil: not holding
+	conns []net.Conn
+}
+
+// holding is one hold: the connections it holds, counted apart from an
+// earlier hold's that are still on their way out.
+type holding struct {
+	release chan struct{} // closed when the held connections may go on
+	held    int           // connections held now
+	most    int           // most held at once
+	from    time.Time     // when the first connection arrived
 }
 
 func startHoldProxy(t *testing.T, target string) *holdProxy {
@@ -50,20 +56,20 @@ func (p *holdProxy) serve() {
 		}
 		p.mu.Lock()
 		p.conns = append(p.conns, c)
-		release := p.release
-		if release != nil {
-			if p.held == 0 && p.heldFrom.IsZero() {
-				p.heldFrom = time.Now()
+		h := p.cur
+		if h != nil {
+			if h.from.IsZero() {
+				h.from = time.Now()
 			}
-			p.held++
-			p.maxHeld = max(p.maxHeld, p.held)
+			h.held++
+			h.most = max(h.most, h.held)
 		}
 		p.mu.Unlock()
 		go func() {
-			if release != nil {
-				<-release
+			if h != nil {
+				<-h.release
 				p.mu.Lock()
-				p.held--
+				h.held--
 				p.mu.Unlock()
 			}
 			p.pass(c)
@@ -85,32 +91,36 @@ func (p *holdProxy) pass(c net.Conn) {
 	<-done
 }
 
-// hold makes new connections wait, and starts the counts afresh.
+// hold makes new connections wait, counted afresh.
 func (p *holdProxy) hold() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.release, p.maxHeld, p.heldFrom = make(chan struct{}), 0, time.Time{}
+	p.cur = &holding{release: make(chan struct{})}
 }
 
 // letGo passes the held connections on and stops holding.
 func (p *holdProxy) letGo() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.release != nil {
-		close(p.release)
-		p.release = nil
+	if p.cur != nil {
+		close(p.cur.release)
+		p.cur = nil
 	}
 }
 
-// state returns the connections held now, the most held at once in this
-// hold, and how long since the first of them arrived.
+// state returns the connections the hold in force holds now, the most it
+// held at once, and how long since the first of them arrived.
 func (p *holdProxy) state() (held, most int, since time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.heldFrom.IsZero() {
-		since = time.Since(p.heldFrom)
+	h := p.cur
+	if h == nil {
+		return 0, 0, 0
 	}
-	return p.held, p.maxHeld, since
+	if !h.from.IsZero() {
+		since = time.Since(h.from)
+	}
+	return h.held, h.most, since
 }
 
 // close stops accepting (the port then refuses) and cuts every connection.
@@ -257,4 +267,59 @@ func TestSlowStartupIsBackpressure(t *testing.T) {
 		t.Fatalf("a refusing b: %+v, want it taken as down once", h)
 	}
 	t.Logf("refused: %v after %v", err, time.Since(start).Round(time.Millisecond))
+}
+
+// TestFrozenStartupIsAnOutage holds b's startups without end, as a frozen
+// server's kernel accepts connections that nothing answers: a statement
+// whose caller has no deadline of its own gets a *ServerError once
+// StatementTimeout (plus its grace) has passed, and b is taken as down, so
+// the statements after fail at once until a retry finds it back.
+func TestFrozenStartupIsAnOutage(t *testing.T) {
+	const statementTimeout = time.Second
+	var proxy *holdProxy
+	e := newEnv(t, envOpts{
+		appDSN: func(server, direct string) string {
+			if server != "b" {
+				return ""
+			}
+			u, err := url.Parse(direct)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proxy = startHoldProxy(t, u.Host)
+			u.Host = proxy.ln.Addr().String()
+			return u.String()
+		},
+		cfg: func(c *Config) {
+			c.ConnectTimeout = 100 * time.Millisecond
+			c.StatementTimeout = statementTimeout
+			c.ServerRetry = time.Hour // no retry within the test
+			c.MaxIdleConns = -1       // every statement opens its own connection
+		},
+	})
+	ub := e.userOn(t, "b", 1)
+	if err := e.db.Create(&Photo{UserID: ub, Caption: "x"}).Error; err != nil {
+		t.Fatal(err)
+	}
+	proxy.hold()
+	start := time.Now()
+	var p Photo
+	err := e.db.Where("user_id = ?", ub).Take(&p).Error
+	took := time.Since(start)
+	var se *ServerError
+	if !errors.As(err, &se) || se.Server != "b" || !errors.Is(err, ErrServerUnavailable) {
+		t.Fatalf("read on a frozen b: %v, want a *ServerError for b", err)
+	}
+	if took < statementTimeout {
+		t.Fatalf("read on a frozen b failed after %v, before StatementTimeout %v", took, statementTimeout)
+	}
+	t.Logf("frozen startup: %v after %v", err, took.Round(time.Millisecond))
+	err = e.db.Where("user_id = ?", ub).Take(&p).Error
+	if !knownDown(err) {
+		t.Fatalf("read on b taken as down: %v, want the fast failure of a server known down", err)
+	}
+	if h := e.p.Health(); len(h) != 2 || !h[1].Down || h[1].TakenDown != 1 {
+		t.Fatalf("health %+v: want b down, taken down once", h)
+	}
+	proxy.letGo()
 }
