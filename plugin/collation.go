@@ -21,14 +21,38 @@ import (
 // text of another collation (ORDER BY a text column, min/max of text
 // across shards) is refused instead of answered in the wrong order.
 
+// textCollationsSQL reads each text column's collation: the name it is
+// known by (the database's locale for the default one), and the schema
+// and name a COLLATE clause names it by ("" for the database default).
 const textCollationsSQL = `SELECT c.relname, a.attname,
-    CASE WHEN co.collname IS NULL OR co.collname = 'default' THEN d.datcollate ELSE co.collname END
+    CASE WHEN co.collname IS NULL OR co.collname = 'default' THEN d.datcollate ELSE co.collname END,
+    CASE WHEN co.collname IS NULL OR co.collname = 'default' THEN '' ELSE cn.nspname END,
+    CASE WHEN co.collname IS NULL OR co.collname = 'default' THEN '' ELSE co.collname END
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = $1
 JOIN pg_database d ON d.datname = current_database()
 LEFT JOIN pg_collation co ON co.oid = a.attcollation
+LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace
 WHERE c.relname = ANY($2::text[]) AND a.attnum > 0 AND NOT a.attisdropped AND a.attcollation <> 0`
+
+// collation is a text column's collation on a server.
+type collation struct {
+	name   string // as Postgres names it: the collation, or the database's locale
+	schema string // the COLLATE clause's schema and name; "" for the database default
+	coll   string
+	// mixed: the servers do not agree on it (a merge cannot follow one
+	// order)
+	mixed bool
+}
+
+// byteOrder reports whether the collation orders text as bytes do.
+func (c collation) byteOrder() bool { return !c.mixed && byteOrdered(c.name) }
+
+// same reports whether two servers' collations order text alike.
+func (c collation) same(o collation) bool {
+	return c.name == o.name && c.schema == o.schema && c.coll == o.coll
+}
 
 // byteOrdered reports whether a collation orders text as bytes do.
 func byteOrdered(collation string) bool {
@@ -49,7 +73,7 @@ type collations struct {
 	mu     sync.Mutex
 	read   map[string]bool      // servers read
 	tried  map[string]time.Time // last failed read of a server
-	byCol  atomic.Pointer[map[string]map[string]string]
+	byCol  atomic.Pointer[map[string]map[string]collation]
 	tables []string
 	// complete is the newest map version whose every server with shards
 	// has been read: merges under it need no check.
@@ -57,9 +81,9 @@ type collations struct {
 }
 
 // readCollations reads the collations of every server of snap not read
-// yet, and records per registered model the text columns whose collation
-// is not byte order on some server (collations.byCol). A server that
-// does not answer is tried again at most once per Config.ServerRetry.
+// yet, and records per registered model the collation of each text
+// column (collations.byCol), marked mixed where servers differ. A server
+// that does not answer is tried again at most once per Config.ServerRetry.
 func (p *Plugin) readCollations(ctx context.Context, snap *router.Snapshot) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -72,7 +96,7 @@ func (p *Plugin) readCollations(ctx context.Context, snap *router.Snapshot) {
 		for t := range p.byTable {
 			c.tables = append(c.tables, t)
 		}
-		empty := map[string]map[string]string{}
+		empty := map[string]map[string]collation{}
 		c.byCol.Store(&empty)
 	}
 	next, copied := *c.byCol.Load(), false
@@ -95,9 +119,13 @@ func (p *Plugin) readCollations(ctx context.Context, snap *router.Snapshot) {
 				next, copied = copyColl(next), true
 			}
 			if next[table] == nil {
-				next[table] = map[string]string{}
+				next[table] = map[string]collation{}
 			}
 			for col, coll := range cols {
+				if had, ok := next[table][col]; ok && !had.same(coll) {
+					coll = had
+					coll.mixed = true
+				}
 				next[table][col] = coll
 			}
 		}
@@ -105,8 +133,8 @@ func (p *Plugin) readCollations(ctx context.Context, snap *router.Snapshot) {
 	c.byCol.Store(&next)
 }
 
-func copyColl(m map[string]map[string]string) map[string]map[string]string {
-	out := make(map[string]map[string]string, len(m))
+func copyColl(m map[string]map[string]collation) map[string]map[string]collation {
+	out := make(map[string]map[string]collation, len(m))
 	for t, cols := range m {
 		out[t] = maps.Clone(cols)
 	}
@@ -114,9 +142,8 @@ func copyColl(m map[string]map[string]string) map[string]map[string]string {
 }
 
 // readServerCollations reads, on one server, the collation of every text
-// column of the given tables in one shard's schema: the ones not in byte
-// order, by table.
-func (p *Plugin) readServerCollations(ctx context.Context, snap *router.Snapshot, server, schema string, tables []string) (map[string]map[string]string, error) {
+// column of the given tables in one shard's schema, by table.
+func (p *Plugin) readServerCollations(ctx context.Context, snap *router.Snapshot, server, schema string, tables []string) (map[string]map[string]collation, error) {
 	db, err := p.pools.get(snap, server)
 	if err != nil {
 		return nil, err
@@ -128,18 +155,17 @@ func (p *Plugin) readServerCollations(ctx context.Context, snap *router.Snapshot
 		return nil, err
 	}
 	defer rows.Close()
-	found := map[string]map[string]string{}
+	found := map[string]map[string]collation{}
 	for rows.Next() {
-		var table, column, collation string
-		if err := rows.Scan(&table, &column, &collation); err != nil {
+		var table, column string
+		var c collation
+		if err := rows.Scan(&table, &column, &c.name, &c.schema, &c.coll); err != nil {
 			return nil, err
 		}
-		if !byteOrdered(collation) {
-			if found[table] == nil {
-				found[table] = map[string]string{}
-			}
-			found[table][column] = collation
+		if found[table] == nil {
+			found[table] = map[string]collation{}
 		}
+		found[table][column] = c
 	}
 	return found, rows.Err()
 }
@@ -172,23 +198,29 @@ func (p *Plugin) unreadCollations(ctx context.Context) []string {
 	return missing()
 }
 
-// textOrderErr refuses merging rows of several shards in the order of a
-// text column whose collation is not byte order, or is not known.
-func (m *model) textOrderErr(ctx context.Context, column string) error {
+// textOrder returns the collation the rows of several shards merge in
+// when ordered by column: nil where Go's byte order is Postgres's (not
+// text, or text in a byte-order collation on every server). It refuses a
+// column whose collation is not known (a server did not answer) or that
+// the servers do not agree on.
+func (m *model) textOrder(ctx context.Context, column string) (*collation, error) {
 	if f := m.schema.LookUpField(column); f != nil && f.DBName == column && f.IndirectFieldType.Kind() != reflect.String {
-		return nil // not text
+		return nil, nil // not text
 	}
 	if unread := m.p.unreadCollations(ctx); len(unread) > 0 {
-		return fmt.Errorf("%w: ordering column %s across shards: the collation of %s's text columns on server %s is not known (it did not answer); "+
+		return nil, fmt.Errorf("%w: ordering column %s across shards: the collation of %s's text columns on server %s is not known (it did not answer); "+
 			"order by a non-text column, scope the query to one shard, or retry when the server answers",
 			ErrUnroutableSQL, column, m.table, strings.Join(unread, ", "))
 	}
 	c, ok := (*m.p.coll.byCol.Load())[m.table][column]
-	if !ok {
-		return nil
+	switch {
+	case !ok || c.byteOrder():
+		return nil, nil
+	case c.mixed:
+		return nil, fmt.Errorf("%w: ordering text column %s across shards: the servers give it different collations, so no one order holds for all its rows; "+
+			"give the column the same collation on every server, or scope the query to one shard", ErrUnroutableSQL, column)
 	}
-	return fmt.Errorf("%w: ordering text column %s across shards: its collation %q orders differently from byte order, which the merge uses; "+
-		"order by a non-text column, give the column COLLATE \"C\" in the per-shard SQL, or scope the query to one shard", ErrUnroutableSQL, column, c)
+	return &c, nil
 }
 
 // anyTextCollation describes a text column of the model whose collation
@@ -199,7 +231,9 @@ func (m *model) anyTextCollation(ctx context.Context) string {
 		return fmt.Sprintf("(collation unknown: server %s did not answer)", strings.Join(unread, ", "))
 	}
 	for col, c := range (*m.p.coll.byCol.Load())[m.table] {
-		return fmt.Sprintf("%s (collation %q, not byte order)", col, c)
+		if !c.byteOrder() {
+			return fmt.Sprintf("%s (collation %q, not byte order)", col, c.name)
+		}
 	}
 	return ""
 }

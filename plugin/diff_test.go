@@ -20,6 +20,7 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/shardkit/shardkit/internal/pgbouncer"
+	"github.com/shardkit/shardkit/internal/pgtest"
 )
 
 // The differential test: random GORM statements run through the plugin on
@@ -201,6 +202,9 @@ func (d *diffEnv) outcome(c dcase, kind string) {
 	if c.Pins {
 		d.stats["pin, "+kind]++
 	}
+	if strings.HasPrefix(c.Order, "caption") && (c.All || len(c.Calls) > 0) {
+		d.stats["ordered by caption, "+kind]++
+	}
 	if strings.HasPrefix(c.Order, "score") {
 		d.stats["ordered by a float with NaN and NULL, "+kind]++
 	}
@@ -335,7 +339,11 @@ func (r result) String() string {
 // caseOf turns generator input into a case.
 func (d *diffEnv) caseOf(input []byte) dcase {
 	g := gen{c: &byteChooser{b: input}, d: d.data}
-	return g.dcase()
+	c := g.dcase()
+	if d.adjust != nil {
+		d.adjust(&c)
+	}
+	return c
 }
 
 // diffCases is the number of cases of the fixed-seed run.
@@ -374,6 +382,31 @@ func TestDifferentialPooled(t *testing.T) {
 		o.beside = func(db *gorm.DB) error { return db.Use(dbresolver.Register(dbresolver.Config{})) }
 	})
 	runDifferential(t, d, diffCases())
+}
+
+// TestDifferentialCollated is TestDifferential with the photos' caption
+// in an ICU collation on both sides, so that reads across shards ordered
+// by it are ordered in Postgres (collmerge.go).
+func TestDifferentialCollated(t *testing.T) {
+	d := newDiffEnvWith(t, func(o *envOpts) {
+		pins := o.before
+		o.before = func(e *env) {
+			pins(e)
+			icuCaptions(t, e, e.servers...)
+		}
+	})
+	pgtest.Exec(t, d.plainDSN, `ALTER TABLE photos ALTER COLUMN caption TYPE text COLLATE "und-x-icu"`)
+	d.conns = nil // their prepared reads of the plain table predate the change
+	// Most ordered cases order by the caption, so that merges of rows in
+	// its collation are many.
+	collated := []string{"caption, id desc", "caption desc, id", "caption, likes, id", "likes desc, caption, id"}
+	d.adjust = func(c *dcase) {
+		if c.Order != "" && !strings.HasPrefix(c.Order, "score") && c.Op != dPluckID && !c.Op.write() {
+			c.Order = collated[(len(c.Calls)+c.Limit)%len(collated)]
+			c.All = true
+		}
+	}
+	runDifferential(t, d, diffCases()/2)
 }
 
 // runDifferential runs n cases of the fixed-seed stream on d.

@@ -43,6 +43,7 @@ type diffEnv struct {
 	home        map[string]string    // schema → server the map places it on
 	conns       map[string]*pgx.Conn // direct connections by DSN
 	stats       map[string]int       // outcomes that were not failures, by kind
+	adjust      func(*dcase)         // changes each generated case (TestDifferentialCollated)
 	// The lookup rows of the seed that no pin holds (planted), and their
 	// canonical text.
 	seedOrphans    []lookupRow

@@ -62,6 +62,7 @@ type readResults struct {
 	pending []int           // per unit, its statements not answered yet
 	partial *PartialResult  // the read's Partial scope, nil without one
 	enough  atomic.Bool     // the page needs no more rows (see pageMerger.full)
+	server  string          // a server that answered
 }
 
 func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResults {
@@ -76,7 +77,11 @@ func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResu
 	case shapeAggregate:
 		r.parts = make([]partials, n)
 	default:
-		r.rows, r.page = make([]reflect.Value, n), newPageMerger(rp.sliceTyp, rp.keys, rp.pushed)
+		keep := rp.pushed
+		if rp.pgOrder() {
+			keep = -1 // every candidate, ordered in Postgres at the end (collmerge.go)
+		}
+		r.rows, r.page = make([]reflect.Value, n), newPageMerger(rp.sliceTyp, rp.keys, keep)
 	}
 	return r
 }
@@ -112,6 +117,9 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 		res.rows[u] = appendRows(res.rows[u], tmp.Elem())
 	}
 	a.rows = partials{} // read: its rows are the unit's now
+	if res.server == "" {
+		res.server = st.server
+	}
 	if res.pending[u]--; res.pending[u] == 0 && res.page != nil {
 		// a unit whose server fails part-way adds none (Partial)
 		res.page.add(u, res.rows[u])
@@ -214,7 +222,16 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 		p.scanMerged(db, rows)
 		return
 	}
-	acc := res.page.page(rp.offset, rp.limit)
+	var acc reflect.Value
+	if rp.pgOrder() && !db.DryRun {
+		var err error
+		if acc, err = p.orderInPostgres(stmt.Context, rp, res.page, res.server); err != nil {
+			fail(db, rp.d.m, -1, err)
+			return
+		}
+	} else {
+		acc = res.page.page(rp.offset, rp.limit)
+	}
 	db.RowsAffected = int64(acc.Len())
 	switch {
 	case rp.single && acc.Len() > 0:

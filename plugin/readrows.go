@@ -41,6 +41,9 @@ type orderKey struct {
 	name   string
 	desc   bool
 	scalar bool // the row is the value
+	// coll: text in a collation that is not byte order; such rows are
+	// ordered in Postgres (collmerge.go)
+	coll *collation
 }
 
 // orderKeys resolves the ORDER BY columns of a multi-shard query against
@@ -69,6 +72,7 @@ func orderKeys(db *gorm.DB, m *model, elem reflect.Type) ([]orderKey, error) {
 	}
 	selected, explicit := selectedColumns(stmt)
 	var keys []orderKey
+	var err error
 	for _, col := range ob.Columns {
 		var parts [][2]string // name, direction
 		if col.Column.Raw {
@@ -128,8 +132,12 @@ func orderKeys(db *gorm.DB, m *model, elem reflect.Type) ([]orderKey, error) {
 			if !pgorder.Orderable(typ) {
 				return nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin merges rows in order only by integer, float, string, bool and time columns", ErrUnroutableSQL, name)
 			}
-			if err := m.textOrderErr(db.Statement.Context, name); err != nil {
+			if k.coll, err = m.textOrder(db.Statement.Context, name); err != nil {
 				return nil, err
+			}
+			if k.coll != nil && k.field == nil && !k.scalar {
+				return nil, fmt.Errorf("%w: ORDER BY %s across shards: rows read into maps cannot be ordered by text in collation %q; read them into a struct, or scope the query to one shard",
+					ErrUnroutableSQL, name, k.coll.name)
 			}
 			keys = append(keys, k)
 		}
