@@ -111,3 +111,40 @@ func TestPreparedReadsPooled(t *testing.T) {
 		})
 	}
 }
+
+// TestPreparedReadsSurviveSchemaChange: a read across shards prepared on
+// a connection before a column is added to every shard (a SELECT * of
+// map rows, whose result type the change alters) runs again after it:
+// the stale statement is run unnamed once and prepared anew.
+func TestPreparedReadsSurviveSchemaChange(t *testing.T) {
+	e := newEnv(t, envOpts{cfg: func(c *Config) { c.MaxOpenConns = 1 }})
+	if err := e.db.Create(&[]Photo{{UserID: 1}, {UserID: 2}}).Error; err != nil {
+		t.Fatal(err)
+	}
+	read := func() ([]map[string]any, error) {
+		var out []map[string]any
+		err := e.db.Model(&Photo{}).Clauses(AllShards()).Order("id").Find(&out).Error
+		return out, err
+	}
+	if _, err := read(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range e.servers {
+		e.rawExec(t, s, `DO $$
+DECLARE s text;
+BEGIN
+  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'shard\_%' LOOP
+    EXECUTE format('ALTER TABLE %I.photos ADD COLUMN note text DEFAULT ''new''', s);
+  END LOOP;
+END $$`)
+	}
+	for range 2 {
+		out, err := read()
+		if err != nil {
+			t.Fatalf("read after the column was added: %v", err)
+		}
+		if len(out) != 2 || out[0]["note"] != "new" {
+			t.Fatalf("read after the column was added: %v", out)
+		}
+	}
+}

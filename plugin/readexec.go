@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/router"
@@ -175,6 +177,14 @@ func (p *Plugin) runStmt(parent context.Context, st *readStmt, table string) (pa
 	ctx, cancel, limit := p.statementBound(parent)
 	defer cancel()
 	rows, err := st.query(ctx, table)
+	if err != nil && st.named && planChanged(err) {
+		// The connection's prepared statement is stale (pgx has dropped
+		// it from its cache): this run goes unnamed, the next prepares
+		// again.
+		unnamed := *st
+		unnamed.named = false
+		rows, err = unnamed.query(ctx, table)
+	}
 	if err != nil && limit > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
 		var se *ServerError
 		if !errors.As(err, &se) {
@@ -279,4 +289,12 @@ func schemaOf(stmt *gorm.Statement, shard int) string {
 		return ""
 	}
 	return router.SchemaName(shard)
+}
+
+// planChanged reports Postgres's refusal to run a prepared statement
+// whose result columns a schema change altered (a column added to a
+// table a SELECT * reads, a column's type or collation changed).
+func planChanged(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan must not change result type")
 }
