@@ -64,8 +64,9 @@
 // send one UNION ALL statement per server and batch of 100 of its shards,
 // to all servers at once, and merge the answers — ORDER BY, LIMIT and
 // OFFSET apply to the merged rows, in the order Postgres gives (NaN above
-// every number, NULLs last ascending and first descending, text only
-// under a byte-order collation); counts add up; COUNT, SUM, MIN, MAX,
+// every number, NULLs last ascending and first descending, text in its
+// column's collation: by one server when it is not byte order); counts
+// add up; COUNT, SUM, MIN, MAX,
 // AVG, GROUP BY and DISTINCT are combined exactly, with Postgres's
 // arithmetic and types; RETURNING rows are collected from every shard.
 // A read scoped with [Partial] returns what the reachable servers hold
