@@ -329,19 +329,17 @@ const deadlineGrace = time.Second
 // sooner. A statement the deadline stopped gets a *ServerError: its server
 // did not answer, and is taken as down for ServerRetry.
 func (p *Plugin) bounded(db *gorm.DB, exec func(*gorm.DB)) {
-	t := p.cfg.StatementTimeout
 	stmt := db.Statement
 	parent := stmt.Context
-	if t <= 0 || db.DryRun || parent == nil {
+	if db.DryRun || parent == nil {
 		exec(db)
 		return
 	}
-	t += deadlineGrace
-	if dl, ok := parent.Deadline(); ok && time.Until(dl) <= t {
+	ctx, cancel, t := p.statementBound(parent)
+	if t == 0 {
 		exec(db)
 		return
 	}
-	ctx, cancel := context.WithTimeout(parent, t)
 	stmt.Context = ctx
 	exec(db)
 	cancel()
