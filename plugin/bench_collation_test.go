@@ -12,17 +12,7 @@ import (
 //
 //	go test ./plugin -run '^$' -bench BenchmarkTextOrder -benchtime 200x
 func BenchmarkTextOrder(b *testing.B) {
-	e := newEnv(b, envOpts{shards: 64, before: func(e *env) {
-		for _, name := range e.servers {
-			e.rawExec(b, name, `DO $$
-DECLARE s text;
-BEGIN
-  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'shard\_%' LOOP
-    EXECUTE format('ALTER TABLE %I.photos ALTER COLUMN caption TYPE text COLLATE "und-x-icu"', s);
-  END LOOP;
-END $$`)
-		}
-	}})
+	e := newEnv(b, envOpts{shards: 64, before: func(e *env) { icuCaptions(b, e, e.servers...) }})
 	var rows []Photo
 	for i := range 64 * 20 {
 		rows = append(rows, Photo{UserID: int64(i%64 + 1), Caption: string(rune('a'+i%26)) + "x" + string(rune('A'+i%7))})

@@ -19,7 +19,7 @@ import (
 // icuCaptions gives the photos' caption column an ICU collation on the
 // named servers, under which "apple" sorts before "Banana" (bytes put "B"
 // first).
-func icuCaptions(t *testing.T, e *env, servers ...string) {
+func icuCaptions(t testing.TB, e *env, servers ...string) {
 	for _, name := range servers {
 		e.rawExec(t, name, `DO $$
 DECLARE s text;
