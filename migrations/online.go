@@ -109,19 +109,8 @@ func (q *queue) postpone(j *job) {
 	q.mu.Unlock()
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error { return idgen.SystemClock().Sleep(ctx, d) }
 
 // runner migrates the schemas of a run: workers per server, a bound on
 // all workers, each schema in its own transaction with a lock timeout, a

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
@@ -330,16 +331,8 @@ func waitCurrentOn(ctx context.Context, conn *pgxpool.Conn, slot, probe string, 
 	return time.Since(start), err
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error { return idgen.SystemClock().Sleep(ctx, d) }
 
 // sqlOriginLSN is the replica's own WAL position at the end of the last
 // transaction its subscription applied (pg_replication_origin_status of
