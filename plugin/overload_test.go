@@ -149,18 +149,7 @@ func TestSlowStartupIsBackpressure(t *testing.T) {
 	const maxConnecting = 2
 	var proxy *holdProxy
 	e := newEnv(t, envOpts{
-		appDSN: func(server, direct string) string {
-			if server != "b" {
-				return ""
-			}
-			u, err := url.Parse(direct)
-			if err != nil {
-				t.Fatal(err)
-			}
-			proxy = startHoldProxy(t, u.Host)
-			u.Host = proxy.ln.Addr().String()
-			return u.String()
-		},
+		appDSN: holdB(t, &proxy),
 		cfg: func(c *Config) {
 			c.ConnectTimeout = connectTimeout
 			c.MaxConnecting = maxConnecting
@@ -278,18 +267,7 @@ func TestFrozenStartupIsAnOutage(t *testing.T) {
 	const statementTimeout = time.Second
 	var proxy *holdProxy
 	e := newEnv(t, envOpts{
-		appDSN: func(server, direct string) string {
-			if server != "b" {
-				return ""
-			}
-			u, err := url.Parse(direct)
-			if err != nil {
-				t.Fatal(err)
-			}
-			proxy = startHoldProxy(t, u.Host)
-			u.Host = proxy.ln.Addr().String()
-			return u.String()
-		},
+		appDSN: holdB(t, &proxy),
 		cfg: func(c *Config) {
 			c.ConnectTimeout = 100 * time.Millisecond
 			c.StatementTimeout = statementTimeout
@@ -322,4 +300,20 @@ func TestFrozenStartupIsAnOutage(t *testing.T) {
 		t.Fatalf("health %+v: want b down, taken down once", h)
 	}
 	proxy.letGo()
+}
+
+// holdB puts a holdProxy (*proxy) in front of server b's DSN.
+func holdB(t *testing.T, proxy **holdProxy) func(server, direct string) string {
+	return func(server, direct string) string {
+		if server != "b" {
+			return ""
+		}
+		u, err := url.Parse(direct)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*proxy = startHoldProxy(t, u.Host)
+		u.Host = (*proxy).ln.Addr().String()
+		return u.String()
+	}
 }
