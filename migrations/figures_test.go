@@ -12,16 +12,11 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/benchout"
 	"github.com/shardkit/shardkit/internal/pgtest"
 	"github.com/shardkit/shardkit/migrations"
-	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -118,28 +113,7 @@ func TestMigrationFigures(t *testing.T) {
 	seedShard(t, cat, servers[0].DSN, big, rows)
 	t.Logf("%d rows in shard %d in %v", rows, big, time.Since(began))
 
-	r, err := router.New(ctx, cat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaser, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, stop, err := idgen.Start(ctx, r.Snapshot().Layout, leaser, idgen.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := plugin.Register(plugin.Config{Router: r, IDs: gen}, &photo{})
-	if err := db.Use(p); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	db := photoDB(t, cat)
 
 	l := newLoad(db, shards)
 	l.keep = true

@@ -160,28 +160,7 @@ func TestAddColumnUnderLoad(t *testing.T) {
 		ShardSQL: versionFiles(t, nil)}); err != nil {
 		t.Fatal(err)
 	}
-	r, err := router.New(ctx, cat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaser, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, stop, err := idgen.Start(ctx, r.Snapshot().Layout, leaser, idgen.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := plugin.Register(plugin.Config{Router: r, IDs: gen}, &photo{})
-	if err := db.Use(p); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
+	db := photoDB(t, cat)
 
 	l := newLoad(db, loadShards)
 	lctx, endLoad := context.WithCancel(ctx)
@@ -264,4 +243,30 @@ func TestAddColumnUnderLoad(t *testing.T) {
 			t.Errorf("a request to shard %d took %v; want well under %v", shard, d, 10*lockTimeout)
 		}
 	}
+}
+
+// photoDB is the photo application's GORM: the plugin for photo on the
+// catalog's servers, following its map, with IDs from a leased slot.
+func photoDB(t *testing.T, cat *catalog.Catalog) *gorm.DB {
+	t.Helper()
+	ctx := context.Background()
+	r, err := router.New(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gen, stop, err := catalog.StartGenerator(ctx, cat, catalog.LeaserConfig{}, idgen.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plugin.Register(plugin.Config{Router: r, IDs: gen}, &photo{})
+	if err := db.Use(p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return db
 }
