@@ -139,22 +139,30 @@ func inline(v any) bool {
 	return false
 }
 
-// textShards builds the WHERE clause as GORM will and reads the text.
-func (m *model) textShards(stmt *gorm.Statement, w clause.Where, snap *router.Snapshot) (shardSet, error) {
+// whereText builds a statement's WHERE clause as GORM will, on a
+// throwaway statement and from a copy of what the build reorders: its
+// text and bind variables. ok is false when GORM fails to build it (GORM
+// reports that when it builds the statement).
+func whereText(stmt *gorm.Statement, w clause.Where) (text string, vars []any, ok bool) {
 	tmp := &gorm.DB{Config: stmt.DB.Config}
 	s := &gorm.Statement{DB: tmp, Table: stmt.Table, TableExpr: stmt.TableExpr, Schema: stmt.Schema,
 		Context: stmt.Context, Clauses: map[string]clause.Clause{}}
 	tmp.Statement = s
-	w.Exprs = slices.Clone(w.Exprs) // Build reorders them in place
-	w.Build(s)
-	if tmp.Error != nil {
-		return shardSet{}, nil // GORM will report it when it builds the statement
+	ownWhere(w).Build(s)
+	return s.SQL.String(), s.Vars, tmp.Error == nil
+}
+
+// textShards builds the WHERE clause as GORM will and reads the text.
+func (m *model) textShards(stmt *gorm.Statement, w clause.Where, snap *router.Snapshot) (shardSet, error) {
+	text, vars, built := whereText(stmt, w)
+	if !built {
+		return shardSet{}, nil
 	}
-	toks, _, ok := sqlcond.Lex(s.SQL.String(), false, nil)
+	toks, _, ok := sqlcond.Lex(text, false, nil)
 	if !ok {
 		return shardSet{}, nil
 	}
-	r := condReader{toks: toks, m: m, stmt: stmt, snap: snap, vars: s.Vars}
+	r := condReader{toks: toks, m: m, stmt: stmt, snap: snap, vars: vars}
 	return r.expr(0, len(toks))
 }
 

@@ -3,7 +3,6 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/shardkit/shardkit/internal/sqlcond"
 
@@ -41,16 +40,11 @@ func (p *Plugin) lookupShards(db *gorm.DB, m *model, cs clauseScan, snap *router
 		return shardSet{}, nil
 	}
 	stmt := db.Statement
-	tmp := &gorm.DB{Config: stmt.DB.Config}
-	s := &gorm.Statement{DB: tmp, Table: stmt.Table, TableExpr: stmt.TableExpr, Schema: stmt.Schema,
-		Context: stmt.Context, Clauses: map[string]clause.Clause{}}
-	tmp.Statement = s
-	w.Exprs = slices.Clone(w.Exprs) // Build reorders them in place
-	w.Build(s)
-	if tmp.Error != nil {
-		return shardSet{}, nil // GORM reports it when it builds the statement
+	text, vars, built := whereText(stmt, w)
+	if !built {
+		return shardSet{}, nil
 	}
-	toks, _, ok := sqlcond.Lex(s.SQL.String(), false, nil)
+	toks, _, ok := sqlcond.Lex(text, false, nil)
 	var mentioned *lookupCol
 	for _, t := range toks {
 		if t.Kind == sqlcond.Ident {
@@ -67,7 +61,7 @@ func (p *Plugin) lookupShards(db *gorm.DB, m *model, cs clauseScan, snap *router
 		return shardSet{}, fmt.Errorf("%w: %s.%s appears inside OR, NOT, CASE, BETWEEN or a sub-query", ErrLookupUnroutable, m.table, mentioned.column)
 	}
 	for _, a := range atoms(toks, 0, len(toks), nil) {
-		lc, vals, ok := m.lookupAtom(stmt, toks, a[0], a[1], s.Vars)
+		lc, vals, ok := m.lookupAtom(stmt, toks, a[0], a[1], vars)
 		if !ok {
 			continue
 		}
