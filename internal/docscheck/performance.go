@@ -149,6 +149,9 @@ func init() {
 				firstReadRow("ordered (`LIMIT 50`)", "order_by_id_desc_limit_50"),
 				firstReadRow("`COUNT(*)`", "count"),
 			},
+			Notes: []string{"Start-up warms nothing unless `Config.WarmUp` asks (a fleet of processes starting at once is the cost it saves: " +
+				"[scale](scale.md)), so the first read opens a connection to each server, reads its shard tables' catalog entries for the first time " +
+				"and prepares its statements; warm reads reuse all three."},
 		},
 	)
 }
