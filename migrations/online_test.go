@@ -374,22 +374,26 @@ func TestMigrateConcurrentIndexWaits(t *testing.T) {
 	watcher := pgtest.Connect(t, e.servers[0].DSN)
 	released := make(chan error, 1)
 	go func() {
-		defer func() { _ = tx.Rollback(ctx) }()
 		// The build has waited 10 lock timeouts by the server's clock.
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			var waiting bool
-			err := watcher.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE '%CREATE INDEX CONCURRENTLY%'
+		waited := func() error {
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				var waiting bool
+				err := watcher.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE query LIKE '%CREATE INDEX CONCURRENTLY%'
 				AND pid <> pg_backend_pid() AND wait_event_type IS NOT NULL AND now() - query_start > interval '200 ms')`).Scan(&waiting)
-			if err != nil || waiting {
-				released <- err
-				return
+				if err != nil || waiting {
+					return err
+				}
+				if time.Now().After(deadline) {
+					return errors.New("no build waited 200 ms within 30 s")
+				}
+				time.Sleep(10 * time.Millisecond) // polling a condition
 			}
-			if time.Now().After(deadline) {
-				released <- errors.New("no build waited 200 ms within 30 s")
-				return
-			}
-			time.Sleep(10 * time.Millisecond) // polling a condition
-		}
+		}()
+		// Rolled back before the test goes on: its cleanup rolls the
+		// transaction back too, and a pgx transaction is not for two
+		// goroutines at once.
+		_ = tx.Rollback(ctx)
+		released <- waited
 	}()
 	sum, err := MigrateWithSummary(ctx, e.cat, files, MigrateOptions{LockTimeout: 20 * time.Millisecond, MaxLockWait: time.Minute})
 	if err != nil {
