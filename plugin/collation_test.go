@@ -188,3 +188,43 @@ func TestTextOrderWithUnreadCollation(t *testing.T) {
 		t.Fatalf("after server b came back: %d rows, sorted %v", len(ps), slices.IsSortedFunc(ps, func(a, b Photo) int { return strings.Compare(a.Caption, b.Caption) }))
 	}
 }
+
+// TestTextOrderPartial: with the caption in an ICU collation on both
+// servers and server b stopped, a Partial read ordered by the caption
+// returns a's rows in the collation's order, ordered on a, and lists b's
+// shards as missing.
+func TestTextOrderPartial(t *testing.T) {
+	c, dsnOf := ownClusterForB(t)
+	e := newEnv(t, envOpts{dsnOf: dsnOf, before: func(e *env) { icuCaptions(t, e, e.servers...) }})
+	words := []string{"Banana", "apple", "cherry", "Apple", "banana"}
+	var onA []string
+	for u := int64(1); u <= int64(e.shards); u++ {
+		w := words[int(u)%len(words)]
+		if err := e.db.Create(&Photo{UserID: u, Caption: w}).Error; err != nil {
+			t.Fatal(err)
+		}
+		if e.serverOf(t, e.shardOf(u)) == "a" {
+			onA = append(onA, w)
+		}
+	}
+	// Postgres's ICU order of a's captions, read on a.
+	var want []string
+	if err := e.db.Clauses(Shard(0)).Raw(`SELECT w FROM unnest($1::text[]) AS t(w) ORDER BY w COLLATE "und-x-icu"`, onA).Scan(&want).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	var pr PartialResult
+	var ps []Photo
+	if err := e.db.Clauses(AllShards(), Partial(&pr)).Order("caption, id").Find(&ps).Error; err != nil {
+		t.Fatalf("Partial read ordered by caption with b down: %v", err)
+	}
+	got := make([]string, len(ps))
+	for i, p := range ps {
+		got[i] = p.Caption
+	}
+	if !slices.Equal(got, want) || pr.Complete() {
+		t.Fatalf("captions %q, want a's in ICU order %q; missing %v", got, want, pr.Missing)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -40,8 +41,9 @@ func (rp *readPlan) pgOrder() bool {
 
 // orderInPostgres returns the merged rows of m (every unit's, in the
 // order they were added) in the read's order, OFFSET and LIMIT applied,
-// as ordered on server.
-func (p *Plugin) orderInPostgres(ctx context.Context, rp *readPlan, m *pageMerger, server string) (reflect.Value, error) {
+// as ordered by a server of the read: the first that answered it, else
+// the next that can be reached.
+func (p *Plugin) orderInPostgres(ctx context.Context, rp *readPlan, m *pageMerger, served []string) (reflect.Value, error) {
 	n := m.rows.Len()
 	if n == 0 {
 		return m.rows, nil
@@ -54,32 +56,65 @@ func (p *Plugin) orderInPostgres(ctx context.Context, rp *readPlan, m *pageMerge
 	if err != nil {
 		return reflect.Value{}, err
 	}
-	srv, err := p.pools.get(rp.d.snap, server)
-	if err != nil {
-		return reflect.Value{}, err
-	}
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	servers := slices.Clone(served)
+	for _, pl := range rp.d.places {
+		if !slices.Contains(servers, pl.Server) {
+			servers = append(servers, pl.Server)
+		}
+	}
+	var last error
+	for _, server := range servers {
+		order, err := p.orderOn(ctx, rp, server, text, args, n)
+		if err == nil {
+			out := reflect.MakeSlice(m.rows.Type(), 0, len(order))
+			for _, i := range order {
+				out = reflect.Append(out, m.rows.Index(i))
+			}
+			return out, nil
+		}
+		if !unavailable(err) {
+			return reflect.Value{}, fmt.Errorf("shardkit: order the merged rows of %s on server %s: %w", rp.d.m.table, server, err)
+		}
+		if srv, gerr := p.pools.get(rp.d.snap, server); gerr == nil {
+			srv.report(err, p.cfg.ServerRetry)
+		}
+		last = &ServerError{Server: server, Table: rp.d.m.table, Err: fmt.Errorf("order the merged rows: %w", err)}
+	}
+	return reflect.Value{}, last
+}
+
+// orderOn runs the ordering statement on server and returns the rows'
+// positions (from 0) in order.
+func (p *Plugin) orderOn(ctx context.Context, rp *readPlan, server, text string, args []any, n int) ([]int, error) {
+	srv, err := p.pools.get(rp.d.snap, server)
+	if err != nil {
+		return nil, err
+	}
+	if srv.downFor(p.cfg.ServerRetry) {
+		return nil, &ServerError{Server: server, Table: rp.d.m.table, Err: errKnownDown}
 	}
 	ctx, cancel, _ := p.statementBound(ctx)
 	defer cancel()
 	rows, err := srv.QueryContext(ctx, text, args...)
 	if err != nil {
-		return reflect.Value{}, &ServerError{Server: server, Table: rp.d.m.table, Err: fmt.Errorf("order the merged rows: %w", err)}
+		return nil, err
 	}
 	defer rows.Close()
-	out := reflect.MakeSlice(m.rows.Type(), 0, min(n, max(rp.limit, 0)+16))
+	var order []int
 	for rows.Next() {
 		var i int64
 		if err := rows.Scan(&i); err != nil {
-			return reflect.Value{}, err
+			return nil, err
 		}
 		if i < 1 || int(i) > n {
-			return reflect.Value{}, fmt.Errorf("shardkit: ordering the merged rows: row %d of %d", i, n)
+			return nil, fmt.Errorf("row %d of %d", i, n)
 		}
-		out = reflect.Append(out, m.rows.Index(int(i-1)))
+		order = append(order, int(i-1))
 	}
-	return out, rows.Err()
+	return order, rows.Err()
 }
 
 // orderStatement is the statement that orders the rows of m: their ORDER

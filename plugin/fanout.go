@@ -62,7 +62,7 @@ type readResults struct {
 	pending []int           // per unit, its statements not answered yet
 	partial *PartialResult  // the read's Partial scope, nil without one
 	enough  atomic.Bool     // the page needs no more rows (see pageMerger.full)
-	server  string          // a server that answered
+	served  []string        // the servers that answered, in order, none that failed after
 }
 
 func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResults {
@@ -117,8 +117,8 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 		res.rows[u] = appendRows(res.rows[u], tmp.Elem())
 	}
 	a.rows = partials{} // read: its rows are the unit's now
-	if res.server == "" {
-		res.server = st.server
+	if !slices.Contains(res.served, st.server) {
+		res.served = append(res.served, st.server)
 	}
 	if res.pending[u]--; res.pending[u] == 0 && res.page != nil {
 		// a unit whose server fails part-way adds none (Partial)
@@ -158,6 +158,7 @@ func (p *Plugin) unitFailed(db *gorm.DB, rp *readPlan, res *readResults, x *read
 		return false
 	}
 	res.partial.add(se)
+	res.served = slices.DeleteFunc(res.served, func(s string) bool { return s == st.server })
 	for _, u := range units {
 		res.drop(u)
 	}
@@ -225,7 +226,7 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 	var acc reflect.Value
 	if rp.pgOrder() && !db.DryRun {
 		var err error
-		if acc, err = p.orderInPostgres(stmt.Context, rp, res.page, res.server); err != nil {
+		if acc, err = p.orderInPostgres(stmt.Context, rp, res.page, res.served); err != nil {
 			fail(db, rp.d.m, -1, err)
 			return
 		}
