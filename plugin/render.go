@@ -135,6 +135,23 @@ func ownClauses(in map[string]clause.Clause) map[string]clause.Clause {
 	return out
 }
 
+// reorders reports whether clause.Where.Build would write to the
+// clause's lists: it swaps only when the list it builds (its own, or its
+// one AndConditions' list) starts with a lone Or.
+func reorders(w clause.Where) bool {
+	exprs := w.Exprs
+	if len(exprs) == 1 {
+		if and, ok := exprs[0].(clause.AndConditions); ok {
+			exprs = and.Exprs
+		}
+	}
+	if len(exprs) < 2 {
+		return false
+	}
+	or, ok := exprs[0].(clause.OrConditions)
+	return ok && len(or.Exprs) == 1
+}
+
 // ownWhere copies the condition lists clause.Where.Build reorders: its
 // own, and that of its one AndConditions, which it builds in its place.
 func ownWhere(w clause.Where) clause.Where {

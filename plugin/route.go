@@ -87,7 +87,7 @@ func (p *Plugin) route(db *gorm.DB, o op) {
 		// statement run from it, and GORM's build reorders that list in
 		// place: this statement builds its own.
 		if c, ok := stmt.Clauses["WHERE"]; ok {
-			if w, ok := c.Expression.(clause.Where); ok {
+			if w, ok := c.Expression.(clause.Where); ok && reorders(w) {
 				c.Expression = ownWhere(w)
 				stmt.Clauses["WHERE"] = c
 			}
