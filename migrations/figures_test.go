@@ -95,19 +95,9 @@ func TestMigrationFigures(t *testing.T) {
 		shards = n
 	}
 	ctx := context.Background()
-	catDSN := pgtest.NewDatabase(t, 0)
-	cat, err := catalog.Open(ctx, catDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	servers := []migrations.ServerSpec{{Name: "a", DSN: pgtest.NewDatabase(t, 0)}, {Name: "b", DSN: pgtest.NewDatabase(t, 1)}}
 	files := map[string]string{}
 	version := func(name, sql string) { files[name] = sql }
-	if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: servers, Shards: shards,
-		ShardSQL: versionFiles(t, files)}); err != nil {
-		t.Fatal(err)
-	}
+	cat, servers := provisionTwo(t, shards)
 	const big = 3 // user 3's shard, on server a
 	began := time.Now()
 	seedShard(t, cat, servers[0].DSN, big, rows)

@@ -162,17 +162,7 @@ func (l *load) waitOps(n int64) error {
 // to another shard waits anything like the migration's lock waits.
 func TestAddColumnUnderLoad(t *testing.T) {
 	ctx := context.Background()
-	catDSN := pgtest.NewDatabase(t, 0)
-	cat, err := catalog.Open(ctx, catDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	servers := []migrations.ServerSpec{{Name: "a", DSN: pgtest.NewDatabase(t, 0)}, {Name: "b", DSN: pgtest.NewDatabase(t, 1)}}
-	if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: servers, Shards: loadShards,
-		ShardSQL: versionFiles(t, nil)}); err != nil {
-		t.Fatal(err)
-	}
+	cat, servers := provisionTwo(t, loadShards)
 	db := photoDB(t, cat)
 
 	l := newLoad(db, loadShards)
@@ -190,7 +180,7 @@ func TestAddColumnUnderLoad(t *testing.T) {
 	// with the shards at two versions; then the rerun finishes.
 	width := versionFiles(t, map[string]string{"0002_photos_width.sql": "ALTER TABLE photos ADD COLUMN width integer NOT NULL DEFAULT 0;"})
 	mctx, interrupt := context.WithCancel(ctx)
-	err = migrations.Migrate(mctx, cat, width, migrations.MigrateOptions{Progress: func(p migrations.Progress) {
+	err := migrations.Migrate(mctx, cat, width, migrations.MigrateOptions{Progress: func(p migrations.Progress) {
 		if p.Done >= loadShards/2 {
 			interrupt()
 		}
@@ -291,4 +281,22 @@ func photoDB(t *testing.T, cat *catalog.Catalog) *gorm.DB {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return db
+}
+
+// provisionTwo provisions shards on two servers, one on each test
+// cluster, with testdata/shardsql, and returns their catalog.
+func provisionTwo(t *testing.T, shards int) (*catalog.Catalog, []migrations.ServerSpec) {
+	t.Helper()
+	ctx := context.Background()
+	cat, err := catalog.Open(ctx, pgtest.NewDatabase(t, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	servers := []migrations.ServerSpec{{Name: "a", DSN: pgtest.NewDatabase(t, 0)}, {Name: "b", DSN: pgtest.NewDatabase(t, 1)}}
+	if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: servers, Shards: shards,
+		ShardSQL: versionFiles(t, nil)}); err != nil {
+		t.Fatal(err)
+	}
+	return cat, servers
 }

@@ -198,17 +198,7 @@ func TestServerFrozen(t *testing.T) {
 		dsnOf: dsnOf,
 		cfg:   func(c *Config) { c.StatementTimeout = timeout },
 	})
-	var ua, ub int64
-	for u := int64(1); u <= int64(e.shards); u++ {
-		if err := e.db.Create(&Photo{UserID: u, Caption: "x"}).Error; err != nil {
-			t.Fatal(err)
-		}
-		if e.serverOf(t, e.shardOf(u)) == "a" {
-			ua = u
-		} else {
-			ub = u
-		}
-	}
+	ua, ub := e.photoPerShard(t)
 	signalCluster(t, c.Dir, syscall.SIGSTOP)
 	thawed := false
 	thaw := func() {
@@ -256,4 +246,21 @@ func TestServerFrozen(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // poll until b answers
 	}
+}
+
+// photoPerShard creates a photo in every shard, user u in shard u, and
+// returns a user on server a and one on server b.
+func (e *env) photoPerShard(t *testing.T) (ua, ub int64) {
+	t.Helper()
+	for u := int64(1); u <= int64(e.shards); u++ {
+		if err := e.db.Create(&Photo{UserID: u, Caption: "x"}).Error; err != nil {
+			t.Fatal(err)
+		}
+		if e.serverOf(t, e.shardOf(u)) == "a" {
+			ua = u
+		} else {
+			ub = u
+		}
+	}
+	return ua, ub
 }

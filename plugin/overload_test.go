@@ -157,17 +157,7 @@ func TestSlowStartupIsBackpressure(t *testing.T) {
 			c.SkipWarmUp = true
 		},
 	})
-	var ua, ub int64
-	for u := int64(1); u <= int64(e.shards); u++ {
-		if err := e.db.Create(&Photo{UserID: u, Caption: "x"}).Error; err != nil {
-			t.Fatal(err)
-		}
-		if e.serverOf(t, e.shardOf(u)) == "a" {
-			ua = u
-		} else {
-			ub = u
-		}
-	}
+	ua, ub := e.photoPerShard(t)
 	if ua == 0 || ub == 0 {
 		t.Fatal("want users on both servers")
 	}
