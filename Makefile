@@ -35,10 +35,10 @@ bench: postgres
 
 ## figures: run the benchmarks, figure tests and demo runs behind docs/performance.md's
 ## maintained tables, keep their output in docs/figures/, and rewrite those tables (an hour
-## or more: run it on a quiet machine; `go run ./internal/docscheck/figures -run -only NAME`
+## or more: run it on a quiet machine; `go run ./internal/harness/docscheck/figures -run -only NAME`
 ## takes one figure)
 figures:
-	$(GO) run ./internal/docscheck/figures -run
+	$(GO) run ./internal/harness/docscheck/figures -run
 
 ## fuzz: a short fuzzing run of every fuzz target
 fuzz:
@@ -67,7 +67,7 @@ reliability: postgres
 ## for routers that poll the catalog.
 SCALE_FLAGS ?= -procs 20,100,300 -routers 4 -relays 10 -lease-bits 10
 scale: postgres
-	$(GO) run ./internal/scale/cmd/scale $(SCALE_FLAGS)
+	$(GO) run ./internal/harness/scale/cmd/scale $(SCALE_FLAGS)
 
 ## scale-direct: the deployment the quickstart starts with: every app process connects straight
 ## to the servers and the catalog (no pooler, no relay), one router each polling the catalog,
@@ -75,7 +75,7 @@ scale: postgres
 ## SCALE_DIRECT_FLAGS replaces the flags.
 SCALE_DIRECT_FLAGS ?= -procs 20,100,200 -routers 1 -direct -lease-bits 10 -together
 scale-direct: postgres
-	$(GO) run ./internal/scale/cmd/scale $(SCALE_DIRECT_FLAGS)
+	$(GO) run ./internal/harness/scale/cmd/scale $(SCALE_DIRECT_FLAGS)
 
 ## demo: local clusters, the photo service, load, and a live shard move
 demo: postgres
@@ -90,4 +90,4 @@ generate:
 
 ## postgres: make sure PostgreSQL server binaries are installed
 postgres:
-	@./internal/pglocal/ensure-postgres.sh
+	@./internal/harness/pglocal/ensure-postgres.sh

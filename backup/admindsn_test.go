@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // TestDumpRestoreUseAdminDSN: with the server's app DSN pointing at a port

@@ -15,8 +15,8 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/internal/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/router"
 )
 

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // Child processes: the parent re-runs the test binary with these variables.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // TestLeaseWidthsNeverOverlap: with 2 slot bits (whole slots 1..3) and

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 func TestMain(m *testing.M) {

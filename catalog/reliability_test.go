@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // reliabilityEnv turns on the long reliability tests (`make reliability`).

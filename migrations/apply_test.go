@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 func TestApplyShardCreatesTablesAndNextID(t *testing.T) {

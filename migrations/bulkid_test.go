@@ -14,8 +14,8 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // bulkChildEnv makes the test binary a bulk writer: "catalogDSN serverDSN rounds".

@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // Four clusters: the provisioning target is "2000 shards on 4 servers".

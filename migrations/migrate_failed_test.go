@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // failEnv is a catalog and two servers, each on its own cluster, with

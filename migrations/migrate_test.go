@@ -6,7 +6,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 func TestMigrateAddsVersionAndResumes(t *testing.T) {

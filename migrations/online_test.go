@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // addColumn is testSQL plus version 2: ADD COLUMN … DEFAULT on photos.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // testEnv is a catalog database and one fresh database on each of n clusters.

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/pgorder"
-	"github.com/shardkit/shardkit/internal/pgtest"
 )
 
 // Aggregates, GROUP BY and DISTINCT across shards, each compared with

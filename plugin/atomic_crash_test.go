@@ -16,7 +16,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/resolver"
 	"github.com/shardkit/shardkit/router"
 )

@@ -14,10 +14,10 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/shardkit/shardkit/internal/benchout"
-	"github.com/shardkit/shardkit/internal/pgbouncer"
-	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/benchout"
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 

@@ -16,10 +16,10 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgbouncer"
-	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/internal/procmem"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/procmem"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 

@@ -18,7 +18,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // plainPhotosDDL is the photos table of the plain, unsharded database.

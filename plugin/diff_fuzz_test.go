@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/shardkit/shardkit/internal/pglocal"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // A fuzz worker is a process of its own that starts its own Postgres

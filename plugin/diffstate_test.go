@@ -15,7 +15,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/router"
 )
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // TestServerDSNChangeReopensPools changes a server's DSN in the catalog (a

@@ -13,7 +13,7 @@ import (
 
 // The examples in this file need a database, so they are compiled but not
 // run; db stands for a *gorm.DB with the plugin registered, as in
-// ExampleRegister. docs/ quotes their code, and internal/docscheck checks
+// ExampleRegister. docs/ quotes their code, and internal/harness/docscheck checks
 // that it still does.
 
 // A transaction scoped to one user's shard: every statement in it runs on

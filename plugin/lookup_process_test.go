@@ -21,7 +21,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 

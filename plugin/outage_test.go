@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardkit/shardkit/internal/pglocal"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // TestServerDown stops the cluster of server b and checks what a caller

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // holdProxy is a TCP proxy on loopback in front of a server. While it

@@ -15,8 +15,8 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/plugin/dbresolver"
 
-	"github.com/shardkit/shardkit/internal/pgbouncer"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/shardkit/shardkit/internal/pgbouncer"
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
 )
 
 // preparedOn counts the named statements on the one connection of a

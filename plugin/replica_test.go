@@ -9,7 +9,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/plugin/dbresolver"
 
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )

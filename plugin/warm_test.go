@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // warmTables are the registered tables the warm-up opens.

@@ -15,16 +15,16 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/benchout"
-	"github.com/shardkit/shardkit/internal/pglocal"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/benchout"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/migrations"
 )
 
 // TestMoveFigures measures a move of a large shard with a writer running,
 // and compares the copy with pg_dump -n schema | psql. Not part of the
 // normal run; make figures runs it, and reads the figures it writes through
-// internal/benchout:
+// internal/harness/benchout:
 //
 //	SHARDKIT_MOVE_FIGURES=1000000 go test ./rebalance -run TestMoveFigures -v -timeout 30m
 func TestMoveFigures(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardkit/shardkit/internal/benchout"
+	"github.com/shardkit/shardkit/internal/harness/benchout"
 	"github.com/shardkit/shardkit/router"
 )
 

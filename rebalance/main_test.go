@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/internal/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // The phase gate: a cutover waits for a running copy, a copy waits for a

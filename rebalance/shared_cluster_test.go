@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // TestMovesOfTwoCatalogsOnSharedClusters: two catalogs whose servers are

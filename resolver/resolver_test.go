@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/twophase"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // TestMain gives this package's tests two Postgres clusters. It is the

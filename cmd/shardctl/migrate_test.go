@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // TestMigrateFailedFile: a file whose SQL fails on a shard exits non-zero

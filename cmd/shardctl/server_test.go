@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // TestServerSetDSN registers a server with an app and an admin DSN, shows

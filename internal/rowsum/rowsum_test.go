@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, 1) }

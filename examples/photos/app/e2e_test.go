@@ -18,8 +18,8 @@ import (
 	"github.com/shardkit/shardkit/examples/photos/shardsql"
 	"github.com/shardkit/shardkit/examples/photos/store"
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/pgtest"
-	"github.com/shardkit/shardkit/internal/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/router"
 )
 

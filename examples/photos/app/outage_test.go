@@ -18,8 +18,8 @@ import (
 
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/store"
-	"github.com/shardkit/shardkit/internal/pglocal"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )

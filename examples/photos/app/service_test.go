@@ -17,7 +17,7 @@ import (
 
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )

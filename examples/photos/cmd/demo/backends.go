@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/shardkit/shardkit/internal/procmem"
+	"github.com/shardkit/shardkit/internal/harness/procmem"
 )
 
 // backends is the memory of the shard servers' client backends at one

@@ -1,5 +1,5 @@
 // Command demo is `make demo`: it starts a catalog and three PostgreSQL
-// servers (internal/pglocal), provisions 2000 logical shards, starts the
+// servers (internal/harness/pglocal), provisions 2000 logical shards, starts the
 // photo service, drives it with the load generator, adds a fourth server
 // and moves shards onto it while the load runs, then prints rows per
 // server before and after, request errors and the longest write wait at
@@ -31,7 +31,7 @@ import (
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
 	"github.com/shardkit/shardkit/examples/photos/store"
-	"github.com/shardkit/shardkit/internal/benchout"
+	"github.com/shardkit/shardkit/internal/harness/benchout"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -124,9 +124,9 @@ func servers(ctx context.Context, o options, say func(string, ...any)) (cluster,
 		say("using the servers in $%s: %s", envServers, serverNames(c.servers))
 		return c, nil
 	}
-	say("starting PostgreSQL with internal/pglocal: a catalog and 3 servers (wal_level=logical)")
+	say("starting PostgreSQL with internal/harness/pglocal: a catalog and 3 servers (wal_level=logical)")
 	if o.pooled {
-		say("each server behind a PgBouncer in transaction mode (internal/pgbouncer): the service's statements go through it, provisioning and moves connect directly")
+		say("each server behind a PgBouncer in transaction mode (internal/harness/pgbouncer): the service's statements go through it, provisioning and moves connect directly")
 	}
 	return startLocal(ctx, 3, o.pooled)
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/examples/photos/app"
-	"github.com/shardkit/shardkit/internal/pgbouncer"
-	"github.com/shardkit/shardkit/internal/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/migrations"
 )
 

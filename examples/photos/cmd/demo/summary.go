@@ -8,7 +8,7 @@ import (
 
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
 	"github.com/shardkit/shardkit/examples/photos/store"
-	"github.com/shardkit/shardkit/internal/benchout"
+	"github.com/shardkit/shardkit/internal/harness/benchout"
 	"github.com/shardkit/shardkit/rebalance"
 )
 
@@ -104,7 +104,7 @@ func (s summary) print(w io.Writer) {
 }
 
 // metrics are the summary's figures as docs/performance.md's demo table
-// shows them, for make figures (written through internal/benchout).
+// shows them, for make figures (written through internal/harness/benchout).
 func (s summary) metrics() []benchout.Metric {
 	var longest, shortest time.Duration
 	for i, m := range s.moves {

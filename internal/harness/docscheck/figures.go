@@ -15,7 +15,7 @@ import (
 // the command that measures it, and how its rows are read from the
 // command's output, which is Go's benchmark format (`go test -bench`),
 // stable across Go releases. Tests that take figures without being
-// benchmarks write the same format through internal/benchout.
+// benchmarks write the same format through internal/harness/benchout.
 type Figure struct {
 	Name string // the page's marker: <!-- figures:Name -->
 	// Command is run from the module's root; its output, and the lines

@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/shardkit/shardkit/internal/pglocal"
-	"github.com/shardkit/shardkit/internal/testkit"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // start gives a test a cluster and, in front of it, a PgBouncer with opts.

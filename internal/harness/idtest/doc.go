@@ -2,5 +2,5 @@
 // Postgres but no catalog: compatibility with Instagram's original
 // PL/pgSQL next_id(). It has no code of its own.
 //
-//	go test ./internal/idtest/
+//	go test ./internal/harness/idtest/
 package idtest

@@ -182,7 +182,7 @@ func firstReadRow(label, read string) Row {
 	}}
 }
 
-// Figures of tests and the demo, written through internal/benchout.
+// Figures of tests and the demo, written through internal/harness/benchout.
 func init() {
 	Figures = append(Figures,
 		Figure{

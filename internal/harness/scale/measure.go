@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shardkit/shardkit/internal/procmem"
+	"github.com/shardkit/shardkit/internal/harness/procmem"
 )
 
 // clockTicks is the unit of /proc/PID/stat's CPU times (USER_HZ: 100 on

@@ -1,5 +1,5 @@
 // Command scale runs the scale harness (make scale) at one or more sizes
-// and prints one table per size: go run ./internal/scale/cmd/scale
+// and prints one table per size: go run ./internal/harness/scale/cmd/scale
 // -procs 20,100,300 -routers 4.
 package main
 
@@ -14,7 +14,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/shardkit/shardkit/internal/scale"
+	"github.com/shardkit/shardkit/internal/harness/scale"
 )
 
 func main() {

@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )

@@ -6,7 +6,7 @@
 //		dsn := pgtest.NewDatabase(t, 0) // a fresh database on cluster 0
 //	}
 //
-// Clusters are started by internal/pglocal on first use (so pure unit
+// Clusters are started by internal/harness/pglocal on first use (so pure unit
 // tests and fuzz workers of the same package start none) and removed when
 // the tests end. Each NewDatabase is a new, empty database,
 // dropped at the end of the test, so tests do not see each other's rows.
@@ -27,7 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shardkit/shardkit/internal/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
 )
 
 // DurableEnv, set to 1, starts the clusters with fsync and synchronous

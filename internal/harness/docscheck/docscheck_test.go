@@ -15,7 +15,7 @@ import (
 )
 
 // root is the module's directory, relative to this package.
-const root = "../.."
+const root = "../../.."
 
 // pending lists pages written on other branches: a link to one may dangle
 // until it lands, and is checked like any other once the file exists.
@@ -276,7 +276,7 @@ func TestGoBlocksCompile(t *testing.T) {
 func compile(t *testing.T, src string) (string, error) {
 	t.Helper()
 	tmp := t.TempDir()
-	abs, err := filepath.Abs(filepath.Join(root, "internal", "docscheck", "snippet", "snippet.go"))
+	abs, err := filepath.Abs(filepath.Join(root, "internal", "harness", "docscheck", "snippet", "snippet.go"))
 	if err != nil {
 		return "", err
 	}
@@ -362,7 +362,7 @@ func TestFiguresMatchResults(t *testing.T) {
 			t.Fatal(err)
 		}
 		if have != want {
-			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/docscheck/figures to render the kept results", fig.Name, fig.Results())
+			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/harness/docscheck/figures to render the kept results", fig.Name, fig.Results())
 		}
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shardkit/shardkit/internal/procmem"
+	"github.com/shardkit/shardkit/internal/harness/procmem"
 )
 
 // Result is what one run measured.

@@ -9,7 +9,7 @@
 // Each PgBouncer gets its own temp directory, a free TCP port on
 // 127.0.0.1, pool_mode=transaction unless told otherwise, and an
 // auth_file listing the users it lets in. With no Users, only postgres is
-// listed and auth_type is trust, as internal/pglocal's clusters trust the
+// listed and auth_type is trust, as internal/harness/pglocal's clusters trust the
 // postgres user; with Users, auth_type is md5 and clients must give the
 // listed password (PgBouncer passes it on to the server, which trusts it).
 // When the caller is root, PgBouncer runs as the postgres OS user (it
@@ -32,7 +32,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/shardkit/shardkit/internal/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
 )
 
 // ErrNoPgBouncer reports that no pgbouncer binary was found.

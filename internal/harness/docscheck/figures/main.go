@@ -3,12 +3,12 @@
 // figure's command and keeps its output, Go's benchmark format, as
 // docs/figures/NAME.txt (with the load average at the start as a
 // configuration line), followed by the lines tests and programs wrote to
-// the file SHARDKIT_FIGURES_OUT names (see internal/benchout); then it
+// the file SHARDKIT_FIGURES_OUT names (see internal/harness/benchout); then it
 // rewrites the text between each figure's markers on the page from those
 // files. Figures without a result file are left as they are.
 //
-//	go run ./internal/docscheck/figures -run   # make figures
-//	go run ./internal/docscheck/figures        # render from the kept files only
+//	go run ./internal/harness/docscheck/figures -run   # make figures
+//	go run ./internal/harness/docscheck/figures        # render from the kept files only
 //
 // Run it from the module's root.
 package main
@@ -23,7 +23,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/shardkit/shardkit/internal/docscheck"
+	"github.com/shardkit/shardkit/internal/harness/docscheck"
 )
 
 func main() {
