@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -319,7 +320,7 @@ func TestFigureRender(t *testing.T) {
 			fig = f
 		}
 	}
-	got, err := fig.Render(res)
+	got, err := fig.Render(res, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,11 +358,20 @@ func TestFiguresMatchResults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := fig.Render(res)
+		stale, err := fig.Stale(res, root)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if have != want {
+		want, err := fig.Render(res, stale)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if have != want && stale && !strings.Contains(have, "Not re-taken since") {
+			t.Errorf("figure %s: the code it measures (%s) changed since docs/figures/%s.txt was taken: "+
+				"run make figures on a quiet machine (go run ./internal/harness/docscheck/figures -run -only %s), "+
+				"or go run ./internal/harness/docscheck/figures to mark the table on docs/performance.md as not re-taken",
+				fig.Name, strings.Join(fig.Packages(), " "), fig.Results(), fig.Name)
+		} else if have != want {
 			t.Errorf("figure %s on docs/performance.md differs from docs/figures/%s.txt: run make figures, or go run ./internal/harness/docscheck/figures to render the kept results", fig.Name, fig.Results())
 		}
 	}
@@ -392,7 +402,7 @@ BenchmarkMoveFigures-2	1	7.5 fenced-ms
 		},
 		Notes: []string{"The window took {BenchmarkMoveFigures fenced-ms} ms."},
 	}
-	got, err := fig.Render(res)
+	got, err := fig.Render(res, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -405,7 +415,7 @@ BenchmarkMoveFigures-2	1	7.5 fenced-ms
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 	fig.Rows[0].Cells[0] = "{. no-such-unit}"
-	if _, err := fig.Render(res); err == nil {
+	if _, err := fig.Render(res, false); err == nil {
 		t.Error("a unit the results lack: no error")
 	}
 }
@@ -445,8 +455,69 @@ func TestFiguresRender(t *testing.T) {
 				}
 			}
 		}
-		if _, err := fig.Render(res); err != nil {
+		if _, err := fig.Render(res, false); err != nil {
 			t.Errorf("figure %s: %v", fig.Name, err)
 		}
+	}
+}
+
+// TestStaleFigure: a figure is stale once a non-test Go file of a package its
+// command names changes, not when a test or another package does.
+func TestStaleFigure(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) {
+		t.Helper()
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("plugin/a.go", "package plugin\n")
+	write("plugin/a_test.go", "package plugin\n")
+	write("plugin/sub/b.go", "package sub\n")
+	write("router/r.go", "package router\n")
+	fig := Figure{Name: "f", Command: "go test ./plugin/ -run '^$' -bench .", Measures: []string{"./examples/..."}}
+	write("examples/x/main.go", "package main\n")
+	if got, want := fig.Packages(), []string{"./examples/...", "./plugin"}; !slices.Equal(got, want) {
+		t.Fatalf("Packages() = %v, want %v", got, want)
+	}
+	hash, err := CodeHash(dir, fig.Packages())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := ParseResults(strings.NewReader(CodeLine(hash, fig.Packages()) + "\ngoos: linux\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		file, text string
+		stale      bool
+	}{
+		{"plugin/a_test.go", "package plugin // a test changed\n", false},
+		{"router/r.go", "package router // another package\n", false},
+		{"plugin/sub/b.go", "package sub // a package below, not named\n", false},
+		{"plugin/a.go", "package plugin // the measured code\n", true},
+		{"plugin/a.go", "package plugin\n", false}, // back as it was taken
+		{"examples/x/deep/c.go", "package deep\n", true},
+	} {
+		write(step.file, step.text)
+		stale, err := fig.Stale(res, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stale != step.stale {
+			t.Errorf("after writing %s: Stale = %v, want %v", step.file, stale, step.stale)
+		}
+	}
+	noCode, _ := ParseResults(strings.NewReader("goos: linux\n"))
+	if stale, err := fig.Stale(noCode, dir); err != nil || !stale {
+		t.Errorf("a result file without a code line: Stale = %v, %v; want true", stale, err)
+	}
+	text, err := Figure{Name: "f", Command: "go test ./plugin", Columns: []string{"a"}}.Render(res, true)
+	if err != nil || !strings.Contains(text, "Not re-taken since the code it measures changed** (`./plugin`)") {
+		t.Errorf("a stale figure renders without saying so:\n%s\n%v", text, err)
 	}
 }

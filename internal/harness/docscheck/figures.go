@@ -24,9 +24,13 @@ type Figure struct {
 	Command string
 	// From names another figure whose result file this one reads, for a
 	// second table of one command's output; Command is then empty.
-	From    string
-	Columns []string // column titles; the first is the rows' labels
-	Rows    []Row
+	From string
+	// Measures names packages whose code the figure measures besides the
+	// ones Command names ("./plugin", "./examples/photos/..."): a change to
+	// their non-test Go files makes the figure stale (see Stale).
+	Measures []string
+	Columns  []string // column titles; the first is the rows' labels
+	Rows     []Row
 	// Notes are paragraphs after the table, templates as Row.Cells are.
 	Notes []string
 }
@@ -108,8 +112,9 @@ func ParseResults(r io.Reader) (*Results, error) {
 }
 
 // Render returns the text between a figure's markers: the command, the
-// table, and the machine it ran on.
-func (fig Figure) Render(res *Results) (string, error) {
+// table, the machine it ran on, and, when stale, that the code it measures
+// changed since.
+func (fig Figure) Render(res *Results, stale bool) (string, error) {
 	var b strings.Builder
 	if fig.Command != "" {
 		fmt.Fprintf(&b, "```sh\n%s\n```\n\n", fig.Command)
@@ -149,6 +154,10 @@ func (fig Figure) Render(res *Results) (string, error) {
 		fmt.Fprintf(&b, ", load average %s at the start", l)
 	}
 	b.WriteString(".\n")
+	if stale {
+		fmt.Fprintf(&b, "\n**Not re-taken since the code it measures changed** (%s): read this table as history until `make figures` takes it again on a quiet machine.\n",
+			"`"+strings.Join(fig.Packages(), "`, `")+"`")
+	}
 	for _, note := range fig.Notes {
 		text, _, err := res.fill(note, "")
 		if err != nil {

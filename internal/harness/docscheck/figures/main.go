@@ -5,7 +5,9 @@
 // configuration line), followed by the lines tests and programs wrote to
 // the file SHARDKIT_FIGURES_OUT names (see internal/harness/benchout); then it
 // rewrites the text between each figure's markers on the page from those
-// files. Figures without a result file are left as they are.
+// files. Figures without a result file are left as they are; a figure whose
+// measured code changed since its result file was taken is rendered with a
+// line that says so (see docscheck.Figure.Stale).
 //
 //	go run ./internal/harness/docscheck/figures -run   # make figures
 //	go run ./internal/harness/docscheck/figures        # render from the kept files only
@@ -67,14 +69,22 @@ func figures(run bool, page, dir, only string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %v", file, err)
 		}
-		out, err := fig.Render(res)
+		stale, err := fig.Stale(res, ".")
+		if err != nil {
+			return err
+		}
+		out, err := fig.Render(res, stale)
 		if err != nil {
 			return err
 		}
 		if text, err = docscheck.Replace(text, fig.Name, out); err != nil {
 			return fmt.Errorf("%s: %v", page, err)
 		}
-		fmt.Printf("%s: rewritten from %s\n", fig.Name, file)
+		if stale {
+			fmt.Printf("%s: rewritten from %s, marked stale: the code it measures changed since\n", fig.Name, file)
+		} else {
+			fmt.Printf("%s: rewritten from %s\n", fig.Name, file)
+		}
 	}
 	return os.WriteFile(page, []byte(text), 0o644)
 }
@@ -88,7 +98,13 @@ func measure(fig docscheck.Figure, file string) error {
 	}
 	side.Close()
 	defer os.Remove(side.Name())
+	pkgs := fig.Packages()
+	hash, err := docscheck.CodeHash(".", pkgs)
+	if err != nil {
+		return err
+	}
 	var out bytes.Buffer
+	fmt.Fprintln(&out, docscheck.CodeLine(hash, pkgs))
 	if l, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(l)); len(f) > 0 {
 			fmt.Fprintf(&out, "loadavg: %s\n", f[0])
