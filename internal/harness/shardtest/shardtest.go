@@ -4,7 +4,11 @@
 // Each package keeps a small wrapper for what is its own (models, a
 // plugin, movers).
 //
-//	e := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: 16, ShardSQL: os.DirFS("testdata/shardsql")})
+//	e := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: 16})
+//	ids := e.Generator(t)
+//
+// The shards hold the shared photos schema (package photos) unless a
+// Spec says otherwise.
 //
 // Provisioning is paid once per package and shape: the first test of a
 // shape provisions into template databases, and every test gets its own
@@ -22,7 +26,9 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -35,7 +41,9 @@ type Spec struct {
 	// catalog is on cluster 0.
 	Clusters []int
 	Shards   int
-	ShardSQL fs.FS // the per-shard SQL files
+	// ShardSQL is the per-shard SQL files (nil: photos.SQL, the shared
+	// photos schema).
+	ShardSQL fs.FS
 	// Used provisions the shards onto the first Used servers only, and
 	// registers the others empty (0: all servers).
 	Used int
@@ -66,6 +74,9 @@ func New(t testing.TB, spec Spec) *Env {
 	t.Helper()
 	if spec.Used == 0 {
 		spec.Used = len(spec.Servers)
+	}
+	if spec.ShardSQL == nil {
+		spec.ShardSQL = photos.SQL
 	}
 	clusters := make([]int, len(spec.Servers))
 	for i := range spec.Servers {
@@ -163,6 +174,25 @@ func (e *Env) Router(t testing.TB) *router.Router {
 		t.Fatalf("shardtest: router: %v", err)
 	}
 	return r
+}
+
+// Generator is an ID generator on a slot leased from the environment's
+// catalog, as an application starts one (catalog.StartGenerator); it is
+// stopped, and its slot released, when the test ends.
+func (e *Env) Generator(t testing.TB) *idgen.Generator {
+	t.Helper()
+	return Generator(t, e.Catalog)
+}
+
+// Generator is Env.Generator on any catalog.
+func Generator(t testing.TB, cat *catalog.Catalog) *idgen.Generator {
+	t.Helper()
+	gen, stop, err := catalog.StartGenerator(context.Background(), cat, catalog.LeaserConfig{}, idgen.Config{})
+	if err != nil {
+		t.Fatalf("shardtest: generator: %v", err)
+	}
+	t.Cleanup(stop)
+	return gen
 }
 
 // provision provisions the shards onto the used servers, then registers

@@ -1,1 +1,0 @@
-CREATE INDEX photos_user_id ON photos (user_id, id DESC);

@@ -1,0 +1,100 @@
+// Package photos is the schema shardkit's database tests run on: one
+// embedded per-shard SQL set (photos, likes, follows) and its GORM model.
+// It is a leaf (no shardkit import), so that the tests inside catalog and
+// migrations, which shardtest imports, can use it too.
+//
+//	e := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: 16}) // photos.SQL
+//	sql := photos.With(os.DirFS("testdata/shardsql"))                            // plus a package's own tables
+package photos
+
+import (
+	"crypto/sha256"
+	"embed"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// SQL is the per-shard SQL: 0001_photos.sql and its secondary indexes,
+// 0001_photos.indexes.sql.
+var SQL = With()
+
+// Photo is the photos table as an application's GORM model.
+type Photo struct {
+	ID        int64
+	UserID    int64 `shard:"key"`
+	Caption   string
+	Likes     int
+	Version   int
+	CreatedAt time.Time
+}
+
+// FS is a per-shard SQL set. Its String names its files and a hash of
+// their text, so that equal sets print equal (shardtest keys its
+// templates by it).
+type FS struct {
+	fstest.MapFS
+	key string
+}
+
+// String is part of the fmt.Stringer interface.
+func (f FS) String() string { return f.key }
+
+// With is SQL plus the .sql files of each of extra, a package's own
+// tables. A name that SQL has already is a mistake (a second photos
+// schema), and panics.
+func With(extra ...fs.FS) FS {
+	out := fstest.MapFS{}
+	base, err := fs.Sub(files, "sql")
+	if err != nil {
+		panic(err) // the embedded directory exists
+	}
+	for i, fsys := range append([]fs.FS{base}, extra...) {
+		names, err := fs.Glob(fsys, "*.sql")
+		if err != nil {
+			panic(err)
+		}
+		for _, name := range names {
+			if out[name] != nil {
+				panic(fmt.Sprintf("photos.With: %s is in the shared set already; name a package's own file for what it adds", name))
+			}
+			b, err := fs.ReadFile(fsys, name)
+			if err != nil {
+				panic(fmt.Sprintf("photos.With: extra %d: %v", i, err))
+			}
+			out[name] = &fstest.MapFile{Data: b}
+		}
+	}
+	names := make([]string, 0, len(out))
+	h := sha256.New()
+	for name := range out {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(h, "%s\x00%s\x00", name, out[name].Data)
+	}
+	return FS{MapFS: out, key: fmt.Sprintf("%s@%x", strings.Join(names, ","), h.Sum(nil)[:6])}
+}
+
+// Dir writes the set into a directory of the test's, for a command that
+// takes a directory (shardctl init --sql), and returns its path.
+func (f FS) Dir(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, file := range f.MapFS {
+		if err := os.WriteFile(filepath.Join(dir, name), file.Data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
