@@ -17,6 +17,7 @@ import (
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -24,16 +25,20 @@ func TestMain(m *testing.M) { pgtest.Main(m, 2) }
 
 const testShard = 2
 
-// env is a catalog on cluster 0 with 4 shards on one server (cluster 1).
+// env is a catalog on cluster 0 with 4 shards on one server (cluster 1),
+// holding the shared photos schema and backup's own additions.
 type env struct {
 	cat    *catalog.Catalog
 	server string // the server's DSN
 	layout idgen.Layout
 }
 
+// shardSQL is the shared photos schema and backup's types (testdata/shardsql).
+var shardSQL = photos.With(os.DirFS("testdata/shardsql"))
+
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	se := shardtest.New(t, shardtest.Spec{Servers: []string{"one"}, Clusters: []int{1}, Shards: 4, ShardSQL: os.DirFS("testdata/shardsql")})
+	se := shardtest.New(t, shardtest.Spec{Servers: []string{"one"}, Clusters: []int{1}, Shards: 4, ShardSQL: shardSQL})
 	return &env{cat: se.Catalog, server: se.DSN["one"], layout: idgen.DefaultLayout()}
 }
 
@@ -115,7 +120,7 @@ func (e *env) dump(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Shard != testShard || m.Server != "one" || len(m.Tables) != 2 || len(m.Versions) != 3 {
+	if m.Shard != testShard || m.Server != "one" || len(m.Tables) != 4 || len(m.Versions) != 4 {
 		t.Fatalf("manifest %+v", m)
 	}
 	return buf.Bytes()
@@ -336,7 +341,13 @@ func TestRestoreRollsBack(t *testing.T) {
 	dump := e.dump(t)
 	pgtest.Exec(t, e.server, `INSERT INTO shard_0002.photos (user_id) VALUES (2)`)
 	live := e.contents(t, e.server)
-	bad := retouch(t, dump, func(m *Manifest) { m.Tables[0].Rows++ })
+	bad := retouch(t, dump, func(m *Manifest) {
+		for i := range m.Tables {
+			if m.Tables[i].Name == "photos" {
+				m.Tables[i].Rows++
+			}
+		}
+	})
 	if _, err := Restore(ctx, e.cat, bytes.NewReader(bad), RestoreOptions{Replace: true}); !errors.Is(err, ErrChecksumMismatch) {
 		t.Fatalf("restore of a dump with a wrong row count = %v, want ErrChecksumMismatch", err)
 	}
