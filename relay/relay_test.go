@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
-	"testing/fstest"
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
@@ -23,8 +22,6 @@ func TestMain(m *testing.M) { pgtest.Main(m, 1) }
 
 const testShards = 16
 
-var shardSQL = fstest.MapFS{"0001_items.sql": {Data: []byte("CREATE TABLE items (id bigint PRIMARY KEY DEFAULT next_id(), user_id bigint NOT NULL);\n")}}
-
 // env is a catalog, a relay following it on a Unix socket, and the
 // socket's path.
 type env struct {
@@ -36,7 +33,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	se := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: testShards, ShardSQL: shardSQL})
+	se := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: testShards})
 	e := &env{cat: se.Catalog, sock: filepath.Join(t.TempDir(), "relay.sock")}
 	e.start(t)
 	return e
