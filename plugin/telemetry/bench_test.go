@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/plugin"
 )
 
@@ -39,7 +40,7 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 	const users = 1000
 	ids := make([]int64, users)
 	for i := range ids {
-		p := Photo{UserID: int64(i + 1), Caption: "x"}
+		p := photos.Photo{UserID: int64(i + 1), Caption: "x"}
 		if err := bare.Create(&p).Error; err != nil {
 			b.Fatal(err)
 		}
@@ -49,14 +50,16 @@ func BenchmarkTelemetryOverhead(b *testing.B) {
 		name string
 		fn   func(db *gorm.DB, i int) error
 	}{
-		{"select_by_key", func(db *gorm.DB, i int) error { var p Photo; return db.Where("user_id = ?", i+1).Take(&p).Error }},
-		{"select_by_id", func(db *gorm.DB, i int) error { var p Photo; return db.First(&p, ids[i]).Error }},
-		{"update_by_id", func(db *gorm.DB, i int) error { return db.Model(&Photo{ID: ids[i]}).Update("caption", "u").Error }},
+		{"select_by_key", func(db *gorm.DB, i int) error { var p photos.Photo; return db.Where("user_id = ?", i+1).Take(&p).Error }},
+		{"select_by_id", func(db *gorm.DB, i int) error { var p photos.Photo; return db.First(&p, ids[i]).Error }},
+		{"update_by_id", func(db *gorm.DB, i int) error {
+			return db.Model(&photos.Photo{ID: ids[i]}).Update("caption", "u").Error
+		}},
 		{"insert_one", func(db *gorm.DB, i int) error {
-			return db.Create(&Photo{ID: ids[i], UserID: int64(i + 1), Caption: "one"}).Error
+			return db.Create(&photos.Photo{ID: ids[i], UserID: int64(i + 1), Caption: "one"}).Error
 		}},
 		{"select_all_shards", func(db *gorm.DB, i int) error {
-			var ps []Photo
+			var ps []photos.Photo
 			return db.Where("caption = ?", "x").Find(&ps).Error
 		}},
 	}

@@ -2,9 +2,7 @@ package telemetry
 
 import (
 	"context"
-	"os"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -18,20 +16,12 @@ import (
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, 2) }
-
-// Photo is the test model keyed by user (the plugin's test schema).
-type Photo struct {
-	ID        int64
-	UserID    int64 `shard:"key"`
-	Caption   string
-	Likes     int
-	CreatedAt time.Time
-}
 
 // env is a catalog, shard servers a and b, a router, an ID generator, a
 // gorm.DB with the plugin and the telemetry, a registry holding it, and
@@ -58,9 +48,8 @@ const testShards = 16
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
-	ctx := context.Background()
 	e := &env{shards: testShards}
-	se := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: testShards, ShardSQL: os.DirFS("../testdata/shardsql"),
+	se := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: testShards,
 		DSN: func(server string) string {
 			if server == "b" {
 				return o.dsnB // "" for one on cluster 1
@@ -69,17 +58,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 		}})
 	e.cat = se.Catalog
 	e.r = se.Router(t)
-	l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, stop, err := idgen.Start(ctx, e.r.Snapshot().Layout, l, idgen.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
-	e.gen = gen
-	e.cfg = plugin.Config{Router: e.r, IDs: gen}
+	e.gen = se.Generator(t)
+	e.cfg = plugin.Config{Router: e.r, IDs: e.gen}
 	if o.cfg != nil {
 		o.cfg(&e.cfg)
 	}
@@ -106,7 +86,7 @@ func (e *env) open(t testing.TB, cfg plugin.Config, tel *Telemetry) (*gorm.DB, *
 			_ = sqlDB.Close()
 		}
 	})
-	p := plugin.Register(cfg, &Photo{})
+	p := plugin.Register(cfg, &photos.Photo{})
 	if err := db.Use(p); err != nil {
 		t.Fatal(err)
 	}

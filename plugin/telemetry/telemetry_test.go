@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
@@ -73,21 +74,21 @@ func TestCounters(t *testing.T) {
 		}
 	}
 	for range 3 {
-		if err := e.db.Create(&Photo{UserID: ua, Caption: "x"}).Error; err != nil {
+		if err := e.db.Create(&photos.Photo{UserID: ua, Caption: "x"}).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := e.db.Create(&Photo{UserID: ub, Caption: "y"}).Error; err != nil {
+	if err := e.db.Create(&photos.Photo{UserID: ub, Caption: "y"}).Error; err != nil {
 		t.Fatal(err)
 	}
-	var got []Photo
+	var got []photos.Photo
 	if err := e.db.Where("user_id = ?", ub).Find(&got).Error; err != nil || len(got) != 1 {
 		t.Fatalf("read on b: %d rows, %v", len(got), err)
 	}
 	if err := e.db.Model(&got[0]).Update("caption", "z").Error; err != nil {
 		t.Fatal(err)
 	}
-	var all []Photo
+	var all []photos.Photo
 	if err := e.db.Clauses(plugin.AllShards()).Find(&all).Error; err != nil || len(all) != 4 {
 		t.Fatalf("read across shards: %d rows, %v", len(all), err)
 	}
@@ -163,7 +164,7 @@ func TestIDFallback(t *testing.T) {
 		t.Skip("needs clusters")
 	}
 	e := newEnv(t, envOpts{cfg: func(c *plugin.Config) { c.IDs = nil }})
-	rows := []Photo{{UserID: 1}, {UserID: 2}, {UserID: 3}}
+	rows := []photos.Photo{{UserID: 1}, {UserID: 2}, {UserID: 3}}
 	if err := e.db.Create(&rows).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -203,14 +204,14 @@ func TestSpans(t *testing.T) {
 	}
 	e := newEnv(t, envOpts{})
 	for u := int64(1); u <= int64(e.shards); u++ {
-		if err := e.db.Create(&Photo{UserID: u}).Error; err != nil {
+		if err := e.db.Create(&photos.Photo{UserID: u}).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
 	version := e.r.Snapshot().Version
 
 	ub := e.userOn(t, "b")
-	var p Photo
+	var p photos.Photo
 	if err := e.db.Where("user_id = ?", ub).Take(&p).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestSpans(t *testing.T) {
 		t.Errorf("single-shard span status %v", s.Status())
 	}
 
-	var all []Photo
+	var all []photos.Photo
 	if err := e.db.Clauses(plugin.AllShards()).Find(&all).Error; err != nil {
 		t.Fatal(err)
 	}
@@ -301,25 +302,25 @@ func TestServerDown(t *testing.T) {
 	e := newEnv(t, envOpts{dsnB: pgtest.NewDatabase(t, len(set.Clusters)-1)})
 	ua, ub := e.userOn(t, "a"), e.userOn(t, "b")
 	for _, u := range []int64{ua, ub} {
-		if err := e.db.Create(&Photo{UserID: u}).Error; err != nil {
+		if err := e.db.Create(&photos.Photo{UserID: u}).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := c.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	var p Photo
+	var p photos.Photo
 	if err := e.db.Where("user_id = ?", ub).Take(&p).Error; !errors.Is(err, plugin.ErrServerUnavailable) {
 		t.Fatalf("read on stopped b: %v", err)
 	}
-	if err := e.db.Create(&Photo{UserID: ub}).Error; !errors.Is(err, plugin.ErrServerUnavailable) {
+	if err := e.db.Create(&photos.Photo{UserID: ub}).Error; !errors.Is(err, plugin.ErrServerUnavailable) {
 		t.Fatalf("write on stopped b: %v", err)
 	}
-	var all []Photo
+	var all []photos.Photo
 	if err := e.db.Clauses(plugin.AllShards()).Find(&all).Error; !errors.Is(err, plugin.ErrServerUnavailable) {
 		t.Fatalf("read across shards with b stopped: %v", err)
 	}
-	var pa Photo
+	var pa photos.Photo
 	if err := e.db.Where("user_id = ?", ua).Take(&pa).Error; err != nil {
 		t.Fatalf("read on a: %v", err)
 	}
@@ -346,7 +347,7 @@ func TestServerDown(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		var back Photo
+		var back photos.Photo
 		err := e.db.Where("user_id = ?", ub).Take(&back).Error
 		if err == nil {
 			break
@@ -389,7 +390,7 @@ func TestFenceWait(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // poll: the condition is the router's map
 	}
 	start := time.Now()
-	err := e.db.Create(&Photo{UserID: user}).Error
+	err := e.db.Create(&photos.Photo{UserID: user}).Error
 	took := time.Since(start)
 	if !errors.Is(err, plugin.ErrShardFenced) {
 		t.Fatalf("write on a fenced shard: %v, want ErrShardFenced", err)
