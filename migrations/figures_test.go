@@ -16,6 +16,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/benchout"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -116,7 +117,7 @@ func TestMigrationFigures(t *testing.T) {
 	workers.Go(func() {
 		for i := 0; lctx.Err() == nil; i++ {
 			t0 := time.Now()
-			err := db.WithContext(lctx).Create(&photo{UserID: big, Caption: fmt.Sprintf("big-%d", i)}).Error
+			err := db.WithContext(lctx).Create(&photos.Photo{UserID: big, Caption: fmt.Sprintf("big-%d", i)}).Error
 			if lctx.Err() != nil {
 				return
 			}
@@ -130,7 +131,7 @@ func TestMigrationFigures(t *testing.T) {
 	}
 	migrate := func(mctx context.Context, opts migrations.MigrateOptions) (migrations.Summary, time.Time, time.Time, error) {
 		from := time.Now()
-		sum, err := migrations.MigrateWithSummary(mctx, cat, versionFiles(t, files), opts)
+		sum, err := migrations.MigrateWithSummary(mctx, cat, versionFiles(files), opts)
 		return sum, from, time.Now(), err
 	}
 	write := func(name string, m ...benchout.Metric) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 )
 
 // Four clusters: the provisioning target is "2000 shards on 4 servers".
@@ -19,8 +20,8 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m, 4)
 }
 
-// testSQL is the sample application's per-shard SQL (photos, likes, follows).
-var testSQL = os.DirFS("testdata/shardsql")
+// testSQL is the tests' shared per-shard SQL (photos, likes, follows).
+var testSQL = photos.SQL
 
 // testSQLv2 adds version 2 (comments, photos.width).
-var testSQLv2 = os.DirFS("testdata/shardsql_v2")
+var testSQLv2 = photos.V2

@@ -14,20 +14,12 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 )
 
 // addColumn is testSQL plus version 2: ADD COLUMN … DEFAULT on photos.
-func addColumn() fstest.MapFS {
-	fsys := fstest.MapFS{}
-	vs, _ := ReadVersions(testSQL)
-	for _, v := range vs {
-		fsys[v.Name] = &fstest.MapFile{Data: []byte(v.Tables)}
-		if v.Indexes != "" {
-			fsys[v.fileName(PartIndexes)] = &fstest.MapFile{Data: []byte(v.Indexes)}
-		}
-	}
-	fsys["0002_photos_width.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE photos ADD COLUMN width integer NOT NULL DEFAULT 0;")}
-	return fsys
+func addColumn() photos.FS {
+	return photos.With(fstest.MapFS{"0002_photos_width.sql": {Data: []byte("ALTER TABLE photos ADD COLUMN width integer NOT NULL DEFAULT 0;")}})
 }
 
 // holdTable opens a transaction on dsn that reads table and keeps its lock
@@ -193,15 +185,9 @@ func TestMigrateConcurrentIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgtest.Exec(t, e.servers[0].DSN, `INSERT INTO shard_0002.photos (user_id, caption) VALUES (1, 'same'), (2, 'same')`)
-	files := fstest.MapFS{}
-	for name, f := range addColumn() {
-		if !strings.HasPrefix(name, "0002") {
-			files[name] = f
-		}
-	}
-	files["0002_photos_caption.sql"] = &fstest.MapFile{Data: []byte(NoTransactionMarker + "\n" +
+	files := photos.With(fstest.MapFS{"0002_photos_caption.sql": {Data: []byte(NoTransactionMarker + "\n" +
 		"CREATE UNIQUE INDEX CONCURRENTLY photos_caption ON photos (caption, id);\n" +
-		"CREATE UNIQUE INDEX CONCURRENTLY photos_caption_only ON photos (caption);\n")}
+		"CREATE UNIQUE INDEX CONCURRENTLY photos_caption_only ON photos (caption);\n")}})
 	err := Migrate(ctx, e.cat, files, MigrateOptions{})
 	var se *ShardError
 	if !errors.As(err, &se) || se.Shard != 2 || se.File != "0002_photos_caption.sql" || !errors.Is(err, ErrMigrationFailed) {
@@ -339,9 +325,7 @@ func TestMigrateConcurrentIndexWaits(t *testing.T) {
 	if err := Provision(ctx, e.cat, ProvisionOptions{Servers: e.servers, Shards: 2, ShardSQL: testSQL}); err != nil {
 		t.Fatal(err)
 	}
-	files := addColumn()
-	delete(files, "0002_photos_width.sql")
-	files["0002_photos_caption.sql"] = &fstest.MapFile{Data: []byte(NoTransactionMarker + "\nCREATE INDEX CONCURRENTLY photos_caption ON photos (caption);")}
+	files := photos.With(fstest.MapFS{"0002_photos_caption.sql": {Data: []byte(NoTransactionMarker + "\nCREATE INDEX CONCURRENTLY photos_caption ON photos (caption);")}})
 	// oldSnapshot opens a transaction holding a snapshot, as a long report would.
 	oldSnapshot := func() (int, pgx.Tx) {
 		conn := pgtest.Connect(t, e.servers[0].DSN)

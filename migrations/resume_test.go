@@ -96,7 +96,7 @@ func runChild() {
 	for i, dsn := range parts[1:] {
 		servers = append(servers, ServerSpec{Name: fmt.Sprintf("pg%d", i), DSN: dsn})
 	}
-	err = Provision(ctx, cat, ProvisionOptions{Servers: servers, Shards: 800, ShardSQL: os.DirFS("testdata/shardsql"),
+	err = Provision(ctx, cat, ProvisionOptions{Servers: servers, Shards: 800, ShardSQL: testSQL,
 		Apply: ApplyOptions{BatchSize: 5}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,43 +15,24 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
 
-// photo is testdata/shardsql's photos table as the application's model
-// knows it: version 1's columns, none of those the migrations add.
-type photo struct {
-	ID        int64
-	UserID    int64 `gorm:"column:user_id" shard:"key"`
-	Caption   string
-	CreatedAt time.Time
-}
-
-func (photo) TableName() string { return "photos" }
-
 // loadShards is the shard count of the test: few, so that it stays fast.
 const loadShards = 40
 
-// versionFiles is testdata/shardsql plus the given files.
-func versionFiles(t *testing.T, extra map[string]string) fstest.MapFS {
-	t.Helper()
-	out := fstest.MapFS{}
-	base := os.DirFS("testdata/shardsql")
-	for _, name := range []string{"0001_photos.sql", "0001_photos.indexes.sql"} {
-		b, err := fs.ReadFile(base, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[name] = &fstest.MapFile{Data: b}
-	}
+// versionFiles is the shared photos schema plus the given files.
+func versionFiles(extra map[string]string) photos.FS {
+	fsys := fstest.MapFS{}
 	for name, sql := range extra {
-		out[name] = &fstest.MapFile{Data: []byte(sql)}
+		fsys[name] = &fstest.MapFile{Data: []byte(sql)}
 	}
-	return out
+	return photos.With(fsys)
 }
 
 // load is the application under test: workers that insert, read one
@@ -94,13 +73,13 @@ func (l *load) run(ctx context.Context, worker int) {
 		var err error
 		switch i % 3 {
 		case 0:
-			err = db.Create(&photo{UserID: user, Caption: fmt.Sprintf("w%d-%d", worker, i)}).Error
+			err = db.Create(&photos.Photo{UserID: user, Caption: fmt.Sprintf("w%d-%d", worker, i)}).Error
 		case 1:
-			var feed []photo
+			var feed []photos.Photo
 			err = db.Where("user_id = ?", user).Order("id DESC").Limit(10).Find(&feed).Error
 		default:
 			shard = -1
-			var newest []photo
+			var newest []photos.Photo
 			err = db.Clauses(plugin.AllShards()).Order("id DESC").Limit(20).Find(&newest).Error
 		}
 		took := time.Since(began)
@@ -178,7 +157,7 @@ func TestAddColumnUnderLoad(t *testing.T) {
 
 	// ADD COLUMN … DEFAULT, interrupted half-way; the application runs on
 	// with the shards at two versions; then the rerun finishes.
-	width := versionFiles(t, map[string]string{"0002_photos_width.sql": "ALTER TABLE photos ADD COLUMN width integer NOT NULL DEFAULT 0;"})
+	width := versionFiles(map[string]string{"0002_photos_width.sql": "ALTER TABLE photos ADD COLUMN width integer NOT NULL DEFAULT 0;"})
 	mctx, interrupt := context.WithCancel(ctx)
 	err := migrations.Migrate(mctx, cat, width, migrations.MigrateOptions{Progress: func(p migrations.Progress) {
 		if p.Done >= loadShards/2 {
@@ -218,7 +197,7 @@ func TestAddColumnUnderLoad(t *testing.T) {
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SELECT count(*) FROM shard_%04d.photos", blocked)); err != nil {
 		t.Fatal(err)
 	}
-	height := versionFiles(t, map[string]string{
+	height := versionFiles(map[string]string{
 		"0002_photos_width.sql":  "ALTER TABLE photos ADD COLUMN width integer NOT NULL DEFAULT 0;",
 		"0003_photos_height.sql": "ALTER TABLE photos ADD COLUMN height integer NOT NULL DEFAULT 0;",
 	})
@@ -266,16 +245,12 @@ func photoDB(t *testing.T, cat *catalog.Catalog) *gorm.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gen, stop, err := catalog.StartGenerator(ctx, cat, catalog.LeaserConfig{}, idgen.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	gen := shardtest.Generator(t, cat)
 	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := plugin.Register(plugin.Config{Router: r, IDs: gen}, &photo{})
+	p := plugin.Register(plugin.Config{Router: r, IDs: gen}, &photos.Photo{})
 	if err := db.Use(p); err != nil {
 		t.Fatal(err)
 	}
@@ -284,19 +259,9 @@ func photoDB(t *testing.T, cat *catalog.Catalog) *gorm.DB {
 }
 
 // provisionTwo provisions shards on two servers, one on each test
-// cluster, with testdata/shardsql, and returns their catalog.
+// cluster, with the shared photos schema, and returns their catalog.
 func provisionTwo(t *testing.T, shards int) (*catalog.Catalog, []migrations.ServerSpec) {
 	t.Helper()
-	ctx := context.Background()
-	cat, err := catalog.Open(ctx, pgtest.NewDatabase(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	servers := []migrations.ServerSpec{{Name: "a", DSN: pgtest.NewDatabase(t, 0)}, {Name: "b", DSN: pgtest.NewDatabase(t, 1)}}
-	if err := migrations.Provision(ctx, cat, migrations.ProvisionOptions{Servers: servers, Shards: shards,
-		ShardSQL: versionFiles(t, nil)}); err != nil {
-		t.Fatal(err)
-	}
-	return cat, servers
+	e := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: shards})
+	return e.Catalog, e.Servers
 }

@@ -17,7 +17,7 @@ import (
 func TestDumpRestore(t *testing.T) {
 	catalog := pgtest.NewDatabase(t, 0)
 	srv := pgtest.NewDatabase(t, 1)
-	if code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+srv, "--shards", "4", "--sql", testSQLDir); code != 0 {
+	if code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+srv, "--shards", "4", "--sql", testSQLDir(t)); code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
 	}
 	t.Setenv(CatalogEnv, catalog)

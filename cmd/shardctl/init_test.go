@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 )
 
 // TestMain gives this package's tests two Postgres clusters. It is the
@@ -13,16 +14,18 @@ import (
 // these clusters (pgtest.NewDatabase(t, 0 or 1)).
 func TestMain(m *testing.M) { pgtest.Main(m, 2) }
 
-const (
-	testSQLDir   = "../../migrations/testdata/shardsql"
-	testSQLDirV2 = "../../migrations/testdata/shardsql_v2"
-)
+// testSQLDir is a directory of the test's holding the shared photos schema
+// (version 1), for --sql.
+func testSQLDir(t *testing.T) string { return photos.SQL.Dir(t) }
+
+// testSQLDirV2 is testSQLDir with version 2 (comments, photos.width).
+func testSQLDirV2(t *testing.T) string { return photos.V2.Dir(t) }
 
 func TestInitMigrateStatus(t *testing.T) {
 	catalog := pgtest.NewDatabase(t, 0)
 	a, b := pgtest.NewDatabase(t, 0), pgtest.NewDatabase(t, 1)
 	args := []string{"init", "--catalog", catalog, "--server", "a=" + a, "--server", "b=" + b,
-		"--shards", "20", "--sql", testSQLDir}
+		"--shards", "20", "--sql", testSQLDir(t)}
 	code, out, errOut := shardctl(args...)
 	if code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
@@ -37,11 +40,12 @@ func TestInitMigrateStatus(t *testing.T) {
 
 	// The catalog from the environment from here on.
 	t.Setenv(CatalogEnv, catalog)
-	code, out, errOut = shardctl("migrate", "--sql", testSQLDirV2, "--quiet")
+	v2 := testSQLDirV2(t)
+	code, out, errOut = shardctl("migrate", "--sql", v2, "--quiet")
 	if code != 0 || !strings.Contains(out, "migrated 20 shard schemas") {
 		t.Fatalf("migrate: exit %d, %q %q", code, out, errOut)
 	}
-	code, out, _ = shardctl("migrate", "--sql", testSQLDirV2)
+	code, out, _ = shardctl("migrate", "--sql", v2)
 	if code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("migrate again: exit %d, %q", code, out)
 	}

@@ -62,7 +62,7 @@ func TestMoveDryRun(t *testing.T) {
 	catalog := pgtest.NewDatabase(t, 0)
 	a, b := pgtest.NewDatabase(t, 0), pgtest.NewDatabase(t, 1)
 	if code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+a, "--server", "b="+b,
-		"--shards", "4", "--sql", testSQLDir); code != 0 {
+		"--shards", "4", "--sql", testSQLDir(t)); code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
 	}
 	t.Setenv(CatalogEnv, catalog)

@@ -12,7 +12,7 @@ import (
 func TestStatusAndResolveInDoubt(t *testing.T) {
 	catalog := pgtest.NewDatabase(t, 0)
 	a, b := pgtest.NewDatabase(t, 0), pgtest.NewDatabase(t, 1)
-	code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+a, "--server", "b="+b, "--shards", "4", "--sql", testSQLDir)
+	code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+a, "--server", "b="+b, "--shards", "4", "--sql", testSQLDir(t))
 	if code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
 	}

@@ -21,12 +21,24 @@ import (
 	"time"
 )
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql sql_v2/*.sql
 var files embed.FS
 
 // SQL is the per-shard SQL: 0001_photos.sql and its secondary indexes,
 // 0001_photos.indexes.sql.
 var SQL = With()
+
+// V2 is SQL and a version 2 for the tests of migrate: 0002_comments.sql, a
+// new table and a new column (photos.width).
+var V2 = With(sub("sql_v2"))
+
+func sub(dir string) fs.FS {
+	fsys, err := fs.Sub(files, dir)
+	if err != nil {
+		panic(err) // the embedded directory exists
+	}
+	return fsys
+}
 
 // Photo is the photos table as an application's GORM model.
 type Photo struct {
@@ -54,11 +66,7 @@ func (f FS) String() string { return f.key }
 // schema), and panics.
 func With(extra ...fs.FS) FS {
 	out := fstest.MapFS{}
-	base, err := fs.Sub(files, "sql")
-	if err != nil {
-		panic(err) // the embedded directory exists
-	}
-	for i, fsys := range append([]fs.FS{base}, extra...) {
+	for i, fsys := range append([]fs.FS{sub("sql")}, extra...) {
 		names, err := fs.Glob(fsys, "*.sql")
 		if err != nil {
 			panic(err)

@@ -1,4 +1,4 @@
--- Version 2 for migrate tests: a new table and a new column.
+-- Version 2, for the tests of migrate: a new table and a new column.
 CREATE TABLE comments (
     id         bigint PRIMARY KEY DEFAULT next_id(),
     user_id    bigint NOT NULL,
