@@ -302,6 +302,20 @@ func (ap *aggPlan) combine(g *aggGroup, row []any, kinds []pgorder.Kind) error {
 				n, _ := row[j+1].(int64)
 				g.acc[j+1] = g.acc[j+1].(int64) + n
 			}
+		case aggAnd, aggOr:
+			v, ok := row[j].(bool)
+			if !ok {
+				continue // NULL: no rows of the group had a value
+			}
+			acc, had := g.acc[j].(bool)
+			switch {
+			case !had:
+				g.acc[j] = v
+			case it.fn == aggAnd:
+				g.acc[j] = acc && v
+			default:
+				g.acc[j] = acc || v
+			}
 		case aggMin, aggMax:
 			if row[j] == nil {
 				continue

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -91,17 +92,31 @@ func (ap *aggPlan) parseItems(stmt *gorm.Statement, m *model, text string) error
 		}
 	}
 	for i := range ap.items {
-		it := &ap.items[i]
-		if it.fn == aggNone {
-			continue
+		ap.place(&ap.items[i])
+	}
+	return nil
+}
+
+// place gives an aggregate its partial columns, or, for count(DISTINCT
+// …), its argument's place among the keys each shard groups by.
+func (ap *aggPlan) place(it *aggItem) {
+	switch {
+	case it.fn == aggNone:
+	case it.distinct:
+		ap.grouped = true
+		arg := it.argSQL()
+		it.key = slices.Index(ap.dkeys, arg)
+		if it.key < 0 {
+			it.key = len(ap.dkeys)
+			ap.dkeys = append(ap.dkeys, arg)
 		}
+	default:
 		it.part = ap.nparts
 		ap.nparts++
 		if it.fn == aggAvg {
 			ap.nparts++
 		}
 	}
-	return nil
 }
 
 func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []sqlcond.Token) (aggItem, error) {
@@ -112,7 +127,7 @@ func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []sqlcond.Token) 
 		fn, known := aggNames[t[0].Text]
 		end := sqlcond.Closing(t, 1)
 		if !known {
-			return it, refuseAgg("%s in the select list: across shards only count, sum, min, max and avg of a column (and grouped columns) are merged exactly; compute it from those, or scope the query to one shard", src)
+			return it, refuseAgg("%s in the select list: across shards only count, sum, min, max, avg, bool_and, bool_or and every of a column or an expression, and count(DISTINCT …), are merged exactly (string_agg and array_agg have no order one table would give; other functions have no combine step); compute it from those, or scope the query to one shard", src)
 		}
 		arg := t[2:end]
 		switch {
@@ -121,27 +136,33 @@ func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []sqlcond.Token) 
 			if v, err := strconv.ParseFloat(arg[0].Text, 64); err != nil || v != 1 {
 				return it, refuseAgg("%s across shards: count a column or count(*)", src)
 			}
-		case len(arg) >= 1 && arg[0].Kind == sqlcond.Ident && !arg[0].Quoted && arg[0].Text == "distinct":
-			return it, refuseAgg("%s across shards: a distinct count does not add up from per-shard counts; read the distinct values (Distinct(col).Pluck) and count them, or scope the query to one shard", src)
-		default:
-			col, k := sqlcond.ColumnAt(arg, 0)
-			if col == "" || k != len(arg) {
-				return it, refuseAgg("%s across shards: only an aggregate of a plain column is merged exactly; scope the query to one shard", src)
+		case len(arg) >= 2 && arg[0].Keyword("distinct"):
+			if fn != aggCount {
+				return it, refuseAgg("%s across shards: of the DISTINCT aggregates only count(DISTINCT …) is merged; scope the query to one shard", src)
 			}
-			c, err := ownColumn(stmt, m, arg, col)
+			c, e, err := ap.argument(stmt, m, arg[1:], src)
 			if err != nil {
-				return it, refuseAgg("%s across shards: %s is not a column of %s", src, sqlcond.Text(arg), m.table)
+				return it, err
 			}
-			it.col = c
+			it.col, it.expr, it.distinct = c, e, true
+		default:
+			c, e, err := ap.argument(stmt, m, arg, src)
+			if err != nil {
+				return it, err
+			}
+			it.col, it.expr = c, e
 		}
 		it.fn = fn
 		it.name = t[0].Text
-		it.sig = t[0].Text + "(" + it.col + ")"
+		it.sig = t[0].Text + "(" + it.argSQL() + ")"
+		if it.distinct {
+			it.sig = t[0].Text + "(distinct " + it.argSQL() + ")"
+		}
 		n = end + 1
 	} else {
 		col, k := sqlcond.ColumnAt(t, 0)
 		if col == "" {
-			return it, refuseAgg("%s in the select list cannot be merged across shards: select plain columns and count, sum, min, max or avg of a column", src)
+			return it, refuseAgg("%s in the select list cannot be merged across shards: select plain columns and aggregates (count, sum, min, max, avg, bool_and, bool_or) of a column or expression", src)
 		}
 		c, err := ownColumn(stmt, m, t[:k], col)
 		if err != nil {
@@ -157,9 +178,84 @@ func (ap *aggPlan) parseItem(stmt *gorm.Statement, m *model, t []sqlcond.Token) 
 	case n+1 == len(t) && t[n].Kind == sqlcond.Ident && t[n].Text != "over" && t[n].Text != "filter":
 		it.name = t[n].Text
 	default:
-		return it, refuseAgg("%s in the select list cannot be merged across shards (window functions, FILTER and expressions work per shard); scope the query to one shard", src)
+		return it, refuseAgg("%s in the select list cannot be merged across shards (window functions and FILTER work per shard: a window's rows or a filtered aggregate's parts are not combined); scope the query to one shard", src)
 	}
 	return it, nil
+}
+
+// argument reads an aggregate's argument: a plain column of the model
+// (col), or an expression over the row (expr, its SQL as each shard runs
+// it). An expression is computed per row by each shard, so it may call
+// functions and operators, but not read other rows or tables (no
+// aggregate, window, sub-query or bind variable).
+func (ap *aggPlan) argument(stmt *gorm.Statement, m *model, arg []sqlcond.Token, src string) (col, expr string, err error) {
+	if c, k := sqlcond.ColumnAt(arg, 0); c != "" && k == len(arg) {
+		own, err := ownColumn(stmt, m, arg, c)
+		if err != nil {
+			return "", "", refuseAgg("%s across shards: %s is not a column of %s", src, sqlcond.Text(arg), m.table)
+		}
+		return own, "", nil
+	}
+	for i, t := range arg {
+		switch {
+		case t.Kind == sqlcond.Param:
+			return "", "", refuseAgg("%s across shards: an aggregate's argument with bind variables cannot be merged; scope the query to one shard", src)
+		case t.Keyword("select") || t.Keyword("over") || t.Keyword("filter") || t.Keyword("within"):
+			return "", "", refuseAgg("%s across shards: an aggregate of a sub-query, window or filtered expression cannot be merged; scope the query to one shard", src)
+		case t.Kind == sqlcond.Ident && !t.Quoted && i+1 < len(arg) && arg[i+1].Kind == sqlcond.LParen && (aggNames[t.Text] != 0 || notCombined[t.Text]):
+			return "", "", refuseAgg("%s across shards: an aggregate inside an aggregate cannot be merged; scope the query to one shard", src)
+		case t.Kind == sqlcond.Dot && i == 1 && !m.ownTable(stmt, arg[0].Text):
+			return "", "", refuseAgg("%s across shards: %s is not a column of %s", src, sqlcond.Text(arg), m.table)
+		}
+	}
+	return "", tokensSQL(arg), nil
+}
+
+// notCombined are aggregates with no combine step the plugin runs (or
+// whose result depends on an order the shards' rows do not have).
+var notCombined = map[string]bool{"string_agg": true, "array_agg": true, "json_agg": true, "jsonb_agg": true, "xmlagg": true,
+	"json_object_agg": true, "jsonb_object_agg": true, "percentile_cont": true, "percentile_disc": true, "mode": true,
+	"stddev": true, "stddev_pop": true, "stddev_samp": true, "variance": true, "var_pop": true, "var_samp": true,
+	"corr": true, "covar_pop": true, "covar_samp": true, "regr_slope": true, "bit_and": true, "bit_or": true, "bit_xor": true,
+	"range_agg": true, "range_intersect_agg": true}
+
+// tokensSQL writes tokens back as SQL Postgres reads as the same
+// expression: identifiers quoted as lexed, literals escaped.
+func tokensSQL(t []sqlcond.Token) string {
+	var b strings.Builder
+	var open []string
+	for i, k := range t {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		switch k.Kind {
+		case sqlcond.LParen:
+			b.WriteString(k.Text)
+			open = append(open, map[string]string{"(": ")", "[": "]"}[k.Text])
+		case sqlcond.RParen:
+			if len(open) == 0 {
+				b.WriteByte(')')
+				continue
+			}
+			b.WriteString(open[len(open)-1])
+			open = open[:len(open)-1]
+		case sqlcond.Comma:
+			b.WriteByte(',')
+		case sqlcond.Dot:
+			b.WriteByte('.')
+		case sqlcond.String:
+			b.WriteString("'" + strings.ReplaceAll(k.Text, "'", "''") + "'")
+		case sqlcond.Ident:
+			if k.Quoted {
+				b.WriteString(sqlcond.QuoteIdent(k.Text))
+			} else {
+				b.WriteString(k.Text)
+			}
+		default:
+			b.WriteString(k.Text)
+		}
+	}
+	return b.String()
 }
 
 // parseOrder resolves the ORDER BY terms against the combined rows: an

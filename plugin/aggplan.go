@@ -30,18 +30,35 @@ const (
 	aggMin
 	aggMax
 	aggAvg // sum and count per shard
+	aggAnd // bool_and, every
+	aggOr  // bool_or
 )
 
-var aggNames = map[string]aggFunc{"count": aggCount, "sum": aggSum, "min": aggMin, "max": aggMax, "avg": aggAvg}
+var aggNames = map[string]aggFunc{"count": aggCount, "sum": aggSum, "min": aggMin, "max": aggMax, "avg": aggAvg,
+	"bool_and": aggAnd, "every": aggAnd, "bool_or": aggOr}
 
 // aggItem is one item of the select list.
 type aggItem struct {
-	fn   aggFunc
-	col  string // column; "" for count(*)
-	name string // output column name, as Postgres names it
-	key  int    // aggNone: index of the key column
-	part int    // first partial column (after the keys)
-	sig  string // fn(col), to match an ORDER BY expression
+	fn       aggFunc
+	col      string // column; "" for count(*) or an expression
+	expr     string // the argument, an expression over the row (SQL); "" for a column
+	distinct bool   // count(DISTINCT …): the argument is a hidden key of each shard's groups (dkey)
+	hidden   bool   // read by HAVING only: not an output column
+	name     string // output column name, as Postgres names it
+	key      int    // aggNone: index of the key column; distinct: index of its dkey
+	part     int    // first partial column (after the keys)
+	sig      string // fn(arg), to match an ORDER BY or HAVING expression
+}
+
+// argSQL is the aggregate's argument as each shard computes it.
+func (it aggItem) argSQL() string {
+	switch {
+	case it.expr != "":
+		return it.expr
+	case it.col != "":
+		return sqlcond.QuoteIdent(it.col)
+	}
+	return "*"
 }
 
 // aggOrder is one ORDER BY term of the combined rows.
@@ -58,9 +75,12 @@ type aggPlan struct {
 	textColl string // a text column of the model not in byte order, "" if none
 	items    []aggItem
 	keys     []string // grouping columns (GROUP BY, or the DISTINCT columns)
-	grouped  bool     // GROUP BY, or aggregates: partials are combined per key
-	distinct bool     // SELECT DISTINCT
-	nparts   int      // partial columns after the keys
+	dkeys    []string // arguments of count(DISTINCT …): each shard groups by them too
+	byKeys   bool     // GROUP BY columns: each shard groups by the keys
+	having   []havingPart
+	grouped  bool // GROUP BY, or aggregates: partials are combined per key
+	distinct bool // SELECT DISTINCT
+	nparts   int  // partial columns after the keys
 	order    []aggOrder
 	limit    int // -1: none
 	offset   int
@@ -89,6 +109,7 @@ func planAggregate(stmt *gorm.Statement, m *model, dest reflect.Value) (*aggPlan
 		return nil, true, err
 	}
 	if !grouped && !distinct && !strings.Contains(text, "(") {
+		// no aggregate: rows (fanout's plain reads)
 		return nil, false, nil
 	}
 	if !explicit {
@@ -103,9 +124,6 @@ func planAggregate(stmt *gorm.Statement, m *model, dest reflect.Value) (*aggPlan
 	ap := &aggPlan{distinct: distinct, grouped: grouped, limit: -1}
 	if grouped {
 		g, _ := gc.Expression.(clause.GroupBy)
-		if len(g.Having) > 0 {
-			return nil, true, refuseAgg("HAVING across shards is not supported; filter the grouped rows in Go after the query, or scope the query to one shard")
-		}
 		for _, c := range g.Columns {
 			names := []string{c.Name}
 			if c.Raw {
@@ -119,7 +137,8 @@ func planAggregate(stmt *gorm.Statement, m *model, dest reflect.Value) (*aggPlan
 				ap.addKey(col)
 			}
 		}
-		if len(ap.keys) == 0 {
+		ap.byKeys = len(ap.keys) > 0
+		if !ap.byKeys && len(g.Having) == 0 {
 			return nil, true, refuseAgg("GROUP BY without columns cannot be merged across shards")
 		}
 	}
@@ -128,6 +147,12 @@ func planAggregate(stmt *gorm.Statement, m *model, dest reflect.Value) (*aggPlan
 	}
 	if err := ap.parseOrder(stmt, m); err != nil {
 		return nil, true, err
+	}
+	if grouped {
+		g, _ := gc.Expression.(clause.GroupBy)
+		if err := ap.parseHaving(stmt, m, g.Having); err != nil {
+			return nil, true, err
+		}
 	}
 	if c, ok := stmt.Clauses["LIMIT"]; ok {
 		if l, ok := c.Expression.(clause.Limit); ok {
@@ -162,13 +187,11 @@ func selectText(stmt *gorm.Statement) (text string, distinct, explicit bool, err
 			}
 			return strings.Join(parts, ", "), e.Distinct, len(parts) > 0, nil
 		case clause.Expr:
-			if c := strings.ToLower(strings.Join(strings.Fields(e.SQL), "")); strings.HasPrefix(c, "count(distinct") {
-				return "", false, true, refuseAgg("a distinct count across shards does not add up from per-shard counts; read the distinct values (Distinct(col).Pluck) and count them, or scope the query to one shard")
-			}
-			if len(e.Vars) > 0 {
+			t, ok := columnVars(e)
+			if !ok {
 				return "", false, true, refuseAgg("a select list with bind variables cannot be merged across shards; scope the query to one shard")
 			}
-			t := strings.TrimSpace(e.SQL)
+			t = strings.TrimSpace(t)
 			if len(t) > 9 && strings.EqualFold(t[:9], "distinct ") {
 				return strings.TrimSpace(t[9:]), true, true, nil
 			}
@@ -192,50 +215,62 @@ func selectText(stmt *gorm.Statement) (text string, distinct, explicit bool, err
 	return strings.Join(parts, ", "), stmt.Distinct, true, nil
 }
 
-// partialSQL is the select list each shard runs: the key columns, then
-// each aggregate's partials.
+// partialSQL is the select list each shard runs: the key columns, the
+// arguments of count(DISTINCT …), then each aggregate's partials.
 func (ap *aggPlan) partialSQL() string {
-	var b strings.Builder
-	if ap.distinct && !ap.grouped {
-		b.WriteString("DISTINCT ")
+	var terms []string
+	for _, k := range ap.keys {
+		terms = append(terms, sqlcond.QuoteIdent(k))
 	}
-	for i, k := range ap.keys {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(sqlcond.QuoteIdent(k))
-	}
+	terms = append(terms, ap.dkeys...)
 	for _, it := range ap.items {
-		if it.fn == aggNone {
+		if it.fn == aggNone || it.distinct {
 			continue
 		}
-		if b.Len() > 0 && !strings.HasSuffix(b.String(), "DISTINCT ") {
-			b.WriteString(", ")
-		}
-		arg := "*"
-		if it.col != "" {
-			arg = sqlcond.QuoteIdent(it.col)
-		}
+		arg := it.argSQL()
 		switch it.fn {
 		case aggCount:
-			b.WriteString("count(" + arg + ")")
+			terms = append(terms, "count("+arg+")")
 		case aggSum:
-			b.WriteString("sum(" + arg + ")")
+			terms = append(terms, "sum("+arg+")")
 		case aggMin:
-			b.WriteString("min(" + arg + ")")
+			terms = append(terms, "min("+arg+")")
 		case aggMax:
-			b.WriteString("max(" + arg + ")")
+			terms = append(terms, "max("+arg+")")
 		case aggAvg:
-			b.WriteString("sum(" + arg + "), count(" + arg + ")")
+			terms = append(terms, "sum("+arg+")", "count("+arg+")")
+		case aggAnd:
+			terms = append(terms, "bool_and("+arg+")")
+		case aggOr:
+			terms = append(terms, "bool_or("+arg+")")
 		}
 	}
-	return b.String()
+	out := strings.Join(terms, ", ")
+	if ap.distinct && !ap.grouped {
+		out = "DISTINCT " + out
+	}
+	return out
 }
 
 // shardClauses are the clauses of each shard's statement: the partial
-// select list; no ORDER BY or LIMIT unless pushed down.
+// select list, grouped by the keys and the distinct arguments, without
+// HAVING (applied to the combined groups); no ORDER BY or LIMIT unless
+// pushed down.
 func (ap *aggPlan) shardClauses(base map[string]clause.Clause) map[string]clause.Clause {
 	out := cloneWith(base, "SELECT", clause.Clause{Name: "SELECT", Expression: clause.Expr{SQL: ap.partialSQL()}})
+	delete(out, "GROUP BY")
+	if ap.byKeys || len(ap.dkeys) > 0 {
+		var g clause.GroupBy
+		if ap.byKeys {
+			for _, k := range ap.keys {
+				g.Columns = append(g.Columns, clause.Column{Name: k})
+			}
+		}
+		for _, e := range ap.dkeys {
+			g.Columns = append(g.Columns, clause.Column{Name: e, Raw: true})
+		}
+		out["GROUP BY"] = clause.Clause{Name: "GROUP BY", Expression: g}
+	}
 	if ap.push {
 		c := out["LIMIT"]
 		out["LIMIT"] = clause.Clause{Name: c.Name, Expression: literalLimit(ap.limit + ap.offset), BeforeExpression: c.BeforeExpression, AfterExpression: c.AfterExpression, AfterNameExpression: c.AfterNameExpression}
@@ -244,4 +279,31 @@ func (ap *aggPlan) shardClauses(base map[string]clause.Clause) map[string]clause
 		delete(out, "LIMIT")
 	}
 	return out
+}
+
+// columnVars writes the columns a select expression binds (Count of a
+// Distinct column builds COUNT(DISTINCT(?)) with the column) into its
+// text; ok is false for any other bind variable.
+func columnVars(e clause.Expr) (string, bool) {
+	if len(e.Vars) == 0 {
+		return e.SQL, true
+	}
+	var b strings.Builder
+	v := 0
+	for i := 0; i < len(e.SQL); i++ {
+		if e.SQL[i] != '?' {
+			b.WriteByte(e.SQL[i])
+			continue
+		}
+		if v >= len(e.Vars) {
+			return "", false
+		}
+		c, ok := e.Vars[v].(clause.Column)
+		v++
+		if !ok || c.Raw || c.Alias != "" || c.Table != "" && c.Table != clause.CurrentTable {
+			return "", false
+		}
+		b.WriteString(sqlcond.QuoteIdent(c.Name))
+	}
+	return b.String(), v == len(e.Vars)
 }

@@ -56,6 +56,28 @@ func (p *Plugin) orderInPostgres(ctx context.Context, rp *readPlan, m *pageMerge
 	if err != nil {
 		return reflect.Value{}, err
 	}
+	var order []int
+	err = p.onOneServer(ctx, rp, served, "order the merged rows", func(ctx context.Context, srv *serverDB) error {
+		var err error
+		order, err = orderOn(ctx, srv, text, args, n)
+		return err
+	})
+	if err != nil {
+		return reflect.Value{}, err
+	}
+	out := reflect.MakeSlice(m.rows.Type(), 0, len(order))
+	for _, i := range order {
+		out = reflect.Append(out, m.rows.Index(i))
+	}
+	return out, nil
+}
+
+// onOneServer runs f, a statement that finishes a read's merge, on one
+// server of the read: the first that answered it (served), else the next
+// of the read's servers that can be reached. A server that cannot be
+// reached is reported down and the next is tried; any other error fails
+// the read.
+func (p *Plugin) onOneServer(ctx context.Context, rp *readPlan, served []string, what string, f func(context.Context, *serverDB) error) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -67,37 +89,32 @@ func (p *Plugin) orderInPostgres(ctx context.Context, rp *readPlan, m *pageMerge
 	}
 	var last error
 	for _, server := range servers {
-		order, err := p.orderOn(ctx, rp, server, text, args, n)
+		srv, err := p.pools.get(rp.d.snap, server)
+		if err == nil && srv.downFor(p.cfg.ServerRetry) {
+			err = &ServerError{Server: server, Table: rp.d.m.table, Err: errKnownDown}
+		}
 		if err == nil {
-			out := reflect.MakeSlice(m.rows.Type(), 0, len(order))
-			for _, i := range order {
-				out = reflect.Append(out, m.rows.Index(i))
+			bctx, cancel, _ := p.statementBound(ctx)
+			err = f(bctx, srv)
+			cancel()
+			if err == nil {
+				return nil
 			}
-			return out, nil
 		}
 		if !unavailable(err) {
-			return reflect.Value{}, fmt.Errorf("shardkit: order the merged rows of %s on server %s: %w", rp.d.m.table, server, err)
+			return fmt.Errorf("shardkit: %s of %s on server %s: %w", what, rp.d.m.table, server, err)
 		}
-		if srv, gerr := p.pools.get(rp.d.snap, server); gerr == nil {
+		if srv != nil {
 			srv.report(err, p.cfg.ServerRetry)
 		}
-		last = &ServerError{Server: server, Table: rp.d.m.table, Err: fmt.Errorf("order the merged rows: %w", err)}
+		last = &ServerError{Server: server, Table: rp.d.m.table, Err: fmt.Errorf("%s: %w", what, err)}
 	}
-	return reflect.Value{}, last
+	return last
 }
 
-// orderOn runs the ordering statement on server and returns the rows'
+// orderOn runs the ordering statement on srv and returns the rows'
 // positions (from 0) in order.
-func (p *Plugin) orderOn(ctx context.Context, rp *readPlan, server, text string, args []any, n int) ([]int, error) {
-	srv, err := p.pools.get(rp.d.snap, server)
-	if err != nil {
-		return nil, err
-	}
-	if srv.downFor(p.cfg.ServerRetry) {
-		return nil, &ServerError{Server: server, Table: rp.d.m.table, Err: errKnownDown}
-	}
-	ctx, cancel, _ := p.statementBound(ctx)
-	defer cancel()
+func orderOn(ctx context.Context, srv *serverDB, text string, args []any, n int) ([]int, error) {
 	rows, err := srv.QueryContext(ctx, text, args...)
 	if err != nil {
 		return nil, err

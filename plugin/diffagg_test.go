@@ -31,7 +31,7 @@ type aggSpec struct {
 	Select   string   // Select(...) text; "" with Count or Distinct
 	Distinct []string // Distinct(cols...)
 	Group    string   // Group(...)
-	Having   bool     // Having("count(*) > ?", 1)
+	Having   int      // 1 + index in aggHavings; 0: none
 	Order    string
 	Dest     aggDest
 	Total    bool // ORDER BY orders the rows totally (or there is one row)
@@ -53,9 +53,22 @@ type aggRow struct {
 
 var (
 	aggItems = []string{"count(*)", "count(id)", "sum(likes)", "min(likes)", "max(likes)", "avg(likes)", "min(caption)", "max(caption)",
-		"max(created_at)", "min(created_at)", "sum(user_id)", "avg(user_id)", "count(caption)", "COUNT(1)", "Sum(likes)", "avg(id)", "sum(id)"}
-	aggRefusedItems = []string{"count(distinct user_id)", "sum(likes * 2)", "string_agg(caption, ',')", "count(*) over ()",
-		"max(likes) filter (where likes > 2)", "lower(caption)", "coalesce(sum(likes), 0)", "bool_and(likes > 0)"}
+		"max(created_at)", "min(created_at)", "sum(user_id)", "avg(user_id)", "count(caption)", "COUNT(1)", "Sum(likes)", "avg(id)", "sum(id)",
+		// finished in Postgres or combined from partials of expressions (aggfinal.go)
+		"count(distinct user_id)", "count(DISTINCT caption)", "count(distinct likes % 3)", "sum(likes * 2)", "avg(likes + user_id)",
+		"max(likes - 1)", "min(lower(caption))", "bool_and(likes > 0)", "bool_or(likes > 3)", "every(likes < 5)"}
+	aggRefusedItems = []string{"string_agg(caption, ',')", "count(*) over ()",
+		"max(likes) filter (where likes > 2)", "lower(caption)", "coalesce(sum(likes), 0)", "array_agg(likes)", "sum(distinct likes)"}
+	// aggHavings are HAVING conditions with their one argument: counts,
+	// sums, text in its collation, distinct counts, aggregates not
+	// selected, grouped columns.
+	aggHavings = []struct {
+		cond string
+		arg  any
+	}{
+		{"count(*) > ?", 1}, {"sum(likes) >= ?", 3}, {"min(caption) < ?", "b"}, {"count(distinct likes) > ?", 1},
+		{"max(likes) - min(likes) < ?", 4}, {"avg(likes) > ?", 2.5}, {"count(*) > ? OR max(caption) = 'cat'", 2}, {"not bool_or(likes > ?)", 5},
+	}
 	aggGroups   = [][]string{nil, {"user_id"}, {"caption"}, {"likes"}, {"user_id", "caption"}, {"caption", "likes"}, {"created_at"}, {"likes", "user_id"}}
 	distinctSet = []string{"user_id", "caption", "likes", "created_at"}
 )
@@ -109,9 +122,8 @@ func (g *gen) aggGroup(c *dcase) *aggSpec {
 			outs = append(outs, out{"id", "id"}) // not grouped: Postgres refuses too
 			a.Refused = "ungrouped column"
 		}
-	case 2:
-		a.Having = true
-		a.Refused = "HAVING"
+	case 2, 3:
+		a.Having = 1 + g.pick(len(aggHavings))
 	}
 	g.shuffle(len(outs), func(i, j int) { outs[i], outs[j] = outs[j], outs[i] })
 	exprs := make([]string, len(outs))
@@ -222,8 +234,9 @@ func (a *aggSpec) build(ch *chain) {
 		gr := a.Group
 		ch.do(fmt.Sprintf("Group(%q)", gr), func(q *gorm.DB) *gorm.DB { return q.Group(gr) })
 	}
-	if a.Having {
-		ch.do(`Having("count(*) > ?", 1)`, func(q *gorm.DB) *gorm.DB { return q.Having("count(*) > ?", 1) })
+	if a.Having > 0 {
+		h := aggHavings[a.Having-1]
+		ch.do(fmt.Sprintf("Having(%q, %#v)", h.cond, h.arg), func(q *gorm.DB) *gorm.DB { return q.Having(h.cond, h.arg) })
 	}
 	if a.Order != "" {
 		o := a.Order
@@ -304,6 +317,8 @@ func (a *aggSpec) feature() string {
 		return "refused aggregate shape (" + a.Refused + ")"
 	case len(a.Distinct) > 0:
 		return "DISTINCT columns"
+	case a.Having > 0:
+		return "HAVING"
 	case a.Dest == aggToCount:
 		return "count of groups"
 	case a.Group != "":

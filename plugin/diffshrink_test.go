@@ -45,6 +45,9 @@ func (c dcase) shrinks() []dcase {
 	if c.Limit != 0 {
 		add(func(d *dcase) { d.Limit = 0 })
 	}
+	if c.Agg != nil && c.Agg.Having > 0 {
+		add(func(d *dcase) { d.Agg.Having = 0 })
+	}
 	if c.Agg != nil && c.Agg.Order != "" {
 		add(func(d *dcase) { d.Agg.Order = ""; d.Agg.Total = d.Agg.Group == "" && len(d.Agg.Distinct) == 0 })
 	}

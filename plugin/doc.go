@@ -67,8 +67,13 @@
 // every number, NULLs last ascending and first descending, text in its
 // column's collation: by one server when it is not byte order); counts
 // add up; COUNT, SUM, MIN, MAX,
-// AVG, GROUP BY and DISTINCT are combined exactly, with Postgres's
-// arithmetic and types; RETURNING rows are collected from every shard.
+// AVG, BOOL_AND, BOOL_OR, GROUP BY and DISTINCT, of columns or
+// expressions, are combined exactly, with Postgres's arithmetic and
+// types; where Go cannot combine exactly (HAVING, count(DISTINCT …),
+// sums of double precision, min, max and ORDER BY of text in a
+// linguistic collation) the shards' partial groups are finished by one
+// server of the read in one statement; RETURNING rows are collected
+// from every shard.
 // A read scoped with [Partial] returns what the reachable servers hold
 // and lists the shards it could not read in a [PartialResult].
 //
@@ -91,10 +96,10 @@
 //
 //   - [ErrMissingShardKey]: no shard key, ID or scope.
 //   - [ErrUnroutableSQL]: raw SQL naming a sharded table outside a pinned
-//     transaction; Row, Rows and Scan across shards; a merge that would not
-//     be exact (HAVING, count(DISTINCT …), aggregates of expressions, window
-//     functions, ORDER BY a column not selected); a Table() other than the
-//     model's.
+//     transaction; Row, Rows and Scan across shards; a merge that would
+//     not be exact (string_agg, array_agg and aggregates with no combine step,
+//     window functions, ORDER BY a column not selected); a Table() other
+//     than the model's.
 //   - [ErrShardKeyChange]: an update that would move rows to another shard.
 //   - [ErrIDShardMismatch]: a caller-given ID whose shard bits disagree
 //     with the row's key.
@@ -156,7 +161,9 @@ package plugin
 //     statement per server batch), readrows.go and pagemerge.go (merging
 //     rows); every merge orders values with internal/pgorder.
 //   - Aggregates: aggplan.go, aggparse.go, aggmerge.go (partials combined
-//     and served to GORM's scanning through internal/memrows).
+//     and served to GORM's scanning through internal/memrows), aggfinal.go
+//     (partials finished in Postgres: HAVING, distinct counts, floats,
+//     text in a linguistic collation).
 //   - Lookups: lookup.go, lookupread.go, lookupupdate.go, lookupwrite.go,
 //     lookupclaim.go.
 //   - Connections and transactions: pool.go, connector.go, health.go,

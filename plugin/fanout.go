@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"reflect"
 	"slices"
@@ -214,7 +215,13 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 		ap := rp.agg
 		ap.table = rp.d.m.table
 		ap.textColl = rp.d.m.anyTextCollation(stmt.Context)
-		rows, err := ap.merge(res.parts)
+		var rows *memrows.Rows
+		var err error
+		if cols := firstCols(res.parts); cols != nil && ap.finishReason(ap.kinds(cols)) != "" {
+			rows, err = p.finishInPostgres(stmt.Context, rp, res.parts, res.served)
+		} else {
+			rows, err = ap.merge(res.parts)
+		}
 		if err != nil {
 			fail(db, rp.d.m, -1, err)
 			return
@@ -244,4 +251,15 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 	default:
 		rv.Set(acc)
 	}
+}
+
+// firstCols returns the columns of the first unit that answered, nil if
+// none did.
+func firstCols(parts []partials) []*sql.ColumnType {
+	for _, pt := range parts {
+		if pt.cols != nil {
+			return pt.cols
+		}
+	}
+	return nil
 }
