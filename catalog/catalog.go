@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/sqlversions"
 	"github.com/shardkit/shardkit/router"
 )
@@ -264,3 +265,13 @@ func (c *Catalog) ListenMap(ctx context.Context) (router.Listener, error) {
 }
 
 var _ router.Source = (*Catalog)(nil)
+
+// The move journal and the map changes of moves live in
+// internal/catalogmove, for rebalance, migrations and backup: they reach a
+// Catalog's pool and a Tx's transaction through these, not through
+// exported methods.
+func init() {
+	catalogmove.Register(
+		func(cat any) *pgxpool.Pool { return cat.(*Catalog).pool },
+		func(tx any) pgx.Tx { return tx.(*Tx).tx })
+}

@@ -33,10 +33,11 @@
 // # Who writes what
 //
 // Provisioning (package migrations) writes through [Catalog.Update] and
-// [Tx]; moves (package rebalance) through the journal and shard-map
-// operations ([Catalog.CreateMove], [Catalog.FinishStep],
-// [Catalog.FenceMove], [Catalog.FlipMove], [Catalog.Window], …); backups
-// through [Catalog.ChangeShardState]; a server's two DSNs (application,
-// admin) change through [Tx.SetServerDSN]. Nothing else in shardkit names a
-// catalog table in SQL: a test in this package checks it.
+// [Tx]; a server's two DSNs (application, admin) change through
+// [Tx.SetServerDSN]; tests and repairs by hand place a shard with
+// [Catalog.PlaceShard]. Moves (package rebalance) and restores (package
+// backup) write the move journal, fence leases and the map's states through
+// internal/catalogmove, which shares these tables with this package and is
+// no part of its API. Nothing else in shardkit names a catalog table in
+// SQL: a test in this package checks it.
 package catalog

@@ -2,120 +2,24 @@ package catalog
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/router"
 )
 
-// Errors of shard-map changes. Test with errors.Is.
-var (
-	// ErrNotPlaced reports a shard that is not where (or not in the state)
-	// a change expected it; the message says where it was looked for.
-	ErrNotPlaced = errors.New("the shard is not placed as expected")
-)
-
-// Every change of the map bumps shardkit.config.map_version, whose row lock
-// serialises map changes; the trigger on it notifies routers at commit.
-const (
-	sqlMapBumpReturning = `UPDATE shardkit.config SET map_version = map_version + 1 RETURNING map_version`
-
-	sqlMapFlip = `UPDATE shardkit.shard_map SET server = $3, state = 'active', version = $4, updated_at = now()
-		WHERE shard = $1 AND server IN ($2, $3)`
-
-	// sqlMapStateBump sets the state of shard $1 on server $2 to $3 in a
-	// new map version, in one statement: the configuration row's lock is
-	// held for the statement alone, not across round trips from the
-	// client (a cutover's fence waits on it).
-	sqlMapStateBump = `WITH v AS (UPDATE shardkit.config SET map_version = map_version + 1 RETURNING map_version)
-	UPDATE shardkit.shard_map SET state = $3, fence_until = NULL, version = (SELECT map_version FROM v), updated_at = now()
-	WHERE shard = $1 AND server = $2`
-
-	// sqlMapStateIf sets shard $1 on server $2 from state $3 to state $4.
-	sqlMapStateIf = `UPDATE shardkit.shard_map SET state = $4, fence_until = NULL, version = $5, updated_at = now()
-	WHERE shard = $1 AND server = $2 AND state = $3`
-
-	// sqlMapPlace places shard $1 on server $2 in state $3.
-	sqlMapPlace = `UPDATE shardkit.shard_map SET server = $2, state = $3, fence_until = NULL, version = $4, updated_at = now()
+// sqlMapPlace places shard $1 on server $2 in state $3.
+const sqlMapPlace = `UPDATE shardkit.shard_map SET server = $2, state = $3, fence_until = NULL, version = $4, updated_at = now()
 	WHERE shard = $1`
-
-	// sqlPlacement: where shard $1 is and in which state.
-	sqlPlacement = `SELECT server, state FROM shardkit.shard_map WHERE shard = $1`
-)
-
-// changeMap runs fn in a transaction that bumps the map version, and
-// returns the new version.
-func (c *Catalog) changeMap(ctx context.Context, fn func(tx pgx.Tx, version int64) error) (int64, error) {
-	var v int64
-	err := pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, sqlMapBumpReturning).Scan(&v); err != nil {
-			if isUndefinedTable(err) {
-				return ErrNoCatalog
-			}
-			return err
-		}
-		return fn(tx, v)
-	})
-	return v, err
-}
-
-// SetShardState sets the state of a shard placed on server in a new map
-// version. A shard no longer on server is left alone (the version is
-// bumped all the same).
-func (c *Catalog) SetShardState(ctx context.Context, shard int, server string, st router.ShardState) error {
-	if _, err := c.pool.Exec(ctx, sqlMapStateBump, shard, server, string(st)); err != nil {
-		return fmt.Errorf("set shard %d %s: %w", shard, st, err)
-	}
-	return nil
-}
-
-// FlipShard places the shard, now on from or to, on to, active, in a new
-// map version. Running it again is harmless.
-func (c *Catalog) FlipShard(ctx context.Context, shard int, from, to string) error {
-	_, err := c.changeMap(ctx, func(tx pgx.Tx, v int64) error {
-		tag, err := tx.Exec(ctx, sqlMapFlip, shard, from, to, v)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("%w: shard %d is on neither %s nor %s", ErrNotPlaced, shard, from, to)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("flip shard %d to %s: %w", shard, to, err)
-	}
-	return nil
-}
-
-// ChangeShardState sets the shard, on server in state from, to state to
-// in a new map version, which it returns. A shard not so placed changes
-// nothing and is ErrNotPlaced.
-func (c *Catalog) ChangeShardState(ctx context.Context, shard int, server string, from, to router.ShardState) (int64, error) {
-	v, err := c.changeMap(ctx, func(tx pgx.Tx, v int64) error {
-		tag, err := tx.Exec(ctx, sqlMapStateIf, shard, server, string(from), string(to), v)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() != 1 {
-			return fmt.Errorf("%w: shard %d is not %s on %s", ErrNotPlaced, shard, from, server)
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("shardkit: change shard map: %w", err)
-	}
-	return v, nil
-}
 
 // PlaceShard places a shard on server in state st in a new map version,
 // which it returns, whatever its row said before. It moves no data: it is
 // for tests and for repairs by hand; shard moves go through package
 // rebalance.
 func (c *Catalog) PlaceShard(ctx context.Context, shard int, server string, st router.ShardState) (int64, error) {
-	v, err := c.changeMap(ctx, func(tx pgx.Tx, v int64) error {
+	v, err := catalogmove.ChangeMap(ctx, c.pool, func(tx pgx.Tx, v int64) error {
 		tag, err := tx.Exec(ctx, sqlMapPlace, shard, server, string(st), v)
 		if err != nil {
 			return err
@@ -134,18 +38,5 @@ func (c *Catalog) PlaceShard(ctx context.Context, shard int, server string, st r
 // Placement reads where one shard is, and in which state, from the
 // catalog itself (not a snapshot).
 func (c *Catalog) Placement(ctx context.Context, shard int) (server string, st router.ShardState, err error) {
-	return placement(ctx, c.pool, shard)
-}
-
-func placement(ctx context.Context, q querier, shard int) (string, router.ShardState, error) {
-	var server, state string
-	err := q.QueryRow(ctx, sqlPlacement, shard).Scan(&server, &state)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", "", fmt.Errorf("shardkit: %w: shard %d", router.ErrUnknownShard, shard)
-	}
-	return server, router.ShardState(state), err
-}
-
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	return catalogmove.Placement(ctx, c.pool, shard)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -235,7 +236,7 @@ func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.F
 
 // refuseOpenMoves returns a *MovesError for the journal's unfinished moves.
 func refuseOpenMoves(ctx context.Context, tx *catalog.Tx) error {
-	open, err := tx.OpenMoves(ctx)
+	open, err := catalogmove.OpenMovesIn(ctx, tx)
 	if err != nil || len(open) == 0 {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/catalogmove"
 )
 
 // sqlRatesSample reads, in one statement, the serving side's WAL write
@@ -168,7 +168,7 @@ const gateCalm = 2
 // probe waits at most rateWindow (or CutoverLag, if longer), so that the
 // rates are read that often; the gate gives up after GateTimeout with a
 // *LagGateError.
-func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalog.Window, from *pgxpool.Conn, slot string) error {
+func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Window, from *pgxpool.Conn, slot string) error {
 	begin := time.Now()
 	deadline := begin.Add(mv.cfg.GateTimeout)
 	giveUp := begin.Add(min(mv.cfg.CatchUpTimeout, mv.cfg.GateTimeout))

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -273,7 +274,7 @@ func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, fo
 	if err != nil {
 		return settledHeld, err
 	}
-	cat := mv.cfg.Catalog
+	cat := mv.j.s
 	switch {
 	case b.kind == fenceSealed:
 		if p.removeOnTo {
@@ -335,7 +336,7 @@ type FenceRelease struct {
 // their fence until resumed or rolled back. Safe to run at any time, from
 // any number of processes, alongside live movers.
 func (mv *Mover) ReleaseLapsedFences(ctx context.Context) ([]FenceRelease, error) {
-	ls, err := mv.cfg.Catalog.LapsedFences(ctx)
+	ls, err := mv.j.s.LapsedFences(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -413,12 +414,24 @@ func (mv *Mover) WatchFences(ctx context.Context, interval time.Duration) error 
 }
 
 // Fence is a shard fenced by an online move's cutover, as the catalog
-// records it: Until is when the lease lapses, on the catalog's clock, and
-// Left the time until then (negative: lapsed; the fence watcher ends it).
-type Fence = catalog.Fence
+// records it.
+type Fence struct {
+	Shard  int
+	Server string
+	Until  time.Time     // when the lease lapses, on the catalog's clock
+	Left   time.Duration // until then (negative: lapsed; the fence watcher ends it)
+}
 
-// Fences returns the shards fenced under a lease now: what `shardctl
-// status` shows next to the moves.
+// Fences returns the shards fenced under a lease now, by shard: what
+// `shardctl status` shows next to the moves.
 func Fences(ctx context.Context, cat *catalog.Catalog) ([]Fence, error) {
-	return cat.Fences(ctx)
+	fs, err := catalogmove.Of(cat).Fences(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Fence, len(fs))
+	for i, f := range fs {
+		out[i] = Fence(f)
+	}
+	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/catalogmove"
 )
 
 // Step names a step of a move, as recorded in the journal.
@@ -118,7 +119,7 @@ func (m Move) Open() bool {
 }
 
 // moveOf gives a journal row its types.
-func moveOf(r catalog.MoveRow) (Move, error) {
+func moveOf(r catalogmove.MoveRow) (Move, error) {
 	m := Move{ID: r.ID, Shard: r.Shard, Source: r.Source, Target: r.Target, Mode: Mode(r.Mode), State: State(r.State),
 		Step: Step(r.Step), Doing: Step(r.Doing), Error: r.Error, FinalLSN: r.FinalLSN, TargetLSN: r.TargetLSN,
 		SeqValue: r.SeqValue, FencedFor: fromMs(r.FencedMs), Started: r.Started, Updated: r.Updated, Finished: r.Finished, Tag: r.Tag}
@@ -131,11 +132,11 @@ func moveOf(r catalog.MoveRow) (Move, error) {
 }
 
 // journal reads and writes the move journal, through the catalog.
-type journal struct{ cat *catalog.Catalog }
+type journal struct{ s *catalogmove.Store }
 
 func (j journal) create(ctx context.Context, shard int, source, target string, mode Mode) (Move, error) {
-	r, err := j.cat.CreateMove(ctx, shard, source, target, string(mode))
-	if errors.Is(err, catalog.ErrMoveOpen) {
+	r, err := j.s.CreateMove(ctx, shard, source, target, string(mode))
+	if errors.Is(err, catalogmove.ErrMoveOpen) {
 		return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrMoveInProgress)
 	}
 	if err != nil {
@@ -146,8 +147,8 @@ func (j journal) create(ctx context.Context, shard int, source, target string, m
 
 // open returns the unfinished move of a shard, or ErrNoMove.
 func (j journal) open(ctx context.Context, shard int) (Move, error) {
-	r, err := j.cat.OpenMove(ctx, shard)
-	if errors.Is(err, catalog.ErrNoOpenMove) {
+	r, err := j.s.OpenMove(ctx, shard)
+	if errors.Is(err, catalogmove.ErrNoOpenMove) {
 		return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrNoMove)
 	}
 	if err != nil {
@@ -158,24 +159,24 @@ func (j journal) open(ctx context.Context, shard int) (Move, error) {
 
 // beginStep records s as under way.
 func (j journal) beginStep(ctx context.Context, id int64, s Step) error {
-	return j.cat.BeginStep(ctx, id, string(s))
+	return j.s.BeginStep(ctx, id, string(s))
 }
 
 // endStep records s as the last step finished, none under way.
 func (j journal) endStep(ctx context.Context, id int64, s Step) error {
-	return j.cat.EndStep(ctx, id, string(s))
+	return j.s.EndStep(ctx, id, string(s))
 }
 
 // finishStep records s finished, next under way, and the values m holds
 // (LSNs, sequence value, fenced time), in one round trip.
 func (j journal) finishStep(ctx context.Context, m *Move, s, next Step) error {
-	return j.cat.FinishStep(ctx, m.ID, catalog.StepDone{Step: string(s), Next: string(next),
+	return j.s.FinishStep(ctx, m.ID, catalogmove.StepDone{Step: string(s), Next: string(next),
 		FinalLSN: m.FinalLSN, TargetLSN: m.TargetLSN, SeqValue: m.SeqValue, FencedMs: millis(m.FencedFor)})
 }
 
 // failStep records msg as the error of the step under way.
 func (j journal) failStep(ctx context.Context, id int64, msg string) error {
-	return j.cat.FailStep(ctx, id, msg)
+	return j.s.FailStep(ctx, id, msg)
 }
 
 // recordCutover records the fenced window, its breakdown and (when not
@@ -185,26 +186,26 @@ func (j journal) recordCutover(ctx context.Context, id int64, fenced time.Durati
 	if err != nil {
 		return err
 	}
-	return j.cat.RecordCutover(ctx, id, millis(fenced), b, targetLSN)
+	return j.s.RecordCutover(ctx, id, millis(fenced), b, targetLSN)
 }
 
 // setState sets the move's state.
 func (j journal) setState(ctx context.Context, id int64, st State) error {
-	return j.cat.SetMoveState(ctx, id, string(st))
+	return j.s.SetMoveState(ctx, id, string(st))
 }
 
 // ActiveMoves returns the unfinished moves (running, reversible, rolling
 // back), oldest first: what `shardctl status` shows.
 func ActiveMoves(ctx context.Context, cat *catalog.Catalog) ([]Move, error) {
-	return movesOf(cat.OpenMoves(ctx))
+	return movesOf(catalogmove.Of(cat).OpenMoves(ctx))
 }
 
 // RecentMoves returns the newest n moves, finished or not, newest first.
 func RecentMoves(ctx context.Context, cat *catalog.Catalog, n int) ([]Move, error) {
-	return movesOf(cat.RecentMoves(ctx, n))
+	return movesOf(catalogmove.Of(cat).RecentMoves(ctx, n))
 }
 
-func movesOf(rs []catalog.MoveRow, err error) ([]Move, error) {
+func movesOf(rs []catalogmove.MoveRow, err error) ([]Move, error) {
 	if err != nil {
 		return nil, err
 	}

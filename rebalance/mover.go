@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -175,7 +176,7 @@ func New(cfg Config) (*Mover, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Mover{cfg: cfg, j: journal{cfg.Catalog}, log: log, pools: map[serverDSN]*pgxpool.Pool{},
+	return &Mover{cfg: cfg, j: journal{catalogmove.Of(cfg.Catalog)}, log: log, pools: map[serverDSN]*pgxpool.Pool{},
 		phases: newPhaseGate()}, nil
 }
 

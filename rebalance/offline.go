@@ -25,12 +25,12 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 		fn func(context.Context) error
 	}{
 		{StepMapMoving, func(ctx context.Context) error {
-			return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateMoving)
+			return setMapState(ctx, mv.j.s, m.Shard, m.Source, router.StateMoving)
 		}},
 		{StepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc) }},
 		{StepFenced, func(ctx context.Context) error {
 			fencedAt = time.Now()
-			return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateFenced)
+			return setMapState(ctx, mv.j.s, m.Shard, m.Source, router.StateFenced)
 		}},
 		{StepBarrier, func(ctx context.Context) error {
 			lsn, err := installBarrier(ctx, mc.src, mc.schema)
@@ -64,7 +64,7 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			if err := removeBarrier(ctx, mc.tgt, mc.schema); err != nil {
 				return err
 			}
-			if err := flipMap(ctx, mv.cfg.Catalog, m.Shard, m.Source, m.Target); err != nil {
+			if err := flipMap(ctx, mv.j.s, m.Shard, m.Source, m.Target); err != nil {
 				return err
 			}
 			m.FencedFor = time.Since(fencedAt)

@@ -19,7 +19,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 		fn func(context.Context) error
 	}{
 		{StepMapMoving, func(ctx context.Context) error {
-			return setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateMoving)
+			return setMapState(ctx, mv.j.s, m.Shard, m.Source, router.StateMoving)
 		}},
 		{StepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc) }},
 		{StepPublication, func(ctx context.Context) error { return createPublication(ctx, mc.src, mc.n.fwd, mc.schema) }},

@@ -234,7 +234,7 @@ func checkTarget(snap *router.Snapshot, shard int, target string) (router.Placem
 }
 
 func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report) error {
-	if busy, err := mv.cfg.Catalog.ProvisionRunning(ctx); err != nil {
+	if busy, err := mv.j.s.ProvisionRunning(ctx); err != nil {
 		return err
 	} else if busy {
 		r.fail(CheckNoMigration, "", "", "a migration or provisioning run holds the catalog: wait for it to end, then move", ErrMigrationRunning)

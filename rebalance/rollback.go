@@ -89,7 +89,7 @@ func (mv *Mover) undo(ctx context.Context, mc *moveCtx) error {
 	if err := removeBarrier(ctx, mc.src, mc.schema); err != nil {
 		return err
 	}
-	if err := setMapState(ctx, mv.cfg.Catalog, m.Shard, m.Source, router.StateActive); err != nil {
+	if err := setMapState(ctx, mv.j.s, m.Shard, m.Source, router.StateActive); err != nil {
 		return err
 	}
 	return mv.dropReplication(ctx, mc, false)

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -29,7 +29,7 @@ type window struct {
 	sealSQL   string      // the seal of this attempt's token
 	removeSQL string      // the barrier on to, if p.removeOnTo
 
-	cat      *catalog.Window // held from before the gate to the end: no pool wait inside
+	cat      *catalogmove.Window // held from before the gate to the end: no pool wait inside
 	from, to *pgxpool.Conn
 	releases []func() // of what hold acquired, run in reverse by close
 
@@ -103,7 +103,7 @@ func (w *window) hold(ctx context.Context) error {
 	}
 	w.releases = append(w.releases, release)
 	w.ct.Queue = time.Since(t)
-	if w.cat, err = mv.cfg.Catalog.Window(ctx); err != nil {
+	if w.cat, err = mv.j.s.Window(ctx); err != nil {
 		return mv.stepFailed(ctx, m, p.fenced, err)
 	}
 	w.releases = append(w.releases, w.cat.Release)

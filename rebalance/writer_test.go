@@ -279,7 +279,7 @@ func (w *rawWriter) check(t *testing.T) {
 // move's times, state, last step and positions.
 func (w *rawWriter) logMoves(t *testing.T, shard int) {
 	t.Helper()
-	moves, err := w.e.cat.RecentMoves(context.Background(), 200)
+	moves, err := RecentMoves(context.Background(), w.e.cat, 200)
 	if err != nil {
 		t.Logf("read the moves: %v", err)
 		return

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
@@ -110,14 +111,22 @@ func TestRouterFollowsCatalogThroughRelay(t *testing.T) {
 	r := e.watching(t)
 	sameMap(t, e.cat, r.Snapshot())
 	changes := []func() error{
-		func() error { return e.cat.SetShardState(ctx, 3, placed(t, e.cat, 3), router.StateMoving) },
-		func() error { return e.cat.SetShardState(ctx, 3, placed(t, e.cat, 3), router.StateFenced) },
-		func() error { return e.cat.FlipShard(ctx, 3, placed(t, e.cat, 3), other(placed(t, e.cat, 3))) },
+		func() error {
+			return catalogmove.Of(e.cat).SetShardState(ctx, 3, placed(t, e.cat, 3), router.StateMoving)
+		},
+		func() error {
+			return catalogmove.Of(e.cat).SetShardState(ctx, 3, placed(t, e.cat, 3), router.StateFenced)
+		},
+		func() error {
+			return catalogmove.Of(e.cat).FlipShard(ctx, 3, placed(t, e.cat, 3), other(placed(t, e.cat, 3)))
+		},
 		func() error {
 			_, err := e.cat.PlaceShard(ctx, 7, other(placed(t, e.cat, 7)), router.StateActive)
 			return err
 		},
-		func() error { return e.cat.SetShardState(ctx, 0, placed(t, e.cat, 0), router.StateMoving) },
+		func() error {
+			return catalogmove.Of(e.cat).SetShardState(ctx, 0, placed(t, e.cat, 0), router.StateMoving)
+		},
 	}
 	for i, change := range changes {
 		if err := change(); err != nil {
@@ -198,7 +207,7 @@ func TestListenerWakesOnChange(t *testing.T) {
 		}
 		got <- n.Payload
 	}()
-	if err := e.cat.SetShardState(ctx, 1, placed(t, e.cat, 1), router.StateMoving); err != nil {
+	if err := catalogmove.Of(e.cat).SetShardState(ctx, 1, placed(t, e.cat, 1), router.StateMoving); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -1,4 +1,4 @@
-package catalog
+package catalogmove
 
 import (
 	"context"
@@ -91,7 +91,7 @@ const (
 // CreateMove journals a new move of shard from source to target, running,
 // at step "created". A shard with an unfinished move is ErrMoveOpen; a
 // migration or provisioning run in progress is ErrProvisionRunning.
-func (c *Catalog) CreateMove(ctx context.Context, shard int, source, target, mode string) (MoveRow, error) {
+func (c *Store) CreateMove(ctx context.Context, shard int, source, target, mode string) (MoveRow, error) {
 	m, err := scanMove(c.pool.QueryRow(ctx, sqlInsertMove, shard, source, target, mode))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MoveRow{}, fmt.Errorf("shardkit: shard %d: %w: wait for it to end, then start the move", shard, ErrProvisionRunning)
@@ -107,7 +107,7 @@ func (c *Catalog) CreateMove(ctx context.Context, shard int, source, target, mod
 }
 
 // OpenMove returns the unfinished move of a shard, or ErrNoOpenMove.
-func (c *Catalog) OpenMove(ctx context.Context, shard int) (MoveRow, error) {
+func (c *Store) OpenMove(ctx context.Context, shard int) (MoveRow, error) {
 	m, err := scanMove(c.pool.QueryRow(ctx, sqlOpenMove, shard))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MoveRow{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrNoOpenMove)
@@ -119,17 +119,29 @@ func (c *Catalog) OpenMove(ctx context.Context, shard int) (MoveRow, error) {
 }
 
 // OpenMoves returns the unfinished moves, oldest first.
-func (c *Catalog) OpenMoves(ctx context.Context) ([]MoveRow, error) {
+func (c *Store) OpenMoves(ctx context.Context) ([]MoveRow, error) {
 	return c.queryMoves(ctx, sqlOpenMoves)
 }
 
 // RecentMoves returns the newest n moves, finished or not, newest first.
-func (c *Catalog) RecentMoves(ctx context.Context, n int) ([]MoveRow, error) {
+func (c *Store) RecentMoves(ctx context.Context, n int) ([]MoveRow, error) {
 	return c.queryMoves(ctx, sqlRecentMoves, n)
 }
 
-func (c *Catalog) queryMoves(ctx context.Context, sql string, args ...any) ([]MoveRow, error) {
-	rows, err := c.pool.Query(ctx, sql, args...)
+// OpenMovesIn returns the unfinished moves (running, reversible, rolling
+// back), oldest first, read in tx, a *catalog.Tx. Under Tx.LockProvision no
+// move can be journalled until the transaction ends: CreateMove refuses
+// with ErrProvisionRunning.
+func OpenMovesIn(ctx context.Context, tx any) ([]MoveRow, error) {
+	return queryMoves(ctx, txOfCatalog(tx), sqlOpenMoves)
+}
+
+func (c *Store) queryMoves(ctx context.Context, sql string, args ...any) ([]MoveRow, error) {
+	return queryMoves(ctx, c.pool, sql, args...)
+}
+
+func queryMoves(ctx context.Context, q querier, sql string, args ...any) ([]MoveRow, error) {
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: read move journal: %w", err)
 	}
@@ -140,21 +152,19 @@ func (c *Catalog) queryMoves(ctx context.Context, sql string, args ...any) ([]Mo
 	return ms, nil
 }
 
-func (c *Catalog) journal(ctx context.Context, sql string, args ...any) error {
-	if _, err := c.pool.Exec(ctx, sql, args...); err != nil {
-		return fmt.Errorf("shardkit: journal: %w", err)
-	}
-	return nil
+func (c *Store) journal(ctx context.Context, sql string, args ...any) error {
+	_, err := c.pool.Exec(ctx, sql, args...)
+	return journalErr(err)
 }
 
 // BeginStep records step as under way.
-func (c *Catalog) BeginStep(ctx context.Context, id int64, step string) error {
+func (c *Store) BeginStep(ctx context.Context, id int64, step string) error {
 	return c.journal(ctx, sqlBeginStep, id, step)
 }
 
 // EndStep records step as the last one finished, none under way, and
 // clears the error.
-func (c *Catalog) EndStep(ctx context.Context, id int64, step string) error {
+func (c *Store) EndStep(ctx context.Context, id int64, step string) error {
 	return c.journal(ctx, sqlEndStep, id, step)
 }
 
@@ -168,23 +178,23 @@ type StepDone struct {
 }
 
 // FinishStep records d in one round trip.
-func (c *Catalog) FinishStep(ctx context.Context, id int64, d StepDone) error {
+func (c *Store) FinishStep(ctx context.Context, id int64, d StepDone) error {
 	return c.journal(ctx, sqlStepDone, id, d.Step, d.Next, d.FinalLSN, d.TargetLSN, d.SeqValue, d.FencedMs)
 }
 
 // FailStep records the error of the step under way.
-func (c *Catalog) FailStep(ctx context.Context, id int64, msg string) error {
+func (c *Store) FailStep(ctx context.Context, id int64, msg string) error {
 	return c.journal(ctx, sqlFailStep, id, msg)
 }
 
 // RecordCutover records the fenced window of a cutover, its breakdown
 // (JSON) and, when not "", the target's LSN.
-func (c *Catalog) RecordCutover(ctx context.Context, id int64, fencedMs float64, times []byte, targetLSN string) error {
+func (c *Store) RecordCutover(ctx context.Context, id int64, fencedMs float64, times []byte, targetLSN string) error {
 	return c.journal(ctx, sqlCutoverTimes, id, fencedMs, string(times), targetLSN)
 }
 
 // SetMoveState sets the move's state; completed and rolled_back also
 // record when it finished.
-func (c *Catalog) SetMoveState(ctx context.Context, id int64, state string) error {
+func (c *Store) SetMoveState(ctx context.Context, id int64, state string) error {
 	return c.journal(ctx, sqlSetState, id, state)
 }

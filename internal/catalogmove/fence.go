@@ -1,4 +1,4 @@
-package catalog
+package catalogmove
 
 import (
 	"context"
@@ -118,19 +118,19 @@ func flipMove(ctx context.Context, q rowQuerier, sql string, s FlipStep) (bool, 
 
 // FenceMove makes s in one catalog statement. A shard not on s.Server is
 // ErrNotPlaced.
-func (c *Catalog) FenceMove(ctx context.Context, s FenceStep) error {
+func (c *Store) FenceMove(ctx context.Context, s FenceStep) error {
 	return fenceMove(ctx, c.pool, sqlFenceJournal, s)
 }
 
 // FlipMove makes s in one catalog statement and reports whether the shard
 // was fenced on s.From (false: nothing changed).
-func (c *Catalog) FlipMove(ctx context.Context, s FlipStep) (bool, error) {
+func (c *Store) FlipMove(ctx context.Context, s FlipStep) (bool, error) {
 	return flipMove(ctx, c.pool, sqlFlipJournal, s)
 }
 
 // UnfenceMove makes s in one catalog statement and reports whether the
 // shard was so fenced (false: nothing changed).
-func (c *Catalog) UnfenceMove(ctx context.Context, s UnfenceStep) (bool, error) {
+func (c *Store) UnfenceMove(ctx context.Context, s UnfenceStep) (bool, error) {
 	var id int64
 	err := c.pool.QueryRow(ctx, sqlUnfenceJournal, s.Shard, s.Server, string(s.State), s.MoveID, s.Step, s.Note, s.Until).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -155,7 +155,7 @@ const (
 
 // Window acquires a connection for a cutover's window and prepares its
 // statements. Release it when the window has closed.
-func (c *Catalog) Window(ctx context.Context) (*Window, error) {
+func (c *Store) Window(ctx context.Context) (*Window, error) {
 	conn, err := c.pool.Acquire(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the catalog: %w", err)
@@ -175,19 +175,19 @@ func (w *Window) Release() { w.conn.Release() }
 // Ping is one round trip to the catalog.
 func (w *Window) Ping(ctx context.Context) error { return w.conn.Ping(ctx) }
 
-// FenceMove is Catalog.FenceMove on the window's connection.
+// FenceMove is Store.FenceMove on the window's connection.
 func (w *Window) FenceMove(ctx context.Context, s FenceStep) error {
 	return fenceMove(ctx, w.conn, stmtFenceJournal, s)
 }
 
-// FlipMove is Catalog.FlipMove on the window's connection.
+// FlipMove is Store.FlipMove on the window's connection.
 func (w *Window) FlipMove(ctx context.Context, s FlipStep) (bool, error) {
 	return flipMove(ctx, w.conn, stmtFlipJournal, s)
 }
 
-// Placement is Catalog.Placement on the window's connection.
+// Placement is Store.Placement (catalog's Placement) on the window's connection.
 func (w *Window) Placement(ctx context.Context, shard int) (string, router.ShardState, error) {
-	return placement(ctx, w.conn, shard)
+	return Placement(ctx, w.conn, shard)
 }
 
 // Fence is a shard fenced under a lease, as the catalog records it.
@@ -198,7 +198,7 @@ type Fence struct {
 	Left   time.Duration // until then (negative: lapsed)
 }
 
-func (c *Catalog) fences(ctx context.Context, sql string) ([]Fence, error) {
+func (c *Store) fences(ctx context.Context, sql string) ([]Fence, error) {
 	rows, err := c.pool.Query(ctx, sql)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: read fenced shards: %w", err)
@@ -217,10 +217,10 @@ func (c *Catalog) fences(ctx context.Context, sql string) ([]Fence, error) {
 }
 
 // Fences returns the shards fenced under a lease now, by shard.
-func (c *Catalog) Fences(ctx context.Context) ([]Fence, error) { return c.fences(ctx, sqlFences) }
+func (c *Store) Fences(ctx context.Context) ([]Fence, error) { return c.fences(ctx, sqlFences) }
 
 // LapsedFences returns the shards fenced under a lease that lapsed, on the
 // catalog's clock, by shard.
-func (c *Catalog) LapsedFences(ctx context.Context) ([]Fence, error) {
+func (c *Store) LapsedFences(ctx context.Context) ([]Fence, error) {
 	return c.fences(ctx, sqlLapsedFences)
 }
