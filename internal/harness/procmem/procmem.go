@@ -44,11 +44,18 @@ func parseRssAnon(status string) (float64, bool) {
 type Backends struct {
 	Count          int     // client backends whose memory was read
 	TotalMB, MaxMB float64 // their private memory in all, and the largest's
+	// MaxQuery is the start of the largest backend's current or last
+	// statement: whose backend it is (the service's pool, a mover's copy).
+	MaxQuery string
 }
 
 // Add counts o's backends with b's.
 func (b Backends) Add(o Backends) Backends {
-	return Backends{Count: b.Count + o.Count, TotalMB: b.TotalMB + o.TotalMB, MaxMB: max(b.MaxMB, o.MaxMB)}
+	sum := Backends{Count: b.Count + o.Count, TotalMB: b.TotalMB + o.TotalMB, MaxMB: b.MaxMB, MaxQuery: b.MaxQuery}
+	if o.MaxMB > b.MaxMB {
+		sum.MaxMB, sum.MaxQuery = o.MaxMB, o.MaxQuery
+	}
+	return sum
 }
 
 // ReadBackends reads the client backends of the server dsn reaches (the
@@ -61,20 +68,27 @@ func ReadBackends(ctx context.Context, dsn string) (Backends, error) {
 		return Backends{}, err
 	}
 	defer conn.Close(ctx)
-	rows, err := conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
+	rows, err := conn.Query(ctx, `SELECT pid, left(regexp_replace(coalesce(query, ''), '\s+', ' ', 'g'), 60) FROM pg_stat_activity
+		WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()`)
 	if err != nil {
 		return Backends{}, err
 	}
-	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	type backend struct {
+		PID   int
+		Query string
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[backend])
 	if err != nil {
 		return Backends{}, err
 	}
 	var b Backends
-	for _, pid := range pids {
-		if mb, ok := RssAnonMB(pid); ok {
+	for _, be := range all {
+		if mb, ok := RssAnonMB(be.PID); ok {
 			b.Count++
 			b.TotalMB += mb
-			b.MaxMB = max(b.MaxMB, mb)
+			if mb > b.MaxMB {
+				b.MaxMB, b.MaxQuery = mb, be.Query
+			}
 		}
 	}
 	return b, nil

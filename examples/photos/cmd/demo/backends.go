@@ -17,6 +17,7 @@ type backends struct {
 	maxMB     float64 // the largest backend's private memory
 	totalMB   float64
 	maxServer string // the server of the largest backend
+	maxQuery  string // the start of its current or last statement
 }
 
 // readBackends reads the client backends of each server (name → a DSN that
@@ -31,7 +32,7 @@ func readBackends(ctx context.Context, servers map[string]string) (backends, err
 		b.count += sb.Count
 		b.totalMB += sb.TotalMB
 		if sb.MaxMB > b.maxMB {
-			b.maxMB, b.maxServer = sb.MaxMB, name
+			b.maxMB, b.maxServer, b.maxQuery = sb.MaxMB, name, sb.MaxQuery
 		}
 	}
 	return b, nil
@@ -41,8 +42,8 @@ func (b backends) String() string {
 	if b.count == 0 {
 		return "server backends not on this machine"
 	}
-	return fmt.Sprintf("%d server backends, private memory %.0f MB in all, the largest %.1f MB (%s)",
-		b.count, b.totalMB, b.maxMB, b.maxServer)
+	return fmt.Sprintf("%d server backends, private memory %.0f MB in all, the largest %.1f MB (%s, last ran %q)",
+		b.count, b.totalMB, b.maxMB, b.maxServer, b.maxQuery)
 }
 
 // backendLimitMB is the most private memory a server backend may hold at

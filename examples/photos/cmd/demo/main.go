@@ -172,7 +172,7 @@ func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg a
 	defer stopLoad()
 	loadDone := make(chan loadgen.Result, 1)
 	go func() { loadDone <- runner.Run(loadCtx) }()
-	go sayResources(loadCtx, start, say)
+	go sayResources(loadCtx, start, a, say)
 	say("load: running (uploads, likes, follows, feed reads) with %d workers", o.workers)
 	if err := sleep(ctx, o.warmup); err != nil {
 		return summary{}, err
@@ -218,7 +218,10 @@ func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg a
 }
 
 // sayResources reports the process's resources every minute until ctx ends.
-func sayResources(ctx context.Context, start time.Time, say func(string, ...any)) {
+// and the servers' backends beside them: a backend's caches grow as it
+// touches more shard tables and prepares more reads, up to their bounds, and
+// a soak shows whether they level off.
+func sayResources(ctx context.Context, start time.Time, a *app.App, say func(string, ...any)) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
@@ -226,7 +229,7 @@ func sayResources(ctx context.Context, start time.Time, say func(string, ...any)
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			say("under load: %s", readResources(start))
+			say("under load: %s; %s", readResources(start), serverBackends(ctx, a))
 		}
 	}
 }
