@@ -3,7 +3,7 @@ package plugin
 import (
 	"context"
 	"fmt"
-	"os"
+	"io/fs"
 	"slices"
 	"strings"
 	"testing"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -81,7 +82,7 @@ func newDiffEnvWith(t testing.TB, adjust func(*envOpts)) *diffEnv {
 
 	// The plain side: the same table, IDs given by the sharded side.
 	d.plainDSN = pgtest.NewDatabase(t, 0)
-	ddl, err := os.ReadFile("testdata/shardsql/0001_photos.sql")
+	ddl, err := fs.ReadFile(photos.SQL, "0001_photos.sql")
 	if err != nil {
 		t.Fatal(err)
 	}

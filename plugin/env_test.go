@@ -20,12 +20,19 @@ import (
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/router"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m, 2) }
 
-// Photo is the test model keyed by user.
+// testSQL is the shared photos schema, the lookup tests' members, and the
+// plugin's own models' tables (testdata/shardsql: albums, accounts).
+var testSQL = photos.With(photos.Members, os.DirFS("testdata/shardsql"))
+
+// Photo is the shared photos table (photos.Photo) as the plugin's tests
+// need it: a hook that takes the shard key from the caption, and its likes
+// as an association, neither of which a shared model can carry.
 type Photo struct {
 	ID        int64
 	UserID    int64 `shard:"key"`
@@ -130,7 +137,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 	// Server i is on cluster i%2. The plugin goes through a pooler when
 	// appDSN gives one (the server's DSN); provisioning connects directly
 	// (its admin DSN).
-	se := shardtest.New(t, shardtest.Spec{Servers: e.servers, Shards: o.shards, ShardSQL: os.DirFS("testdata/shardsql"),
+	se := shardtest.New(t, shardtest.Spec{Servers: e.servers, Shards: o.shards, ShardSQL: testSQL,
 		DSN: o.dsnOf, AppDSN: o.appDSN})
 	e.catDSN, e.cat, e.dsn = se.CatalogDSN, se.Catalog, se.DSN
 	var err error
@@ -142,16 +149,8 @@ func newEnv(t testing.TB, o envOpts) *env {
 	}
 	cfg := Config{Router: e.r}
 	if !o.noIDs {
-		l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		gen, stop, err := idgen.Start(ctx, e.r.Snapshot().Layout, l, idgen.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(stop)
-		e.gen, cfg.IDs = gen, gen
+		e.gen = se.Generator(t)
+		cfg.IDs = e.gen
 	}
 	if o.cfg != nil {
 		o.cfg(&cfg)

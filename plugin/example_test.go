@@ -15,7 +15,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
@@ -94,23 +94,10 @@ func ExampleRegister() {
 
 func TestQuickstartRuns(t *testing.T) {
 	ctx := context.Background()
-	catalogDSN := pgtest.NewDatabase(t, 0)
-	cat, err := catalog.Open(ctx, catalogDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cat.Close()
-	err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{
-		Servers:  []migrations.ServerSpec{{Name: "a", DSN: pgtest.NewDatabase(t, 0)}, {Name: "b", DSN: pgtest.NewDatabase(t, 1)}},
-		Shards:   64,
-		ShardSQL: os.DirFS("testdata/shardsql"),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: 64})
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if err := run(cctx, catalogDSN, pgtest.NewDatabase(t, 1)); err != nil {
+	if err := run(cctx, e.CatalogDSN, pgtest.NewDatabase(t, 1)); err != nil {
 		t.Fatal(err)
 	}
 }

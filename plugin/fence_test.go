@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -172,7 +171,7 @@ func (e *env) moveByHand(t *testing.T, shard int, tables ...string) (from, to st
 	if err := migrations.DropShard(ctx, dst, shard); err != nil {
 		t.Fatal(err)
 	}
-	if err := migrations.ApplyShard(ctx, dst, e.r.Snapshot().Layout, shard, os.DirFS("testdata/shardsql"), migrations.ApplyOptions{}); err != nil {
+	if err := migrations.ApplyShard(ctx, dst, e.r.Snapshot().Layout, shard, testSQL, migrations.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	src := pgtest.Connect(t, e.dsn[from])

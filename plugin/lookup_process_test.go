@@ -20,7 +20,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/router"
 )
@@ -123,15 +123,7 @@ func TestLookupChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := catalog.NewLeaser(ctx, cat, catalog.LeaserConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, stop, err := idgen.Start(ctx, r.Snapshot().Layout, l, idgen.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
+	gen := shardtest.Generator(t, cat)
 	def, err := sql.Open("pgx", catDSN) // the default connection: nothing sharded reaches it
 	if err != nil {
 		t.Fatal(err)

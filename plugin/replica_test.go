@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"os"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -28,7 +27,7 @@ func TestReadsGoToReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, shard := range snap.ShardsOn("a") {
-			if err := migrations.ApplyShard(ctx, conn, snap.Layout, shard, os.DirFS("testdata/shardsql"), migrations.ApplyOptions{}); err != nil {
+			if err := migrations.ApplyShard(ctx, conn, snap.Layout, shard, testSQL, migrations.ApplyOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -18,7 +19,7 @@ func TestLookupCheckAndRepair(t *testing.T) {
 	catalog := pgtest.NewDatabase(t, 0)
 	srv := pgtest.NewDatabase(t, 1)
 	const shards = 4
-	if code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+srv, "--shards", "4", "--sql", "../../plugin/testdata/shardsql"); code != 0 {
+	if code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+srv, "--shards", "4", "--sql", photos.With(photos.Members).Dir(t)); code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
 	}
 	t.Setenv(CatalogEnv, catalog)

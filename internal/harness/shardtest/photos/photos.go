@@ -21,7 +21,7 @@ import (
 	"time"
 )
 
-//go:embed sql/*.sql sql_v2/*.sql
+//go:embed sql/*.sql sql_v2/*.sql sql_members/*.sql
 var files embed.FS
 
 // SQL is the per-shard SQL: 0001_photos.sql and its secondary indexes,
@@ -31,6 +31,11 @@ var SQL = With()
 // V2 is SQL and a version 2 for the tests of migrate: 0002_comments.sql, a
 // new table and a new column (photos.width).
 var V2 = With(sub("sql_v2"))
+
+// Members is 0004_members.sql alone, for With: members keyed by their own
+// ID with lookup columns, and handles keyed by a user with one, each with
+// its lookup tables (the plugin's lookup tests and shardctl lookup's).
+var Members = sub("sql_members")
 
 func sub(dir string) fs.FS {
 	fsys, err := fs.Sub(files, dir)
