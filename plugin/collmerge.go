@@ -142,7 +142,16 @@ func orderStatement(rp *readPlan, m *pageMerger) (string, []any, error) {
 	var cols, order []string
 	args := make([]any, 0, len(rp.keys)+1)
 	for j, k := range rp.keys {
-		vals, typ, err := keyArray(m.rows, k, n)
+		var vals any
+		var typ string
+		var err error
+		if k.hidden {
+			if vals, typ, err = columnArray(rp.hiddenTypes[j], m.raw, j); err != nil {
+				err = fmt.Errorf("%w: ORDER BY %s across shards: values of type %s cannot be ordered in Postgres: %v", ErrUnroutableSQL, k.name, rp.hiddenTypes[j], err)
+			}
+		} else {
+			vals, typ, err = keyArray(m.rows, k, n)
+		}
 		if err != nil {
 			return "", nil, err
 		}

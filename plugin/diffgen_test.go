@@ -182,8 +182,9 @@ type seedData struct {
 var (
 	captions = []string{"sunset", "cat", "a", "b", "dog", "Cat", "B", "éclair"} // linguistic collations order them apart from bytes
 	likeVals = []int{0, 1, 2, 3, 5, 8}
-	orders   = []string{"", "id", "id desc", "likes desc, id", "likes", "caption, id desc", "created_at desc, id", "user_id + 0, id", "likes desc"}
-	selects  = [][]string{nil, {"id", "user_id"}, {"id", "user_id", "likes"}, {"id", "caption", "likes"}, {"user_id", "likes"}}
+	orders   = []string{"", "id", "id desc", "likes desc, id", "likes", "caption, id desc", "created_at desc, id", "user_id + 0, id", "likes desc",
+		"likes % 3 desc, created_at, id", "lower(caption) desc, id"} // expressions and columns not selected: hidden ORDER BY values
+	selects = [][]string{nil, {"id", "user_id"}, {"id", "user_id", "likes"}, {"id", "caption", "likes"}, {"user_id", "likes"}}
 )
 
 type gen struct {

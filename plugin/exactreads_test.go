@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -128,8 +129,60 @@ var exactReads = []exactRead{
 	})},
 }
 
+// photosOut reads photos into []Photo, canonical.
+func photosOut(q func(db *gorm.DB) *gorm.DB) func(db *gorm.DB) (any, error) {
+	return func(db *gorm.DB) (any, error) {
+		var rows []Photo
+		err := q(db).Find(&rows).Error
+		return strings.Join(photoRows(rows), "\n"), err
+	}
+}
+
+// orderedReads order rows by what they do not carry: columns not
+// selected or not in the destination, expressions, text into maps.
+var orderedReads = []exactRead{
+	{"into a smaller struct, ordered by a column it lacks", func(db *gorm.DB) (any, error) {
+		var rows []photoKey
+		err := photosAll(db).Order("likes desc, id").Limit(9).Offset(2).Find(&rows).Error
+		return fmtAll(rows, "%+v"), err
+	}},
+	{"a column not selected", photosOut(func(db *gorm.DB) *gorm.DB {
+		return photosAll(db).Select("id", "user_id").Order("caption, id").Limit(7)
+	})},
+	{"a column not selected, descending, every row", photosOut(func(db *gorm.DB) *gorm.DB {
+		return photosAll(db).Select("id", "likes").Order("caption desc").Order("id")
+	})},
+	{"an expression", photosOut(func(db *gorm.DB) *gorm.DB {
+		return photosAll(db).Order("user_id % 7 desc, likes * -1, id").Limit(5).Offset(2)
+	})},
+	{"plucked, ordered by another column", func(db *gorm.DB) (any, error) {
+		var ids []int64
+		err := photosAll(db).Order("likes, id desc").Limit(12).Pluck("id", &ids)
+		return ids, err.Error
+	}},
+	{"maps ordered by text and an expression", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := photosAll(db).Select("id, caption").Order("caption desc, likes % 3, id").Limit(10).Find(&rows).Error
+		out := make([]string, len(rows))
+		for i, r := range rows {
+			out[i] = typedRow(r)
+		}
+		return out, err
+	}},
+	{"First with its primary key not selected", func(db *gorm.DB) (any, error) {
+		var p Photo
+		err := photosAll(db).Select("caption", "likes").Where("likes > ?", 2).First(&p).Error
+		return photoRows([]Photo{p}), err
+	}},
+	{"doubles with NaN, ±Infinity and NULL by an expression", func(db *gorm.DB) (any, error) {
+		var ids []int64
+		err := pinsAll(db).Order("score * 2 desc, id").Limit(15).Pluck("id", &ids)
+		return ids, err.Error
+	}},
+}
+
 func runExactReads(t *testing.T, d *diffEnv) {
-	for _, c := range exactReads {
+	for _, c := range append(slices.Clone(exactReads), orderedReads...) {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := c.run(d.e.db)
 			if err != nil {
@@ -188,6 +241,14 @@ func TestExactReadRefusals(t *testing.T) {
 		{"having a sub-query", "sub-queries", func(db *gorm.DB) error {
 			var rows []map[string]any
 			return photosAll(db).Select("user_id").Group("user_id").Having("count(*) > (select 1)").Find(&rows).Error
+		}},
+		{"order by collated text computed by an expression", "expression", func(db *gorm.DB) error {
+			var rows []Photo
+			return photosAll(db).Order("lower(caption), id").Limit(3).Find(&rows).Error
+		}},
+		{"order by nulls first", "NULLS", func(db *gorm.DB) error {
+			var rows []photoKey
+			return photosAll(db).Order("likes nulls first, id").Find(&rows).Error
 		}},
 		{"min of collated text computed by an expression", "expression", func(db *gorm.DB) error {
 			var rows []map[string]any

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/internal/memrows"
+	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
 // fanoutQuery runs a read of several shards in four stages: plan
@@ -56,14 +58,16 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) {
 // plan, so that the merge does not depend on which server answers first.
 // Only the caller's goroutine reads and writes them.
 type readResults struct {
-	counts  []int64         // shapeCount
-	rows    []reflect.Value // shapeRows: a unit's rows until the unit is merged into page
-	page    *pageMerger     // shapeRows
-	parts   []partials      // shapeAggregate
-	pending []int           // per unit, its statements not answered yet
-	partial *PartialResult  // the read's Partial scope, nil without one
-	enough  atomic.Bool     // the page needs no more rows (see pageMerger.full)
-	served  []string        // the servers that answered, in order, none that failed after
+	counts  []int64             // shapeCount
+	rows    []reflect.Value     // shapeRows: a unit's rows until the unit is merged into page
+	hk      [][][]pgorder.Value // shapeRows with hidden keys: a unit's rows' ORDER BY values
+	raw     [][][]any           // and the same as the driver returned them
+	page    *pageMerger         // shapeRows
+	parts   []partials          // shapeAggregate
+	pending []int               // per unit, its statements not answered yet
+	partial *PartialResult      // the read's Partial scope, nil without one
+	enough  atomic.Bool         // the page needs no more rows (see pageMerger.full)
+	served  []string            // the servers that answered, in order, none that failed after
 }
 
 func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResults {
@@ -83,6 +87,9 @@ func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResu
 			keep = -1 // every candidate, ordered in Postgres at the end (collmerge.go)
 		}
 		r.rows, r.page = make([]reflect.Value, n), newPageMerger(rp.sliceTyp, rp.keys, keep)
+		if rp.hidden {
+			r.hk, r.raw = make([][][]pgorder.Value, n), make([][][]any, n)
+		}
 	}
 	return r
 }
@@ -111,8 +118,19 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 		}
 		res.parts[u].rows = append(res.parts[u].rows, a.rows.rows...)
 	default:
+		rows := a.rows
+		if rp.hidden {
+			var hk [][]pgorder.Value
+			var raw [][]any
+			var err error
+			if rows, hk, raw, err = p.hiddenValues(db, rp, rows); err != nil {
+				fail(db, rp.d.m, -1, err)
+				return false
+			}
+			res.hk[u], res.raw[u] = append(res.hk[u], hk...), append(res.raw[u], raw...)
+		}
 		tmp := reflect.New(rp.sliceTyp)
-		if !p.scanAnswer(db, a.rows, tmp.Interface()) {
+		if !p.scanAnswer(db, rows, tmp.Interface()) {
 			return false
 		}
 		res.rows[u] = appendRows(res.rows[u], tmp.Elem())
@@ -123,7 +141,12 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 	}
 	if res.pending[u]--; res.pending[u] == 0 && res.page != nil {
 		// a unit whose server fails part-way adds none (Partial)
-		res.page.add(u, res.rows[u])
+		if rp.hidden {
+			res.page.add(u, res.rows[u], res.hk[u], res.raw[u])
+			res.hk[u], res.raw[u] = nil, nil
+		} else {
+			res.page.add(u, res.rows[u], nil, nil)
+		}
 		res.rows[u] = reflect.Value{}
 		if res.page.full() {
 			res.enough.Store(true)
@@ -175,6 +198,9 @@ func (r *readResults) drop(u int) {
 		r.parts[u] = partials{}
 	default:
 		r.rows[u] = reflect.Value{}
+		if r.hk != nil {
+			r.hk[u], r.raw[u] = nil, nil
+		}
 	}
 }
 
@@ -262,4 +288,42 @@ func firstCols(parts []partials) []*sql.ColumnType {
 		}
 	}
 	return nil
+}
+
+// hiddenValues splits an answer of a read with hidden ORDER BY values
+// (its last columns, one per key) into the rows GORM scans and each row's
+// ORDER BY values, on the caller's goroutine. It refuses values the
+// merge cannot order as Postgres does.
+func (p *Plugin) hiddenValues(db *gorm.DB, rp *readPlan, pt partials) (partials, [][]pgorder.Value, [][]any, error) {
+	nk := len(rp.keys)
+	w := len(pt.cols) - nk
+	if w < 0 {
+		return pt, nil, nil, fmt.Errorf("shardkit: an answer has %d columns, fewer than its %d ORDER BY values", len(pt.cols), nk)
+	}
+	if rp.hiddenTypes == nil {
+		types := make([]string, nk)
+		for j, k := range rp.keys {
+			types[j] = pt.cols[w+j].DatabaseTypeName()
+			switch kind := pgorder.KindOf(types[j]); {
+			case kind == pgorder.Other:
+				return pt, nil, nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin does not order values of type %s; order by integer, numeric, float, text, time, bool or bytea values", ErrUnroutableSQL, k.name, types[j])
+			case kind == pgorder.Text && k.expr:
+				if c := rp.d.m.anyTextCollation(db.Statement.Context); c != "" {
+					return pt, nil, nil, fmt.Errorf("%w: ORDER BY %s across shards: text computed by an expression cannot be ordered in its collation (%s has text in %s); order by a column, or scope the query to one shard", ErrUnroutableSQL, k.name, rp.d.m.table, c)
+				}
+			}
+		}
+		rp.hiddenTypes = types
+	}
+	out := partials{cols: pt.cols[:w], rows: make([][]any, len(pt.rows))}
+	hk := make([][]pgorder.Value, len(pt.rows))
+	raw := make([][]any, len(pt.rows))
+	for i, row := range pt.rows {
+		out.rows[i], raw[i] = row[:w], row[w:]
+		hk[i] = make([]pgorder.Value, nk)
+		for j := range nk {
+			hk[i][j] = pgorder.Of(pgorder.KindOf(rp.hiddenTypes[j]), raw[i][j])
+		}
+	}
+	return out, hk, raw, nil
 }

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 
@@ -32,14 +33,21 @@ type pageMerger struct {
 	// it in one pass, instead of sorting the page again by reflection
 	// for every unit.
 	kv [][]pgorder.Value
+	// raw holds each row's hidden ORDER BY values as the driver returned
+	// them, for a read ordered by what its rows do not carry (see
+	// hiddenOrderKeys): kv is read from them, not from the rows, and they
+	// are sent to Postgres where it orders the rows.
+	raw [][]any
 }
 
 func newPageMerger(sliceTyp reflect.Type, keys []orderKey, keep int) *pageMerger {
 	return &pageMerger{keys: keys, keep: keep, rows: reflect.MakeSlice(sliceTyp, 0, max(keep, 0)+16)}
 }
 
-// add merges a unit's rows (a slice of the destination's type).
-func (m *pageMerger) add(u int, part reflect.Value) {
+// add merges a unit's rows (a slice of the destination's type), with
+// their hidden ORDER BY values when the read has them (hk and raw, one per
+// row; nil otherwise).
+func (m *pageMerger) add(u int, part reflect.Value, hk [][]pgorder.Value, raw [][]any) {
 	if !part.IsValid() || part.Len() == 0 {
 		return
 	}
@@ -50,6 +58,9 @@ func (m *pageMerger) add(u int, part reflect.Value) {
 		for range part.Len() {
 			m.unit = append(m.unit, u)
 		}
+		if hk != nil {
+			m.kv, m.raw = append(m.kv, hk...), append(m.raw, raw...)
+		}
 		return // nothing to cut: sorted once, at the end
 	}
 	// The unit's rows in key order (a stable sort of the few that are
@@ -57,9 +68,12 @@ func (m *pageMerger) add(u int, part reflect.Value) {
 	// page, which is sorted by keys, then unit: rows of different units
 	// that tie go in unit order, rows of this unit that tie keep theirs.
 	n := part.Len()
-	pk := make([][]pgorder.Value, n)
-	for i := range n {
-		pk[i] = rowKeys(part.Index(i), m.keys)
+	pk := hk
+	if pk == nil {
+		pk = make([][]pgorder.Value, n)
+		for i := range n {
+			pk[i] = rowKeys(part.Index(i), m.keys)
+		}
 	}
 	idx := make([]int, n)
 	for i := range idx {
@@ -71,6 +85,10 @@ func (m *pageMerger) add(u int, part reflect.Value) {
 	rows := reflect.MakeSlice(m.rows.Type(), 0, max(size, m.rows.Cap()))
 	units := make([]int, 0, size)
 	kv := make([][]pgorder.Value, 0, size)
+	var rv [][]any
+	if raw != nil {
+		rv = make([][]any, 0, size)
+	}
 	i, j := 0, 0
 	for len(units) < size {
 		take := j == n
@@ -81,14 +99,20 @@ func (m *pageMerger) add(u int, part reflect.Value) {
 		if take {
 			rows = reflect.Append(rows, m.rows.Index(i))
 			units, kv = append(units, m.unit[i]), append(kv, m.kv[i])
+			if raw != nil {
+				rv = append(rv, m.raw[i])
+			}
 			i++
 			continue
 		}
 		rows = reflect.Append(rows, part.Index(idx[j]))
 		units, kv = append(units, u), append(kv, pk[idx[j]])
+		if raw != nil {
+			rv = append(rv, raw[idx[j]])
+		}
 		j++
 	}
-	m.rows, m.unit, m.kv = rows, units, kv
+	m.rows, m.unit, m.kv, m.raw = rows, units, kv, rv
 }
 
 // full reports whether the page is complete whatever the units not yet
@@ -122,6 +146,10 @@ func (m *pageMerger) page(offset, limit int) reflect.Value {
 // sort orders the rows by the ORDER BY keys, then by unit; rows of one
 // unit that tie keep their order.
 func (m *pageMerger) sort() {
+	if m.raw != nil {
+		sortRowsBy(m.rows, m.kv, m.keys, m.unit, m.raw)
+		return
+	}
 	sortRows(m.rows, m.keys, m.unit)
 }
 
@@ -129,11 +157,17 @@ func (m *pageMerger) sort() {
 // maps) stably by the ORDER BY keys, then, when units is not nil, by the
 // unit each row came from (units is permuted with the rows).
 func sortRows(rows reflect.Value, keys []orderKey, units []int) {
-	n := rows.Len()
-	kv := make([][]pgorder.Value, n)
+	kv := make([][]pgorder.Value, rows.Len())
 	for i := range kv {
 		kv[i] = rowKeys(rows.Index(i), keys)
 	}
+	sortRowsBy(rows, kv, keys, units, nil)
+}
+
+// sortRowsBy is sortRows with each row's ORDER BY values given (kv),
+// and permutes kv and, when not nil, raw with the rows.
+func sortRowsBy(rows reflect.Value, kv [][]pgorder.Value, keys []orderKey, units []int, raw [][]any) {
+	n := rows.Len()
 	idx := make([]int, n)
 	for i := range idx {
 		idx[i] = i
@@ -159,10 +193,15 @@ func sortRows(rows reflect.Value, keys []orderKey, units []int) {
 	if units != nil {
 		u = append([]int(nil), units...)
 	}
+	kvs, raws := slices.Clone(kv), slices.Clone(raw)
 	for i, j := range idx {
 		rows.Index(i).Set(tmp[j])
 		if units != nil {
 			units[i] = u[j]
+		}
+		kv[i] = kvs[j]
+		if raw != nil {
+			raw[i] = raws[j]
 		}
 	}
 }

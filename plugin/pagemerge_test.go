@@ -79,7 +79,7 @@ func TestPageMergerMatchesSortingEverything(t *testing.T) {
 			for range 3 {
 				m := newPageMerger(sliceTyp, keys, keep)
 				for _, u := range rng.Perm(nunits) {
-					m.add(u, reflect.ValueOf(slices.Clone(units[u])))
+					m.add(u, reflect.ValueOf(slices.Clone(units[u])), nil, nil)
 				}
 				got := m.page(offset, limit).Interface().([]row)
 				if len(keys) == 0 && limit >= 0 {
@@ -111,11 +111,11 @@ func TestPageMergerFull(t *testing.T) {
 	unordered := newPageMerger(typ, nil, 3)
 	ordered := newPageMerger(typ, []orderKey{{scalar: true, name: "v"}}, 3)
 	for _, m := range []*pageMerger{unordered, ordered} {
-		m.add(0, reflect.ValueOf([]int64{5, 4}))
+		m.add(0, reflect.ValueOf([]int64{5, 4}), nil, nil)
 		if m.full() {
 			t.Fatal("full with 2 of 3 rows")
 		}
-		m.add(1, reflect.ValueOf([]int64{3, 2}))
+		m.add(1, reflect.ValueOf([]int64{3, 2}), nil, nil)
 	}
 	if !unordered.full() {
 		t.Error("unordered page of 3 with 4 rows read is not full")

@@ -39,6 +39,11 @@ type readPlan struct {
 	limit    int          // -1: none
 	offset   int
 	pushed   int // the rows each shard returns (LIMIT+OFFSET); -1: all
+	// hidden: every key is a hidden column of the answers, the last
+	// len(keys); hiddenTypes are their Postgres types, from the first
+	// answer (read on the caller's goroutine).
+	hidden      bool
+	hiddenTypes []string
 
 	agg *aggPlan // shapeAggregate
 }
@@ -93,7 +98,18 @@ func (p *Plugin) planRows(db *gorm.DB, rp *readPlan, dest reflect.Value) error {
 	}
 	var err error
 	if rp.keys, err = orderKeys(db, m, rp.sliceTyp.Elem()); err != nil {
-		return err
+		// The rows do not carry what they are ordered by: each shard
+		// selects it under a hidden alias (hiddenOrderKeys).
+		keys, herr := hiddenOrderKeys(db, m)
+		if herr != nil {
+			return herr
+		}
+		sel, herr := hiddenSelect(db, m, keys)
+		if herr != nil {
+			return herr
+		}
+		rp.keys, rp.hidden = keys, true
+		rp.base = cloneWith(rp.base, "SELECT", sel)
 	}
 	c, ok := rp.base["LIMIT"]
 	if !ok {

@@ -240,7 +240,11 @@ func (u *union) orderLimit() {
 		} else {
 			u.b.WriteString(", ")
 		}
-		u.q.QuoteTo(&u.b, k.name)
+		if k.hidden {
+			u.q.QuoteTo(&u.b, k.alias)
+		} else {
+			u.q.QuoteTo(&u.b, k.name)
+		}
 		if k.desc {
 			u.b.WriteString(" DESC")
 		}
