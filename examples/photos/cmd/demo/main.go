@@ -55,7 +55,7 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "show the service's and the mover's logs")
 	flag.StringVar(&o.heapProfile, "heapprofile", "", "write the live heap's profile to this file after the load (go tool pprof)")
 	flag.BoolVar(&o.pooled, "pooled", false, "put a PgBouncer in transaction mode in front of each local server: the service's statements go through it, moves connect directly")
-	flag.BoolVar(&o.soak, "soak", false, "fail if the process's goroutines or live heap after the load grew past what it held idle (make reliability)")
+	flag.BoolVar(&o.soak, "soak", false, "fail if the process's goroutines or live heap, or the servers' largest backend, grew past their bounds under the load (make reliability)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -179,7 +179,11 @@ func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg a
 	}
 	warm := readResources(start)
 	say("after the warm-up: %s", warm)
-	say("after the warm-up: %s", serverBackends(ctx, a))
+	warmBackends, err := readBackends(ctx, directDSNs(a.Router.Snapshot()))
+	if err != nil {
+		return summary{}, err
+	}
+	say("after the warm-up: %s", warmBackends)
 	snapBefore := a.Router.Snapshot()
 	before, err := a.Stats.Rows(ctx, snapBefore)
 	if err != nil {
@@ -214,7 +218,7 @@ func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg a
 	}
 	return summary{before: before, after: after, versionBefore: snapBefore.Version, versionAfter: snapAfter.Version,
 		load: res, moves: mv.done, windowMaxWrite: runner.WindowMaxWrite(), fenceWaitMax: a.Metrics.MaxFenceWait(),
-		elapsed: time.Since(start), idle: idle, warm: warm, end: end, endBackends: endBackends}, nil
+		elapsed: time.Since(start), idle: idle, warm: warm, end: end, warmBackends: warmBackends, endBackends: endBackends}, nil
 }
 
 // sayResources reports the process's resources every minute until ctx ends.

@@ -22,7 +22,7 @@ type summary struct {
 	fenceWaitMax                time.Duration // longest wait of a write on a fenced shard (plugin)
 	elapsed                     time.Duration
 	idle, warm, end             resources // the process before the load, after the warm-up, and after the load
-	endBackends                 backends  // the servers' backends at the end of the load
+	warmBackends, endBackends   backends  // the servers' backends after the warm-up and at the end of the load
 }
 
 // check fails a run whose requests failed, and a soak whose process or
@@ -39,6 +39,13 @@ func (s summary) check(soak bool) error {
 	}
 	if s.endBackends.maxMB > backendLimitMB {
 		return fmt.Errorf("a server backend holds %.1f MB of private memory at the end of the load (more than %d MB)", s.endBackends.maxMB, backendLimitMB)
+	}
+	// Flat: a backend's caches fill as it touches more shard tables and
+	// prepares more reads, then stop at their bounds. The same allowance as
+	// the live heap's.
+	if s.endBackends.maxMB > 1.5*s.warmBackends.maxMB+8 {
+		return fmt.Errorf("the servers' largest backend grew from %.1f MB after the warm-up to %.1f MB at the end of the load (%s): not flat",
+			s.warmBackends.maxMB, s.endBackends.maxMB, s.endBackends)
 	}
 	return nil
 }

@@ -65,3 +65,27 @@ func TestSummaryMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestSoakCheck: a soak fails on a backend past the limit and on one that
+// kept growing, as the soak that kept the row counter's backend in its pool
+// did (17.3 MB after the warm-up, 53.1 MB at the end).
+func TestSoakCheck(t *testing.T) {
+	mb := func(m float64) backends { return backends{count: 1, maxMB: m, maxServer: "pg1"} }
+	for _, tc := range []struct {
+		name      string
+		warm, end backends
+		fails     bool
+	}{
+		{"flat", mb(15.4), mb(17.8), false},
+		{"grew", mb(17.3), mb(53.1), true},
+		{"past the limit", mb(60), mb(65), true},
+	} {
+		s := summary{warmBackends: tc.warm, endBackends: tc.end}
+		if err := s.check(true); (err != nil) != tc.fails {
+			t.Errorf("%s: check = %v, want failing %v", tc.name, err, tc.fails)
+		}
+		if err := s.check(false); err != nil {
+			t.Errorf("%s: not a soak: check = %v", tc.name, err)
+		}
+	}
+}
