@@ -108,7 +108,7 @@ func planAggregate(stmt *gorm.Statement, m *model, dest reflect.Value) (*aggPlan
 	if err != nil {
 		return nil, true, err
 	}
-	if !grouped && !distinct && !strings.Contains(text, "(") {
+	if !grouped && !distinct && (!strings.Contains(text, "(") || !aggregateCall(text)) {
 		// no aggregate: rows (fanout's plain reads)
 		return nil, false, nil
 	}

@@ -184,7 +184,8 @@ var (
 	likeVals = []int{0, 1, 2, 3, 5, 8}
 	orders   = []string{"", "id", "id desc", "likes desc, id", "likes", "caption, id desc", "created_at desc, id", "user_id + 0, id", "likes desc",
 		"likes % 3 desc, created_at, id", "lower(caption) desc, id"} // expressions and columns not selected: hidden ORDER BY values
-	selects = [][]string{nil, {"id", "user_id"}, {"id", "user_id", "likes"}, {"id", "caption", "likes"}, {"user_id", "likes"}}
+	selects = [][]string{nil, {"id", "user_id"}, {"id", "user_id", "likes"}, {"id", "caption", "likes"}, {"user_id", "likes"},
+		{"id", "user_id", "row_number() over (partition by user_id order by likes, id desc) as rn"}, {"id", "count(*) over (partition by caption, user_id) as n"}} // windows run per shard
 )
 
 type gen struct {

@@ -98,8 +98,8 @@
 //   - [ErrUnroutableSQL]: raw SQL naming a sharded table outside a pinned
 //     transaction; Row, Rows and Scan across shards; a merge that would
 //     not be exact (string_agg, array_agg and aggregates with no combine step,
-//     window functions, ORDER BY a column not selected); a Table() other
-//     than the model's.
+//     window functions not partitioned by the shard key, NULLS FIRST/LAST);
+//     a Table() other than the model's.
 //   - [ErrShardKeyChange]: an update that would move rows to another shard.
 //   - [ErrIDShardMismatch]: a caller-given ID whose shard bits disagree
 //     with the row's key.

@@ -181,8 +181,36 @@ var orderedReads = []exactRead{
 	}},
 }
 
+// windowReads are windows partitioned by the shard key (or the primary
+// key), computed per shard.
+var windowReads = []exactRead{
+	{"row_number partitioned by the shard key", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := photosAll(db).Select("id, user_id, row_number() over (partition by user_id order by likes desc, id) AS rn").Order("id").Find(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"a sum over the user's rows, paged", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := photosAll(db).Select("id", "likes", "sum(likes) OVER (PARTITION BY photos.user_id) AS total").Where("likes > ?", 1).Order("likes desc, id").Limit(9).Offset(3).Find(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"lag partitioned by the key and another column", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := photosAll(db).Select("id, lag(likes) over (partition by caption, user_id order by id) AS prev").Order("id desc").Find(&rows).Error
+		return typedRows(rows), err
+	}},
+}
+
+func typedRows(rows []map[string]any) []string {
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		out[i] = typedRow(r)
+	}
+	return out
+}
+
 func runExactReads(t *testing.T, d *diffEnv) {
-	for _, c := range append(slices.Clone(exactReads), orderedReads...) {
+	for _, c := range slices.Concat(exactReads, orderedReads, windowReads) {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := c.run(d.e.db)
 			if err != nil {
@@ -249,6 +277,18 @@ func TestExactReadRefusals(t *testing.T) {
 		{"order by nulls first", "NULLS", func(db *gorm.DB) error {
 			var rows []photoKey
 			return photosAll(db).Order("likes nulls first, id").Find(&rows).Error
+		}},
+		{"window over every shard's rows", "PARTITION BY", func(db *gorm.DB) error {
+			var rows []map[string]any
+			return photosAll(db).Select("id, row_number() over (order by id) AS rn").Find(&rows).Error
+		}},
+		{"window partitioned by another column", "shard key", func(db *gorm.DB) error {
+			var rows []map[string]any
+			return photosAll(db).Select("id, rank() over (partition by likes order by id) AS r").Find(&rows).Error
+		}},
+		{"a function of the row in a read of rows", "other than a window", func(db *gorm.DB) error {
+			var rows []map[string]any
+			return photosAll(db).Select("id, row_number() over (partition by user_id), lower(caption) AS c").Find(&rows).Error
 		}},
 		{"min of collated text computed by an expression", "expression", func(db *gorm.DB) error {
 			var rows []map[string]any

@@ -94,7 +94,9 @@ func (p *Plugin) planRows(db *gorm.DB, rp *readPlan, dest reflect.Value) error {
 		return fmt.Errorf("%w: cannot merge a %s result across shards; use Find into a slice, or scope the query to one shard", ErrUnroutableSQL, dest.Kind())
 	}
 	if hasFunctions(stmt, false) {
-		return fmt.Errorf("%w: the select list calls functions (aggregates and window functions work per shard); select plain columns across shards, or scope the query to one shard", ErrUnroutableSQL)
+		if err := windowsPerShard(stmt, m); err != nil {
+			return err
+		}
 	}
 	var err error
 	if rp.keys, err = orderKeys(db, m, rp.sliceTyp.Elem()); err != nil {
