@@ -181,13 +181,9 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 		return
 	}
 	stmt := db.Statement
-	m, shard, _ := p.lookup(stmt)
-	if m == nil || shard < 0 {
+	m, shard, old, ok := p.movedShard(db)
+	if !ok {
 		return
-	}
-	old := serverOf(stmt.ConnPool)
-	if !router.IsFenceError(db.Error) && !p.movedAway(stmt.Context, shard, old) {
-		return // the table is missing where the map still puts the shard: not a move
 	}
 	t := txOf(stmt.ConnPool)
 	moved := &ShardError{Shard: shard, Server: old, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
@@ -208,22 +204,55 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 			db.Error = moved
 			return
 		}
-		stmt.ConnPool = v
+		p.rerun(db, v, orig)
 	} else {
 		srv, err := p.pools.get(snap, pl.Server)
 		if err != nil {
 			db.Error = moved
 			return
 		}
-		stmt.ConnPool = srv
+		p.rerun(db, srv, orig)
 	}
-	db.Error = nil
-	stmt.SQL.Reset()
-	stmt.Vars = nil
-	p.bounded(db, orig)
 	if db.Error != nil && router.IsFenceError(db.Error) {
 		db.Error = &ShardError{Shard: shard, Server: pl.Server, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
 	}
+}
+
+// movedShard is the moved-shard check of a one-shard statement that
+// failed on a fence's refusal or a missing table (runWrite, rerouteRead):
+// the statement's model and shard, and the server it ran on (for a
+// replica's pool, the one the map placed the shard on). ok is false when
+// the statement is not one shard's, or when the table was missing where
+// the reloaded map still puts the shard: not a move.
+func (p *Plugin) movedShard(db *gorm.DB) (m *model, shard int, old string, ok bool) {
+	stmt := db.Statement
+	m, shard, _ = p.lookup(stmt)
+	if m == nil || shard < 0 {
+		return nil, 0, "", false
+	}
+	old = serverOf(stmt.ConnPool)
+	if old == "" { // a replica's pool: the map the read was routed by
+		pl, err := p.router.Snapshot().Placement(shard)
+		if err != nil {
+			return nil, 0, "", false
+		}
+		old = pl.Server
+	}
+	if !router.IsFenceError(db.Error) && !p.movedAway(stmt.Context, shard, old) {
+		return nil, 0, "", false
+	}
+	return m, shard, old, true
+}
+
+// rerun runs a statement again on conn, without the text and arguments
+// its failed run built.
+func (p *Plugin) rerun(db *gorm.DB, conn gorm.ConnPool, run func(*gorm.DB)) {
+	stmt := db.Statement
+	stmt.ConnPool = conn
+	db.Error = nil
+	stmt.SQL.Reset()
+	stmt.Vars = nil
+	p.bounded(db, run)
 }
 
 // movedAway reports whether the current map, reloaded from the catalog,
@@ -296,19 +325,8 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 		return
 	}
 	stmt := db.Statement
-	m, shard, _ := p.lookup(stmt)
-	if m == nil || shard < 0 {
-		return
-	}
-	old := serverOf(stmt.ConnPool)
-	if old == "" { // a replica's pool: the map the read was routed by
-		pl, err := p.router.Snapshot().Placement(shard)
-		if err != nil {
-			return
-		}
-		old = pl.Server
-	}
-	if !p.movedAway(stmt.Context, shard, old) {
+	_, shard, _, ok := p.movedShard(db)
+	if !ok {
 		return
 	}
 	snap := p.router.Snapshot()
@@ -320,11 +338,7 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 	if err != nil {
 		return
 	}
-	stmt.ConnPool = p.conn(stmt, srv, true)
-	db.Error = nil
-	stmt.SQL.Reset()
-	stmt.Vars = nil
-	p.bounded(db, p.runQuery)
+	p.rerun(db, p.conn(stmt, srv, true), p.runQuery)
 }
 
 func (p *Plugin) runQuery(db *gorm.DB) {
