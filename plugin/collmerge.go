@@ -165,7 +165,7 @@ func orderStatement(rp *readPlan, m *pageMerger) (string, []any, error) {
 		if k.desc {
 			term += " DESC"
 		}
-		order = append(order, term)
+		order = append(order, term+k.nullsSQL())
 	}
 	units := make([]int32, n)
 	for i, u := range m.unit {

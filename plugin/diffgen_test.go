@@ -432,7 +432,7 @@ func (g *gen) photoCase() dcase {
 // scoreOrders order pins by their float column, whose seeded values
 // hold NaN, both infinities, ties and NULL: the merge of the shards' rows
 // must put each where Postgres's sort of one table puts it.
-var scoreOrders = []string{"score, id", "score desc, id", "score desc, likes, id", "score"}
+var scoreOrders = []string{"score, id", "score desc, id", "score desc, likes, id", "score", "score desc nulls last, id", "score nulls first, id desc"}
 
 // seedScores are the seeded pins' scores, in turn; every fifth is NULL.
 var seedScores = []float64{math.NaN(), 1.5, math.Inf(1), -2, 0, math.Inf(-1), 1.5, 7, math.NaN()}

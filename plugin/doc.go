@@ -98,7 +98,7 @@
 //   - [ErrUnroutableSQL]: raw SQL naming a sharded table outside a pinned
 //     transaction; Row, Rows and Scan across shards; a merge that would
 //     not be exact (string_agg, array_agg and aggregates with no combine step,
-//     window functions not partitioned by the shard key, NULLS FIRST/LAST);
+//     window functions not partitioned by the shard key, ORDER BY … USING);
 //     a Table() other than the model's.
 //   - [ErrShardKeyChange]: an update that would move rows to another shard.
 //   - [ErrIDShardMismatch]: a caller-given ID whose shard bits disagree

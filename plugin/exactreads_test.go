@@ -174,6 +174,16 @@ var orderedReads = []exactRead{
 		err := photosAll(db).Select("caption", "likes").Where("likes > ?", 2).First(&p).Error
 		return photoRows([]Photo{p}), err
 	}},
+	{"NULLS FIRST and LAST, doubles and text", func(db *gorm.DB) (any, error) {
+		var ids []int64
+		err := pinsAll(db).Order("score desc nulls last, caption nulls first, id").Limit(25).Offset(1).Pluck("id", &ids)
+		return ids, err.Error
+	}},
+	{"NULLS FIRST ascending, every row", func(db *gorm.DB) (any, error) {
+		var ids []int64
+		err := pinsAll(db).Order("score NULLS FIRST, id desc").Pluck("id", &ids)
+		return ids, err.Error
+	}},
 	{"doubles with NaN, ±Infinity and NULL by an expression", func(db *gorm.DB) (any, error) {
 		var ids []int64
 		err := pinsAll(db).Order("score * 2 desc, id").Limit(15).Pluck("id", &ids)
@@ -274,9 +284,9 @@ func TestExactReadRefusals(t *testing.T) {
 			var rows []Photo
 			return photosAll(db).Order("lower(caption), id").Limit(3).Find(&rows).Error
 		}},
-		{"order by nulls first", "NULLS", func(db *gorm.DB) error {
+		{"order by a COLLATE", "COLLATE", func(db *gorm.DB) error {
 			var rows []photoKey
-			return photosAll(db).Order("likes nulls first, id").Find(&rows).Error
+			return photosAll(db).Order(`caption COLLATE "C", id`).Find(&rows).Error
 		}},
 		{"window over every shard's rows", "PARTITION BY", func(db *gorm.DB) error {
 			var rows []map[string]any

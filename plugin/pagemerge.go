@@ -228,7 +228,7 @@ func rowKeys(row reflect.Value, keys []orderKey) []pgorder.Value {
 // (pgorder.Compare): negative when a comes first.
 func compareKeys(a, b []pgorder.Value, keys []orderKey) int {
 	for i, k := range keys {
-		if c := pgorder.Compare(a[i], b[i], pgorder.Default(k.desc)); c != 0 {
+		if c := pgorder.Compare(a[i], b[i], k.ord()); c != 0 {
 			return c
 		}
 	}

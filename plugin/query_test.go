@@ -284,9 +284,9 @@ func TestQueryRouting(t *testing.T) {
 		if err != nil || len(got) != 6 {
 			t.Fatalf("err = %v, %d rows", err, len(got))
 		}
-		err = db.Where("user_id IN ?", []int64{1, 2}).Order("random() NULLS FIRST").Find(&got).Error
+		err = db.Where("user_id IN ?", []int64{1, 2}).Order("random() USING <").Find(&got).Error
 		if !errors.Is(err, ErrUnroutableSQL) {
-			t.Fatalf("NULLS FIRST: err = %v", err)
+			t.Fatalf("USING: err = %v", err)
 		}
 	})
 	t.Run("scopes", func(t *testing.T) {

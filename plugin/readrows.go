@@ -56,6 +56,30 @@ type orderKey struct {
 	alias  string
 	sql    string
 	expr   bool
+	nulls  int8 // hidden: NULLS FIRST (1) or LAST (-1); 0: Postgres's default for the direction
+}
+
+// ord is how the key orders values, as Postgres does.
+func (k orderKey) ord() pgorder.Order {
+	o := pgorder.Default(k.desc)
+	switch k.nulls {
+	case 1:
+		o.NullsFirst = true
+	case -1:
+		o.NullsFirst = false
+	}
+	return o
+}
+
+// nullsSQL is the key's NULLS clause, "" for the default.
+func (k orderKey) nullsSQL() string {
+	switch k.nulls {
+	case 1:
+		return " NULLS FIRST"
+	case -1:
+		return " NULLS LAST"
+	}
+	return ""
 }
 
 // orderKeys resolves the ORDER BY columns of a multi-shard query against
@@ -353,6 +377,13 @@ func hiddenKey(db *gorm.DB, m *model, t []sqlcond.Token) (orderKey, error) {
 	src := sqlcond.Text(t)
 	k := orderKey{hidden: true}
 	n := len(t)
+	if n >= 2 && t[n-2].Keyword("nulls") && (t[n-1].Keyword("first") || t[n-1].Keyword("last")) {
+		k.nulls = 1
+		if t[n-1].Keyword("last") {
+			k.nulls = -1
+		}
+		n -= 2
+	}
 	if n > 0 && (t[n-1].Keyword("asc") || t[n-1].Keyword("desc")) {
 		k.desc = t[n-1].Keyword("desc")
 		n--
@@ -361,7 +392,7 @@ func hiddenKey(db *gorm.DB, m *model, t []sqlcond.Token) (orderKey, error) {
 	for i, x := range e {
 		switch {
 		case x.Keyword("nulls") || x.Keyword("using") || x.Keyword("collate"):
-			return k, fmt.Errorf("%w: ORDER BY %s across shards: NULLS FIRST/LAST, USING and COLLATE are not merged; order by the column or expression alone", ErrUnroutableSQL, src)
+			return k, fmt.Errorf("%w: ORDER BY %s across shards: USING and COLLATE are not merged (nor NULLS where it is not last); order by the column or expression, ASC or DESC, NULLS FIRST or LAST", ErrUnroutableSQL, src)
 		case x.Kind == sqlcond.Param || x.Keyword("select") || x.Keyword("over"):
 			return k, fmt.Errorf("%w: ORDER BY %s across shards: a sub-query, window or bind variable cannot order merged rows; scope the query to one shard", ErrUnroutableSQL, src)
 		case x.Kind == sqlcond.Ident && !x.Quoted && i+1 < len(e) && e[i+1].Kind == sqlcond.LParen && (aggNames[x.Text] != 0 || notCombined[x.Text]):

@@ -248,6 +248,7 @@ func (u *union) orderLimit() {
 		if k.desc {
 			u.b.WriteString(" DESC")
 		}
+		u.b.WriteString(k.nullsSQL())
 	}
 	if u.limit >= 0 {
 		u.b.WriteString(" LIMIT ")
