@@ -31,7 +31,7 @@ func TestMoveUsesAdminDSN(t *testing.T) {
 	mv := e.mover(t, Config{})
 	r, err := mv.Preflight(ctx, 0, "s1", MoveOptions{})
 	if err == nil {
-		err = r.Err()
+		err = r.err()
 	}
 	if err != nil {
 		t.Fatalf("preflight: %v", err)

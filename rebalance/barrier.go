@@ -225,7 +225,7 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait ti
 			break
 		}
 		if errors.As(err, &pe) && pe.Code == fenceLapsedSQLState {
-			return barrierStmt{}, fmt.Errorf("prepare the write barrier on %s: %w: %s", schema, ErrFenceLapsed, pe.Message)
+			return barrierStmt{}, fmt.Errorf("prepare the write barrier on %s: %w: %s", schema, errFenceLapsed, pe.Message)
 		}
 		if !errors.As(err, &pe) || pe.Code != "55P03" {
 			return barrierStmt{}, fmt.Errorf("prepare the write barrier on %s: %w", schema, err)
@@ -295,7 +295,7 @@ func openBarrier(ctx context.Context, conn *pgxpool.Conn, schema, sql string, lo
 	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == fenceLapsedSQLState {
-		return res, fmt.Errorf("install write barrier on %s: %w: %s", schema, ErrFenceLapsed, pe.Message)
+		return res, fmt.Errorf("install write barrier on %s: %w: %s", schema, errFenceLapsed, pe.Message)
 	}
 	if err != nil {
 		return res, fmt.Errorf("install write barrier on %s: %w", schema, err)

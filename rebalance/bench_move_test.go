@@ -52,8 +52,8 @@ func BenchmarkMoveCopy(b *testing.B) {
 		if _, err := mv.Move(ctx, 0, to, MoveOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		copied += steps.took(StepCopiedSnapshot)
-		indexes += steps.took(StepIndexes)
+		copied += steps.took(stepCopiedSnapshot)
+		indexes += steps.took(stepIndexes)
 		if i%2 == 1 {
 			dumpOnce()
 		}

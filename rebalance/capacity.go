@@ -83,7 +83,7 @@ func capacityChecks(srcName, tgtName string, src, tgt serverLoad, shared bool) [
 	}
 	var out []Check
 	for _, s := range sides {
-		var failed []*CheckError
+		var failed []*checkError
 		for _, r := range []struct {
 			setting         string
 			limit, use, req int64
@@ -94,18 +94,18 @@ func capacityChecks(srcName, tgtName string, src, tgt serverLoad, shared bool) [
 			{"max_worker_processes", s.l.maxWorkers, s.l.workers, s.n.workers},
 		} {
 			if free := r.limit - r.use; free < r.req {
-				failed = append(failed, &CheckError{Check: CheckCapacity, Server: s.name, Object: r.setting,
-					Detail: fmt.Sprintf("%d of %d in use, the move needs %d free", r.use, r.limit, r.req), Err: ErrReplicationCapacity})
+				failed = append(failed, &checkError{Check: checkCapacity, Server: s.name, Object: r.setting,
+					Detail: fmt.Sprintf("%d of %d in use, the move needs %d free", r.use, r.limit, r.req), Err: errReplicationCapacity})
 			}
 		}
 		if len(failed) == 0 {
-			out = append(out, Check{Name: CheckCapacity, Server: s.name, Detail: fmt.Sprintf(
+			out = append(out, Check{Name: checkCapacity, Server: s.name, Detail: fmt.Sprintf(
 				"slots %d/%d, WAL senders %d/%d, logical workers %d/%d, worker processes %d/%d in use; needs %d, %d, %d, %d free",
 				s.l.slots, s.l.maxSlots, s.l.senders, s.l.maxSenders, s.l.logical, s.l.maxLogicalWorkers, s.l.workers, s.l.maxWorkers,
 				s.n.slots, s.n.senders, s.n.logical, s.n.workers)})
 		}
 		for _, f := range failed {
-			out = append(out, Check{Name: CheckCapacity, Server: s.name, Detail: f.Detail, Err: f})
+			out = append(out, Check{Name: checkCapacity, Server: s.name, Detail: f.Detail, Err: f})
 		}
 	}
 	return out

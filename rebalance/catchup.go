@@ -101,8 +101,8 @@ func (rm *rateMeter) sample(ctx context.Context, q querier, slot string) (r rate
 }
 
 // catchUpError returns the error of a replica that cannot catch up.
-func (mv *Mover) catchUpError(r rates, waited time.Duration) *CatchUpError {
-	return &CatchUpError{WriteRate: r.Write, ApplyRate: r.Apply, Lag: r.Lag, Drain: r.drain(),
+func (mv *Mover) catchUpError(r rates, waited time.Duration) *catchUpError {
+	return &catchUpError{WriteRate: r.Write, ApplyRate: r.Apply, Lag: r.Lag, Drain: r.drain(),
 		Bound: mv.cfg.DrainBound, Waited: waited}
 }
 
@@ -110,7 +110,7 @@ func (mv *Mover) catchUpError(r rates, waited time.Duration) *CatchUpError {
 // or, for a shard written faster than the target applies, until the lag
 // left would drain within DrainBound once fenced (the lag gate decides
 // then). A replica that still loses ground after CatchUpTimeout stops the
-// step with a *CatchUpError: nothing is fenced and the move is resumable.
+// step with a *catchUpError: nothing is fenced and the move is resumable.
 func (mv *Mover) waitCaughtUp(ctx context.Context, mc *moveCtx) error {
 	var rm rateMeter
 	start := time.Now()
@@ -164,10 +164,10 @@ const gateCalm = 2
 // A shard written faster than the target applies never gets there, and
 // waiting only lets its lag grow: for it the gate opens as soon as the lag
 // would drain within DrainBound once the fence stops the writes, and
-// stops with a *CatchUpError after CatchUpTimeout if it never would. Each
+// stops with a *catchUpError after CatchUpTimeout if it never would. Each
 // probe waits at most rateWindow (or CutoverLag, if longer), so that the
 // rates are read that often; the gate gives up after GateTimeout with a
-// *LagGateError.
+// *lagGateError.
 func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Window, from *pgxpool.Conn, slot string) error {
 	begin := time.Now()
 	deadline := begin.Add(mv.cfg.GateTimeout)
@@ -198,7 +198,7 @@ func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Wind
 		wait := min(mv.cfg.CutoverTimeout, max(mv.cfg.CutoverLag, rateWindow), max(time.Until(deadline), time.Millisecond))
 		_, err = waitCurrentOn(ctx, from, slot, sqlGateProbe, wait)
 		d := time.Since(start)
-		if err != nil && !errors.Is(err, ErrCutoverTimeout) {
+		if err != nil && !errors.Is(err, errCutoverTimeout) {
 			return fmt.Errorf("lag gate: %w", err)
 		}
 		if err == nil && d <= mv.cfg.CutoverLag {
@@ -215,7 +215,7 @@ func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Wind
 			if best < 0 {
 				best = mv.cfg.GateTimeout
 			}
-			return &LagGateError{Best: best, Bound: mv.cfg.CutoverLag, Tries: tries}
+			return &lagGateError{Best: best, Bound: mv.cfg.CutoverLag, Tries: tries}
 		}
 	}
 }

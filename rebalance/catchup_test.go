@@ -36,9 +36,9 @@ func TestRatesDecide(t *testing.T) {
 			}
 		})
 	}
-	e := &CatchUpError{WriteRate: 2 * mib, ApplyRate: 200 << 10, Lag: 10 * mib, Drain: 51200 * time.Millisecond, Bound: time.Second, Waited: time.Minute}
-	want := ErrCatchUp.Error() + " (after 1m0s: source written at 2.0 MiB/s, target applying 200.0 KiB/s, lag 10.0 MiB would drain in 51.2s, bound Config.DrainBound 1s)"
+	e := &catchUpError{WriteRate: 2 * mib, ApplyRate: 200 << 10, Lag: 10 * mib, Drain: 51200 * time.Millisecond, Bound: time.Second, Waited: time.Minute}
+	want := errCatchUp.Error() + " (after 1m0s: source written at 2.0 MiB/s, target applying 200.0 KiB/s, lag 10.0 MiB would drain in 51.2s, bound Config.DrainBound 1s)"
 	if e.Error() != want {
-		t.Errorf("CatchUpError:\n%s\nwant\n%s", e, want)
+		t.Errorf("catchUpError:\n%s\nwant\n%s", e, want)
 	}
 }

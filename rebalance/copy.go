@@ -74,10 +74,10 @@ const (
 // TRANSACTION SNAPSHOT, which takes no bind parameter.
 var snapshotName = regexp.MustCompile(`^[0-9A-F]+(-[0-9A-F]+)+$`)
 
-// ErrSnapshotLost reports a copy whose exported snapshot could not be
+// errSnapshotLost reports a copy whose exported snapshot could not be
 // imported by every copying transaction (the replication connection that
 // held it went away): the copy is started again from a new slot.
-var ErrSnapshotLost = errors.New("the exported snapshot of the copy is gone")
+var errSnapshotLost = errors.New("the exported snapshot of the copy is gone")
 
 // exportedSlot is a logical replication slot just created on a
 // replication connection, and the snapshot it exported: the rows as of the
@@ -341,7 +341,7 @@ func (mv *Mover) openSourceReads(ctx context.Context, mc *moveCtx, slot string, 
 		srcConns = append(srcConns, c)
 		if _, err := c.Conn().PgConn().Exec(ctx, begin).ReadAll(); err != nil {
 			if exported != nil {
-				return srcConns, fmt.Errorf("copy %s: %w: %w", mc.schema, ErrSnapshotLost, err)
+				return srcConns, fmt.Errorf("copy %s: %w: %w", mc.schema, errSnapshotLost, err)
 			}
 			return srcConns, fmt.Errorf("copy %s: %w", mc.schema, err)
 		}

@@ -153,7 +153,7 @@ func (mv *Mover) windowStep(ctx context.Context, mc *moveCtx, s Step, journalled
 	sctx, cancel := context.WithTimeout(ctx, mv.cfg.CutoverTimeout+5*time.Second)
 	err := fn(sctx)
 	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
-		err = &TimeoutError{What: "cutover step " + string(s), After: mv.cfg.CutoverTimeout + 5*time.Second, Err: err}
+		err = &timeoutError{What: "cutover step " + string(s), After: mv.cfg.CutoverTimeout + 5*time.Second, Err: err}
 	}
 	cancel()
 	if err != nil {

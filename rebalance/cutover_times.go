@@ -37,13 +37,13 @@ type CutoverTimes struct {
 	CarriedInWindow bool
 }
 
-// Fenced is the sum of the steps inside the fenced window.
-func (c CutoverTimes) Fenced() time.Duration {
+// fenced is the sum of the steps inside the fenced window.
+func (c CutoverTimes) fenced() time.Duration {
 	return c.Fence + c.Barrier + c.Apply + c.Carry + c.Clock + c.Seal + c.Flip
 }
 
-// IsZero reports whether nothing was measured (no cutover yet).
-func (c CutoverTimes) IsZero() bool { return c == CutoverTimes{} }
+// isZero reports whether nothing was measured (no cutover yet).
+func (c CutoverTimes) isZero() bool { return c == CutoverTimes{} }
 
 // fencedParts are the steps of the fenced window, in order.
 func (c CutoverTimes) fencedParts() []struct {
@@ -62,7 +62,7 @@ func (c CutoverTimes) fencedParts() []struct {
 // String is the breakdown in one line: the fenced steps, then what came
 // before the fence, in milliseconds.
 func (c CutoverTimes) String() string {
-	if c.IsZero() {
+	if c.isZero() {
 		return "-"
 	}
 	var b strings.Builder

@@ -33,7 +33,7 @@ func TestCutoverTimes(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.ct.Fenced(); got != tc.fenced {
+			if got := tc.ct.fenced(); got != tc.fenced {
 				t.Errorf("Fenced() = %v, want %v", got, tc.fenced)
 			}
 			s := tc.ct.String()

@@ -30,7 +30,7 @@
 //     workers on both sides, per-shard SQL versions, no schema on the
 //     target, and a rehearsal of the target's schema (per-shard SQL plus the
 //     objects made outside it, with their owners, privileges and comments)
-//     in a transaction rolled back. Any failure is a [*PreflightError] and
+//     in a transaction rolled back. Any failure is a [*MoveError] and
 //     nothing else happens.
 //  1. A journal row in the catalog (shardkit.moves).
 //  2. The shard map marks the shard moving.
@@ -88,7 +88,7 @@
 //     the mover waits until it is.
 //  7. The seal: under the same locks, if the lease still holds on the
 //     source's clock, the barrier refuses writes for good; otherwise the
-//     move fails with [ErrFenceLapsed] and the map does not flip.
+//     move fails with [ErrCutoverAborted] and the map does not flip.
 //  8. The flip: the map points the shard at the target (routers are
 //     notified; the journal is updated in the same statement).
 //

@@ -175,12 +175,12 @@ func parseFenceBody(src string, left *float64) fenceBody {
 func (b fenceBody) held() bool { return b.kind == fenceLease && b.left > 0 }
 
 // runSeal runs a statement built by sealSQL on the serving side, in one
-// round trip. A lapsed or released lease is ErrFenceLapsed.
+// round trip. A lapsed or released lease is errFenceLapsed.
 func runSeal(ctx context.Context, conn *pgxpool.Conn, schema, sql string) error {
 	results, err := conn.Conn().PgConn().Exec(ctx, sql).ReadAll()
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == fenceLapsedSQLState {
-		return fmt.Errorf("seal the write barrier on %s: %w: %s", schema, ErrFenceLapsed, pe.Message)
+		return fmt.Errorf("seal the write barrier on %s: %w: %s", schema, errFenceLapsed, pe.Message)
 	}
 	if err != nil {
 		return fmt.Errorf("seal the write barrier on %s: %w", schema, err)
@@ -314,19 +314,6 @@ func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, fo
 	return settledReleased, nil
 }
 
-// FenceRelease is what Mover.ReleaseLapsedFences did with one shard.
-type FenceRelease struct {
-	Shard  int
-	MoveID int64
-	Server string // where the shard was fenced
-	// Action is "released" (writes go through on Server again, the map
-	// unfenced; Mover.Resume or Mover.Rollback the move), "flipped" (the
-	// cutover had sealed its barrier: the map now places the shard on
-	// the other server; resume the move to finish it) or "held" (the
-	// server's own clock says the lease holds yet).
-	Action string
-}
-
 // ReleaseLapsedFences ends the fences whose lease lapsed: shards fenced in
 // the catalog past fence_until by an online move's cutover that did not
 // flip (its mover was killed, or hangs). On the fenced server, under the
@@ -335,15 +322,16 @@ type FenceRelease struct {
 // fails) and the shard unfenced, its move resumable. Offline moves hold
 // their fence until resumed or rolled back. Safe to run at any time, from
 // any number of processes, alongside live movers.
-func (mv *Mover) ReleaseLapsedFences(ctx context.Context) ([]FenceRelease, error) {
+func (mv *Mover) ReleaseLapsedFences(ctx context.Context) ([]Fence, error) {
 	ls, err := mv.j.s.LapsedFences(ctx)
 	if err != nil {
 		return nil, err
 	}
-	var out []FenceRelease
+	var out []Fence
 	var errs []error
 	for _, l := range ls {
 		r, err := mv.releaseLapsed(ctx, l.Shard, l.Server, l.Until)
+		r.Until, r.Left = l.Until, l.Left
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shardkit: shard %d fenced on %s: %w", l.Shard, l.Server, err))
 			continue
@@ -355,17 +343,17 @@ func (mv *Mover) ReleaseLapsedFences(ctx context.Context) ([]FenceRelease, error
 	return out, errors.Join(errs...)
 }
 
-func (mv *Mover) releaseLapsed(ctx context.Context, shard int, server string, until time.Time) (FenceRelease, error) {
+func (mv *Mover) releaseLapsed(ctx context.Context, shard int, server string, until time.Time) (Fence, error) {
 	m, err := mv.j.open(ctx, shard)
-	if errors.Is(err, ErrNoMove) {
-		return FenceRelease{}, nil
+	if errors.Is(err, errNoMove) {
+		return Fence{}, nil
 	}
-	if err != nil || m.Mode != ModeOnline {
-		return FenceRelease{}, err
+	if err != nil || m.Offline {
+		return Fence{}, err
 	}
 	mc, err := mv.prepare(ctx, &m)
 	if err != nil {
-		return FenceRelease{}, err
+		return Fence{}, err
 	}
 	var p cutoverPlan
 	switch m.State {
@@ -375,19 +363,19 @@ func (mv *Mover) releaseLapsed(ctx context.Context, shard int, server string, un
 		mc.steps = rollbackSteps
 		p = mv.rollbackPlan(mc)
 	default:
-		return FenceRelease{}, nil
+		return Fence{}, nil
 	}
 	if p.fromName != server {
-		return FenceRelease{}, nil
+		return Fence{}, nil
 	}
 	s, err := mv.settleFence(ctx, mc, p, false, &until, "fence lease lapsed; released by the fence watcher: resume or roll back the move")
 	if err != nil {
-		return FenceRelease{}, err
+		return Fence{}, err
 	}
 	if s != settledHeld { // held: the catalog's clock ran ahead of the server's
 		mv.log.Warn("shardkit: fence lease lapsed", "move", m.ID, "shard", shard, "server", server, "action", s)
 	}
-	return FenceRelease{Shard: shard, MoveID: m.ID, Server: server, Action: s.String()}, nil
+	return Fence{Shard: shard, MoveID: m.ID, Server: server, Action: s.String()}, nil
 }
 
 // WatchFences runs ReleaseLapsedFences every interval (0 means 1s) until
@@ -413,13 +401,22 @@ func (mv *Mover) WatchFences(ctx context.Context, interval time.Duration) error 
 	}
 }
 
-// Fence is a shard fenced by an online move's cutover, as the catalog
-// records it.
+// Fence is a shard fenced under a lease by an online move's cutover, as
+// the catalog records it (Fences), or one whose lease lapsed and what
+// Mover.ReleaseLapsedFences did with it.
 type Fence struct {
 	Shard  int
-	Server string
+	Server string        // where the shard is fenced
 	Until  time.Time     // when the lease lapses, on the catalog's clock
 	Left   time.Duration // until then (negative: lapsed; the fence watcher ends it)
+	MoveID int64         // the move that fenced it; 0 from Fences
+	// Action is what ReleaseLapsedFences did: "released" (writes go
+	// through on Server again, the map unfenced; Mover.Resume or
+	// Mover.Rollback the move), "flipped" (the cutover had sealed its
+	// barrier: the map now places the shard on the other server; resume
+	// the move to finish it) or "held" (the server's own clock says the
+	// lease holds yet). "" from Fences.
+	Action string
 }
 
 // Fences returns the shards fenced under a lease now, by shard: what
@@ -431,7 +428,7 @@ func Fences(ctx context.Context, cat *catalog.Catalog) ([]Fence, error) {
 	}
 	out := make([]Fence, len(fs))
 	for i, f := range fs {
-		out[i] = Fence(f)
+		out[i] = Fence{Shard: f.Shard, Server: f.Server, Until: f.Until, Left: f.Left}
 	}
 	return out, nil
 }

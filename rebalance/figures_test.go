@@ -65,13 +65,13 @@ func TestMoveFigures(t *testing.T) {
 	}
 	// The copy, the index build and the subscription that then streams
 	// from the copy's snapshot: what pg_dump | psql stands for.
-	copyTime, indexTime, subTime := steps.took(StepCopiedSnapshot), steps.took(StepIndexes), steps.took(StepSubscribed)
+	copyTime, indexTime, subTime := steps.took(stepCopiedSnapshot), steps.took(stepIndexes), steps.took(stepSubscribed)
 	stepAt := steps.at
 	t.Logf("pg_dump -n shard_0000 | psql: %d rows in %v (%.0f rows/s)", dumped, dumpTime.Round(time.Millisecond), float64(dumped)/dumpTime.Seconds())
 	t.Logf("move: total %v; copy %v (%.0f rows/s), keys and indexes %v, subscription %v; fenced %v; writer %d ops, %d failed, longest write %v",
 		total.Round(time.Millisecond), copyTime.Round(time.Millisecond), float64(rows)/copyTime.Seconds(),
 		indexTime.Round(time.Millisecond), subTime.Round(time.Millisecond), m.FencedFor.Round(time.Microsecond), w.ops, len(w.failures), w.maxWait.Round(time.Microsecond))
-	t.Logf("longest write overlapping the fenced window: %v", w.longestDuring(stepAt[StepFenced][0], stepAt[StepFlipped][1]).Round(time.Microsecond))
+	t.Logf("longest write overlapping the fenced window: %v", w.longestDuring(stepAt[stepFenced][0], stepAt[stepFlipped][1]).Round(time.Microsecond))
 	t.Logf("fenced window %v: %s", m.FencedFor.Round(time.Microsecond), m.Cutover)
 	t.Logf("copy+indexes+subscription vs pg_dump|psql: %.2fx the time (copy+indexes %.2fx)",
 		(copyTime+indexTime+subTime).Seconds()/dumpTime.Seconds(), (copyTime+indexTime).Seconds()/dumpTime.Seconds())

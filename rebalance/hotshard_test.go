@@ -29,7 +29,7 @@ ALTER TABLE shard_0000.photos ENABLE ALWAYS TRIGGER slow_apply`
 
 // TestHotShardMove moves a shard whose writer outpaces the target's apply
 // worker. The move must not wait without end at the gate: it fences once
-// the lag would drain within DrainBound, or stops with a *CatchUpError
+// the lag would drain within DrainBound, or stops with a *catchUpError
 // carrying the rates within CatchUpTimeout (plus the time to read them).
 // Either way no row is lost: the home the map points at holds every row
 // the writer committed, and a resume once the writer stops finishes the
@@ -76,13 +76,13 @@ func TestHotShardMove(t *testing.T) {
 		},
 		hook: func(m Move, s Step, done bool) {
 			switch {
-			case s == StepSubscribed && !done && m.Target == "s1":
+			case s == stepSubscribed && !done && m.Target == "s1":
 				if _, err := e.pools["s1"].Exec(ctx, slowApplySQL); err != nil {
 					t.Error(err)
 				}
 				wg.Add(1)
 				go write()
-			case s == StepCaughtUp && !done:
+			case s == stepCaughtUp && !done:
 				caughtUpAt.Store(time.Now().UnixNano())
 			}
 		}})
@@ -96,7 +96,7 @@ func TestHotShardMove(t *testing.T) {
 	}
 	took := stopped.Sub(time.Unix(0, caughtUpAt.Load()))
 	want := int64(200) + written.Load()
-	var ce *CatchUpError
+	var ce *catchUpError
 	switch {
 	case err == nil:
 		t.Logf("converged: %d rows written while moving, catch-up to flip %v", written.Load(), took)
@@ -105,14 +105,14 @@ func TestHotShardMove(t *testing.T) {
 		}
 	case errors.As(err, &ce):
 		t.Logf("stopped after %v: %v", took, err)
-		if !errors.Is(err, ErrCatchUp) {
-			t.Errorf("err = %v, want ErrCatchUp", err)
+		if !errors.Is(err, errCatchUp) {
+			t.Errorf("err = %v, want errCatchUp", err)
 		}
 		if took > bound {
 			t.Errorf("stopped %v after the catch-up began, want within %v", took, bound)
 		}
 		if ce.Waited < catchUpTimeout || ce.WriteRate <= ce.ApplyRate || ce.Lag <= 0 {
-			t.Errorf("CatchUpError %+v: want Waited ≥ %v and a write rate above the apply rate with a lag", ce, catchUpTimeout)
+			t.Errorf("catchUpError %+v: want Waited ≥ %v and a write rate above the apply rate with a lag", ce, catchUpTimeout)
 		}
 		if !strings.Contains(err.Error(), "throttle") {
 			t.Errorf("err = %v, want what to do", err)
@@ -143,7 +143,7 @@ func TestHotShardMove(t *testing.T) {
 			t.Fatalf("resume: %v", err)
 		}
 	default:
-		t.Fatalf("err = %v, want nil or a *CatchUpError", err)
+		t.Fatalf("err = %v, want nil or a *catchUpError", err)
 	}
 	if _, err := e.pools["s1"].Exec(ctx, `DROP TRIGGER slow_apply ON shard_0000.photos`); err != nil {
 		t.Fatal(err)

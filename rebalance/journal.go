@@ -11,31 +11,38 @@ import (
 	"github.com/shardkit/shardkit/internal/catalogmove"
 )
 
-// Step names a step of a move, as recorded in the journal.
+// Step is a step of a move, by the name the journal records it under
+// ("created", "copied_snapshot", "fenced", "flipped", "rb_fenced", …; the
+// whole list is in docs/moves.md). Which steps a move runs, and in which
+// order, is data of this package (an online move, an offline one, a
+// rollback), not a promise of its API: compare a Step only with names the
+// journal has shown.
 type Step string
 
-// Steps of an online move, in order. The journal's step column holds the
-// last one finished; a mover resumes with the one after it.
+// The steps by name. The journal's step column holds the last one
+// finished; a mover resumes with the one after it in its mode's order
+// (onlineSteps, offlineSteps, rollbackSteps) — not the order of these
+// declarations: an online move makes its reverse slot before it fences.
 const (
-	StepCreated        Step = "created"         // journal row written
-	StepMapMoving      Step = "map_moving"      // shard map state moving
-	StepTargetSchema   Step = "target_schema"   // schema and tables on the target
-	StepPublication    Step = "publication"     // publication on the source
-	StepCopiedSnapshot Step = "copied_snapshot" // slot on the source, every table copied as of the snapshot it exported
-	StepIndexes        Step = "indexes"         // keys, indexes, foreign keys and triggers built on the target
-	StepSubscribed     Step = "subscribed"      // subscription on the target, streaming from the slot
-	StepCaughtUp       Step = "caught_up"       // target close behind the source
-	StepFenced         Step = "fenced"          // shard map state fenced
-	StepBarrier        Step = "barrier"         // source refuses writes; final LSN captured
-	StepApplied        Step = "applied"         // target applied the final LSN
-	StepReverseSlot    Step = "reverse_slot"    // publication and slot on the target for rollback
-	StepSequences      Step = "sequences"       // sequences carried, target clock past the newest ID
-	StepSealed         Step = "sealed"          // source barrier sealed before its fence lease lapsed
-	StepFlipped        Step = "flipped"         // shard map points at the target, active
-	StepReverse        Step = "reverse"         // forward replication gone, reverse replication running
-	StepCleaned        Step = "cleaned"         // replication and the old copy removed
-	StepCopiedOff      Step = "copied_offline"  // offline mode: rows copied with COPY
-	StepVerified       Step = "verified"        // offline mode: both sides verified equal
+	stepCreated        Step = "created"         // journal row written
+	stepMapMoving      Step = "map_moving"      // shard map state moving
+	stepTargetSchema   Step = "target_schema"   // schema and tables on the target
+	stepPublication    Step = "publication"     // publication on the source
+	stepCopiedSnapshot Step = "copied_snapshot" // slot on the source, every table copied as of the snapshot it exported
+	stepIndexes        Step = "indexes"         // keys, indexes, foreign keys and triggers built on the target
+	stepSubscribed     Step = "subscribed"      // subscription on the target, streaming from the slot
+	stepCaughtUp       Step = "caught_up"       // target close behind the source
+	stepFenced         Step = "fenced"          // shard map state fenced
+	stepBarrier        Step = "barrier"         // source refuses writes; final LSN captured
+	stepApplied        Step = "applied"         // target applied the final LSN
+	stepReverseSlot    Step = "reverse_slot"    // publication and slot on the target for rollback
+	stepSequences      Step = "sequences"       // sequences carried, target clock past the newest ID
+	stepSealed         Step = "sealed"          // source barrier sealed before its fence lease lapsed
+	stepFlipped        Step = "flipped"         // shard map points at the target, active
+	stepReverse        Step = "reverse"         // forward replication gone, reverse replication running
+	stepCleaned        Step = "cleaned"         // replication and the old copy removed
+	stepCopiedOff      Step = "copied_offline"  // offline mode: rows copied with COPY
+	stepVerified       Step = "verified"        // offline mode: both sides verified equal
 )
 
 // stepCopying is not journalled: the copy calls Config.hook with it once
@@ -45,15 +52,15 @@ const stepCopying Step = "copying"
 // onlineSteps is the order of an online move up to the point where it is
 // reversible.
 var onlineSteps = []Step{
-	StepCreated, StepMapMoving, StepTargetSchema, StepPublication, StepCopiedSnapshot,
-	StepIndexes, StepSubscribed, StepCaughtUp, StepReverseSlot, StepFenced, StepBarrier, StepApplied,
-	StepSequences, StepSealed, StepFlipped, StepReverse,
+	stepCreated, stepMapMoving, stepTargetSchema, stepPublication, stepCopiedSnapshot,
+	stepIndexes, stepSubscribed, stepCaughtUp, stepReverseSlot, stepFenced, stepBarrier, stepApplied,
+	stepSequences, stepSealed, stepFlipped, stepReverse,
 }
 
 // offlineSteps is the order of an offline move.
 var offlineSteps = []Step{
-	StepCreated, StepMapMoving, StepTargetSchema, StepFenced, StepBarrier,
-	StepCopiedOff, StepIndexes, StepVerified, StepSequences, StepFlipped,
+	stepCreated, stepMapMoving, stepTargetSchema, stepFenced, stepBarrier,
+	stepCopiedOff, stepIndexes, stepVerified, stepSequences, stepFlipped,
 }
 
 // stepIndex returns the position of s in steps, or -1.
@@ -78,14 +85,20 @@ const (
 	StateRolledBack  State = "rolled_back"  // the shard is back on its source; nothing left on the target
 )
 
-// Mode is how a move copies data.
-type Mode string
-
-// Move modes.
+// How a move copies data, as the journal records it: online by logical
+// replication with a short fence at cutover, offline by COPY under a fence
+// for the whole copy (wal_level is not logical).
 const (
-	ModeOnline  Mode = "online"  // logical replication, short fence at cutover
-	ModeOffline Mode = "offline" // fence for the whole COPY (wal_level is not logical)
+	modeOnline  = "online"
+	modeOffline = "offline"
 )
+
+func modeName(offline bool) string {
+	if offline {
+		return modeOffline
+	}
+	return modeOnline
+}
 
 // Move is one row of the move journal.
 type Move struct {
@@ -93,7 +106,7 @@ type Move struct {
 	Shard     int
 	Source    string
 	Target    string
-	Mode      Mode
+	Offline   bool // copied by COPY under a fence (MoveOptions.Offline), not by logical replication
 	State     State
 	Step      Step   // last step finished
 	Doing     Step   // step under way, "" when none
@@ -113,14 +126,14 @@ type Move struct {
 	Tag string
 }
 
-// Open reports whether the move is unfinished (running, reversible or rolling back).
-func (m Move) Open() bool {
+// open reports whether the move is unfinished (running, reversible or rolling back).
+func (m Move) open() bool {
 	return m.State == StateRunning || m.State == StateReversible || m.State == StateRollingBack
 }
 
 // moveOf gives a journal row its types.
 func moveOf(r catalogmove.MoveRow) (Move, error) {
-	m := Move{ID: r.ID, Shard: r.Shard, Source: r.Source, Target: r.Target, Mode: Mode(r.Mode), State: State(r.State),
+	m := Move{ID: r.ID, Shard: r.Shard, Source: r.Source, Target: r.Target, Offline: r.Mode == modeOffline, State: State(r.State),
 		Step: Step(r.Step), Doing: Step(r.Doing), Error: r.Error, FinalLSN: r.FinalLSN, TargetLSN: r.TargetLSN,
 		SeqValue: r.SeqValue, FencedFor: fromMs(r.FencedMs), Started: r.Started, Updated: r.Updated, Finished: r.Finished, Tag: r.Tag}
 	if len(r.Cutover) > 0 {
@@ -134,8 +147,8 @@ func moveOf(r catalogmove.MoveRow) (Move, error) {
 // journal reads and writes the move journal, through the catalog.
 type journal struct{ s *catalogmove.Store }
 
-func (j journal) create(ctx context.Context, shard int, source, target string, mode Mode) (Move, error) {
-	r, err := j.s.CreateMove(ctx, shard, source, target, string(mode))
+func (j journal) create(ctx context.Context, shard int, source, target string, offline bool) (Move, error) {
+	r, err := j.s.CreateMove(ctx, shard, source, target, modeName(offline))
 	if errors.Is(err, catalogmove.ErrMoveOpen) {
 		return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrMoveInProgress)
 	}
@@ -145,11 +158,11 @@ func (j journal) create(ctx context.Context, shard int, source, target string, m
 	return moveOf(r)
 }
 
-// open returns the unfinished move of a shard, or ErrNoMove.
+// open returns the unfinished move of a shard, or errNoMove.
 func (j journal) open(ctx context.Context, shard int) (Move, error) {
 	r, err := j.s.OpenMove(ctx, shard)
 	if errors.Is(err, catalogmove.ErrNoOpenMove) {
-		return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, ErrNoMove)
+		return Move{}, fmt.Errorf("shardkit: shard %d: %w", shard, errNoMove)
 	}
 	if err != nil {
 		return Move{}, err

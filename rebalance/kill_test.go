@@ -49,7 +49,7 @@ func TestMoverChild(t *testing.T) {
 	}
 	// A short lease may lapse on a loaded machine before the step the
 	// child dies at: the move is resumable, so try again.
-	for i := 0; i < 5 && errors.Is(err, ErrFenceLapsed); i++ {
+	for i := 0; i < 5 && errors.Is(err, errFenceLapsed); i++ {
 		if os.Getenv("CHILD_OP") == "rollback" {
 			_, err = mv.Rollback(ctx, shard)
 		} else {
@@ -100,10 +100,10 @@ func TestKillMoverAtEveryStep(t *testing.T) {
 		kills = append(kills, kill{"move", s, true, false})
 	}
 	kills = append(kills,
-		kill{"move", StepBarrier, false, false}, kill{"move", stepCopying, false, false}, kill{"move", StepCopiedSnapshot, false, false},
-		kill{"rollback", StepRbBarrier, true, false}, kill{"rollback", StepRbApplied, true, false},
-		kill{"rollback", StepRbFlipped, false, false}, kill{"rollback", StepRbCleaned, false, false},
-		kill{"undo", StepRbUndo, false, false}, kill{"undo", StepRbUndo, true, false})
+		kill{"move", stepBarrier, false, false}, kill{"move", stepCopying, false, false}, kill{"move", stepCopiedSnapshot, false, false},
+		kill{"rollback", stepRbBarrier, true, false}, kill{"rollback", stepRbApplied, true, false},
+		kill{"rollback", stepRbFlipped, false, false}, kill{"rollback", stepRbCleaned, false, false},
+		kill{"undo", stepRbUndo, false, false}, kill{"undo", stepRbUndo, true, false})
 	for i := range kills {
 		kills[i].resume = i%2 == 0 // killed moves alternate: resumed and completed, or rolled back
 	}
@@ -155,7 +155,7 @@ func killSequence(t *testing.T, e *env, mv *Mover, shard int, kills []kill) {
 		}
 		if k.op == "undo" {
 			// A move stopped after its copy, whose rollback is killed too.
-			runChild(t, e, "move", shard, to, StepCopiedSnapshot, true)
+			runChild(t, e, "move", shard, to, stepCopiedSnapshot, true)
 			runChild(t, e, "rollback", shard, to, k.step, k.atEnd)
 		} else {
 			runChild(t, e, k.op, shard, to, k.step, k.atEnd)
@@ -178,7 +178,7 @@ func killSequence(t *testing.T, e *env, mv *Mover, shard int, kills []kill) {
 		if err != nil {
 			t.Fatalf("%s: finishing move %d (%s at %s): %v", name, open.ID, open.State, open.Step, err)
 		}
-		if m.Open() {
+		if m.open() {
 			t.Fatalf("%s: move %d still %s", name, m.ID, m.State)
 		}
 		p := e.placement(t, shard)

@@ -77,7 +77,7 @@ func (e *env) hasPhoto(t *testing.T, server string, shard int, id int64) bool {
 }
 
 // TestFenceLease: a cutover whose lease lapses before its seal does not
-// flip (ErrFenceLapsed) and leaves the shard writable on its source, a
+// flip (errFenceLapsed) and leaves the shard writable on its source, a
 // write taken there after the deadline included; and the fence watcher
 // racing a live mover at its seal: whichever gets the source's locks first
 // decides. Either way the shard ends with one home and every write, and a
@@ -104,15 +104,15 @@ func TestFenceLease(t *testing.T) {
 		want  string // what the watcher does
 		err   error  // what the mover returns
 	}{
-		{"lease lapses before the seal", StepSealed, 2 * time.Second, true, false, "", ErrFenceLapsed},
-		{"watcher releases before the seal", StepSealed, 2 * time.Second, false, true, "released", ErrFenceLapsed},
-		{"seal before the watcher", StepFlipped, 0, false, false, "flipped", nil},
-		{"watcher while the source's lease holds", StepSealed, 0, false, false, "held", nil},
+		{"lease lapses before the seal", stepSealed, 2 * time.Second, true, false, "", errFenceLapsed},
+		{"watcher releases before the seal", stepSealed, 2 * time.Second, false, true, "released", errFenceLapsed},
+		{"seal before the watcher", stepFlipped, 0, false, false, "flipped", nil},
+		{"watcher while the source's lease holds", stepSealed, 0, false, false, "held", nil},
 	}
 	for _, c := range cases {
 		from := e.placement(t, 0).Server
 		to := map[string]string{"s0": "s1", "s1": "s0"}[from]
-		var got []FenceRelease
+		var got []Fence
 		var werr error
 		var late int64
 		var armed atomic.Bool
@@ -156,14 +156,14 @@ func TestFenceLease(t *testing.T) {
 			}
 		} else {
 			var me *MoveError
-			if !errors.As(err, &me) || me.Step != StepSealed {
-				t.Errorf("%s: err = %v, want a *MoveError at step %s", c.name, err, StepSealed)
+			if !errors.As(err, &me) || me.Step != stepSealed {
+				t.Errorf("%s: err = %v, want a *MoveError at step %s", c.name, err, stepSealed)
 			}
 			if p.Server != from || p.State != router.StateMoving {
 				t.Errorf("%s: shard 0 %s on %s, want moving on %s", c.name, p.State, p.Server, from)
 			}
-			if open, err := mv.j.open(ctx, 0); err != nil || open.Step != StepCaughtUp || open.State != StateRunning {
-				t.Errorf("%s: journal after the lapse: %s at %s (%v), want running at %s", c.name, open.State, open.Step, err, StepCaughtUp)
+			if open, err := mv.j.open(ctx, 0); err != nil || open.Step != stepCaughtUp || open.State != StateRunning {
+				t.Errorf("%s: journal after the lapse: %s at %s (%v), want running at %s", c.name, open.State, open.Step, err, stepCaughtUp)
 			}
 			if b := e.fenceOn(t, from, 0); b.kind != fenceReleased {
 				t.Errorf("%s: source barrier %q, want released", c.name, b.kind)
@@ -204,12 +204,12 @@ func TestFenceLease(t *testing.T) {
 	mv := e.mover(t, Config{FenceLease: 40 * time.Millisecond})
 	m, err := mv.Move(ctx, 0, to, MoveOptions{})
 	lapses := 0
-	for ; errors.Is(err, ErrFenceLapsed) && lapses < 10; lapses++ {
+	for ; errors.Is(err, errFenceLapsed) && lapses < 10; lapses++ {
 		m, err = mv.Resume(ctx, 0)
 	}
 	cancel()
 	<-watched
-	if errors.Is(err, ErrFenceLapsed) { // the machine is too slow for the lease: finish with the default
+	if errors.Is(err, errFenceLapsed) { // the machine is too slow for the lease: finish with the default
 		m, err = watcher.Resume(ctx, 0)
 	}
 	if err != nil || m.State != StateReversible {
@@ -278,9 +278,9 @@ func TestKillMoverThenWatchFences(t *testing.T) {
 	// barrier prepared but not installed, a lease, a seal (the flip to
 	// come), flipped; then a lease and a seal of a rollback.
 	kills := []kill{
-		{"move", StepFenced, true}, {"move", StepApplied, true},
-		{"move", StepSealed, true}, {"move", StepFlipped, true},
-		{"rollback", StepRbApplied, true}, {"rollback", StepRbSealed, true},
+		{"move", stepFenced, true}, {"move", stepApplied, true},
+		{"move", stepSealed, true}, {"move", stepFlipped, true},
+		{"rollback", stepRbApplied, true}, {"rollback", stepRbSealed, true},
 	}
 	// The lease counts from the barrier, before the kill: a write waits at
 	// most the lease, the watcher's interval and the time they take on a
@@ -319,7 +319,7 @@ func TestKillMoverThenWatchFences(t *testing.T) {
 		if p.State == router.StateFenced || !e.hasPhoto(t, p.Server, 0, id) {
 			t.Errorf("%s: probe %d not on the map's home %s (%s)", name, id, p.Server, p.State)
 		}
-		sealed := k.step == StepSealed || k.step == StepRbSealed || k.step == StepFlipped
+		sealed := k.step == stepSealed || k.step == stepRbSealed || k.step == stepFlipped
 		if want := map[bool]string{true: tgt, false: src}[sealed]; p.Server != want {
 			t.Errorf("%s: shard 0 on %s after the watcher, want %s", name, p.Server, want)
 		}
@@ -331,7 +331,7 @@ func TestKillMoverThenWatchFences(t *testing.T) {
 		}
 		t.Logf("%s: writable again after %v, shard 0 %s on %s", name, took.Round(time.Millisecond), p.State, p.Server)
 		when := "in_window"
-		if k.step == StepFlipped {
+		if k.step == stepFlipped {
 			when = "after_flip"
 		}
 		figure(t, "KillMoverThenWatchFences/"+when, benchout.Metric{Value: ms(took), Unit: "writable-ms"})
@@ -360,7 +360,7 @@ func TestKillMoverThenWatchFences(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: finishing the move: %v", name, err)
 		}
-		if m.Open() {
+		if m.open() {
 			t.Fatalf("%s: move %d still %s", name, m.ID, m.State)
 		}
 		if p := e.placement(t, 0); p.State != router.StateActive {
@@ -420,8 +420,8 @@ func TestFenceBodies(t *testing.T) {
 	if err := write(); !router.IsFenceError(err) {
 		t.Fatalf("write under the lease: %v, want the fence", err)
 	}
-	if err := runSeal(ctx, conn, schema, sealSQL(schema, "bb02", tables, time.Second)); !errors.Is(err, ErrFenceLapsed) {
-		t.Errorf("seal of another attempt: %v, want ErrFenceLapsed", err)
+	if err := runSeal(ctx, conn, schema, sealSQL(schema, "bb02", tables, time.Second)); !errors.Is(err, errFenceLapsed) {
+		t.Errorf("seal of another attempt: %v, want errFenceLapsed", err)
 	}
 	if err := runSeal(ctx, conn, schema, sealSQL(schema, "aa01", tables, time.Second)); err != nil {
 		t.Fatalf("seal: %v", err)
@@ -433,8 +433,8 @@ func TestFenceBodies(t *testing.T) {
 	if b, err := releaseFence(ctx, pool, schema, true); err != nil || b.kind != fenceSealed {
 		t.Errorf("release of a sealed barrier: %+v %v", b, err)
 	}
-	if _, err := barrierSQL(ctx, pool, schema, time.Second, "cc03", time.Hour); !errors.Is(err, ErrFenceLapsed) {
-		t.Errorf("preparing over a sealed barrier: %v, want ErrFenceLapsed", err)
+	if _, err := barrierSQL(ctx, pool, schema, time.Second, "cc03", time.Hour); !errors.Is(err, errFenceLapsed) {
+		t.Errorf("preparing over a sealed barrier: %v, want errFenceLapsed", err)
 	}
 	if err := removeBarrier(ctx, pool, schema); err != nil {
 		t.Fatal(err)
@@ -446,8 +446,8 @@ func TestFenceBodies(t *testing.T) {
 	if err := write(); err != nil {
 		t.Errorf("write after the lease lapsed: %v", err)
 	}
-	if err := runSeal(ctx, conn, schema, sealSQL(schema, "dd04", tables, time.Second)); !errors.Is(err, ErrFenceLapsed) {
-		t.Errorf("seal after the lapse: %v, want ErrFenceLapsed", err)
+	if err := runSeal(ctx, conn, schema, sealSQL(schema, "dd04", tables, time.Second)); !errors.Is(err, errFenceLapsed) {
+		t.Errorf("seal after the lapse: %v, want errFenceLapsed", err)
 	}
 
 	// Released while it holds (a resume): writes go through, the seal
@@ -468,11 +468,11 @@ func TestFenceBodies(t *testing.T) {
 	if err := write(); err != nil {
 		t.Errorf("write after the release: %v", err)
 	}
-	if err := runSeal(ctx, conn, schema, sealSQL(schema, "ee05", tables, time.Second)); !errors.Is(err, ErrFenceLapsed) {
-		t.Errorf("seal after the release: %v, want ErrFenceLapsed", err)
+	if err := runSeal(ctx, conn, schema, sealSQL(schema, "ee05", tables, time.Second)); !errors.Is(err, errFenceLapsed) {
+		t.Errorf("seal after the release: %v, want errFenceLapsed", err)
 	}
-	if _, err := runBarrier(ctx, conn, schema, ee05, time.Second); !errors.Is(err, ErrFenceLapsed) {
-		t.Errorf("barrier of a released attempt: %v, want ErrFenceLapsed", err)
+	if _, err := runBarrier(ctx, conn, schema, ee05, time.Second); !errors.Is(err, errFenceLapsed) {
+		t.Errorf("barrier of a released attempt: %v, want errFenceLapsed", err)
 	}
 	if err := write(); err != nil {
 		t.Errorf("write after a released attempt's barrier: %v", err)

@@ -62,7 +62,7 @@ func flipJournalled(ctx context.Context, cat mapJournal, m *Move, from, to strin
 	if server == to && state == router.StateActive {
 		return nil
 	}
-	return fmt.Errorf("flip shard %d to %s: the shard is %s on %s, not fenced on %s: %w", m.Shard, to, state, server, from, ErrFenceLapsed)
+	return fmt.Errorf("flip shard %d to %s: the shard is %s on %s, not fenced on %s: %w", m.Shard, to, state, server, from, errFenceLapsed)
 }
 
 // unfenceJournalled sets the shard, fenced on server (with fence_until

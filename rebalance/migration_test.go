@@ -13,7 +13,7 @@ import (
 
 // TestMoveRefusedDuringMigration: while a migration runs (it holds the
 // catalog's provisioning lock for its whole run), a move's preflight fails
-// with ErrMigrationRunning and nothing is journalled; once the migration
+// with errMigrationRunning and nothing is journalled; once the migration
 // has finished, the same move succeeds and its target has the new version.
 // A migration started while the move is unfinished is refused naming it.
 func TestMoveRefusedDuringMigration(t *testing.T) {
@@ -41,16 +41,16 @@ func TestMoveRefusedDuringMigration(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	var pe *PreflightError
-	if !errors.As(during, &pe) || !errors.Is(during, ErrMigrationRunning) || !errors.Is(during, catalog.ErrProvisionRunning) {
-		t.Fatalf("a move during the migration: err = %v; want a *PreflightError with ErrMigrationRunning", during)
+	var pe *MoveError
+	if !errors.As(during, &pe) || pe.Kind != ErrPreflight || !errors.Is(during, errMigrationRunning) || !errors.Is(during, catalog.ErrProvisionRunning) {
+		t.Fatalf("a move during the migration: err = %v; want a *MoveError of Kind ErrPreflight with errMigrationRunning", during)
 	}
 	if ms, err := RecentMoves(ctx, e.cat, 10); err != nil || len(ms) != 0 {
 		t.Fatalf("the refused move left %d journal rows (%v)", len(ms), err)
 	}
 	// A new mover: a Mover reads the catalog's per-shard SQL once, so one
 	// made before the migration would create the target without version 2
-	// (its preflight refuses that, ErrShardSQLMismatch).
+	// (its preflight refuses that, errShardSQLMismatch).
 	m, err := e.mover(t, Config{}).Move(ctx, 1, "s1", MoveOptions{})
 	if err != nil {
 		t.Fatalf("the move after the migration: %v", err)

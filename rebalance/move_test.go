@@ -47,8 +47,8 @@ func TestOnlineMoveWithWriters(t *testing.T) {
 		stop()
 		t.Fatal(err)
 	}
-	if m.State != StateReversible || m.Step != StepReverse {
-		t.Errorf("move ended %s at %s, want reversible at %s", m.State, m.Step, StepReverse)
+	if m.State != StateReversible || m.Step != stepReverse {
+		t.Errorf("move ended %s at %s, want reversible at %s", m.State, m.Step, stepReverse)
 	}
 	if p := e.placement(t, 0); p.Server != "s1" || p.State != router.StateActive {
 		t.Errorf("shard 0 placed %+v, want s1 active", p)
@@ -96,8 +96,8 @@ func TestOnlineMoveWithWriters(t *testing.T) {
 	if e.schemaOn(t, "s0", 0) {
 		t.Error("old schema still on s0 after complete")
 	}
-	if _, err := mv.Complete(ctx, 0); !errors.Is(err, ErrNoMove) {
-		t.Errorf("second complete: err = %v, want ErrNoMove", err)
+	if _, err := mv.Complete(ctx, 0); !errors.Is(err, errNoMove) {
+		t.Errorf("second complete: err = %v, want errNoMove", err)
 	}
 }
 
@@ -114,7 +114,7 @@ func TestSequencesCarriedBeforeTheFence(t *testing.T) {
 	seq := func(shard int) string { return ident(router.SchemaName(shard), "id_seq") }
 	var bumped int64
 	mv := e.mover(t, Config{SequenceMargin: margin, hook: func(m Move, s Step, done bool) {
-		if m.Shard == 0 && s == StepFenced && !done && bumped == 0 {
+		if m.Shard == 0 && s == stepFenced && !done && bumped == 0 {
 			if err := e.pools["s0"].QueryRow(ctx, `SELECT setval($1::regclass, last_value + 3*$2) FROM `+seq(0), seq(0), margin).Scan(&bumped); err != nil {
 				t.Error(err)
 			}
@@ -209,7 +209,7 @@ func TestCutoverTimeoutAborts(t *testing.T) {
 	seedPhotos(t, e, 0, 500)
 	var sub string
 	mv := e.mover(t, Config{CutoverTimeout: 300 * time.Millisecond, hook: func(m Move, s Step, done bool) {
-		if s == StepFenced && !done && sub == "" {
+		if s == stepFenced && !done && sub == "" {
 			n, _ := moveNames(m)
 			sub = n.fwd
 			if _, err := e.pools["s1"].Exec(ctx, `ALTER SUBSCRIPTION `+ident(sub)+` DISABLE`); err != nil {
@@ -236,8 +236,8 @@ func TestCutoverTimeoutAborts(t *testing.T) {
 	stop := w.run(ctx)
 	defer stop()
 	_, err := mv.Move(ctx, 0, "s1", MoveOptions{})
-	if !errors.Is(err, ErrCutoverTimeout) {
-		t.Fatalf("err = %v, want ErrCutoverTimeout", err)
+	if !errors.Is(err, errCutoverTimeout) {
+		t.Fatalf("err = %v, want errCutoverTimeout", err)
 	}
 	// The subscription is disabled: the error says its consumer is gone.
 	if !strings.Contains(err.Error(), "consumer connected false") {
@@ -251,7 +251,7 @@ func TestCutoverTimeoutAborts(t *testing.T) {
 		t.Errorf("source refuses writes after the abort: %v", err)
 	}
 	open, err := mv.j.open(ctx, 0)
-	if err != nil || open.Step != StepCaughtUp || open.Error == "" {
+	if err != nil || open.Step != stepCaughtUp || open.Error == "" {
 		t.Errorf("journal after the abort: %+v, %v; want step caught_up with the error", open, err)
 	}
 	if _, err := e.pools["s1"].Exec(ctx, `ALTER SUBSCRIPTION `+ident(sub)+` ENABLE`); err != nil {

@@ -34,7 +34,7 @@ type Config struct {
 	// taking writes if its mover dies: the write barrier refuses writes
 	// only until FenceLease after it was installed, on the serving
 	// server's own clock, and the cutover flips the map only after
-	// sealing the barrier before that deadline (else ErrFenceLapsed, and
+	// sealing the barrier before that deadline (else ErrCutoverAborted, and
 	// the move stays resumable). A fenced shard whose lease lapsed is
 	// unfenced (or, if sealed, flipped) by Mover.WatchFences. It should
 	// exceed CutoverTimeout, which bounds the wait for the final LSN inside
@@ -58,7 +58,7 @@ type Config struct {
 	// Vitess retry their cut-over locks the same way). 0 means 40ms.
 	BarrierWait time.Duration
 	// GateTimeout bounds the wait for the lag gate, past which the move
-	// stops with ErrLagGate (nothing fenced; Mover.Resume tries again),
+	// stops with ErrCutoverAborted (nothing fenced; Mover.Resume tries again),
 	// and the short barrier attempts, past which one last attempt waits
 	// up to 5s for running writes. 0 means 2 minutes.
 	GateTimeout time.Duration
@@ -73,11 +73,11 @@ type Config struct {
 	// CatchUpTimeout bounds how long the catch-up and the lag gate watch a
 	// target that applies more slowly than the shard is written, with a
 	// lag that would not drain within DrainBound; past it the move stops
-	// with a *CatchUpError (ErrCatchUp) carrying the write and apply
+	// with ErrCutoverAborted, its message carrying the write and apply
 	// rates, with nothing fenced and the move resumable. 0 means 1 minute.
 	CatchUpTimeout time.Duration
 	// StepTimeout bounds every step of a move, and Verify and Complete;
-	// past it the step fails with ErrStepTimeout naming what it waited for.
+	// past it the step fails (ErrStopped) naming what it waited for.
 	// 0 means 15 minutes.
 	StepTimeout time.Duration
 	// SequenceMargin is added to the source's sequence values when they are
@@ -258,7 +258,7 @@ func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
 		return nil, err
 	}
 	steps := onlineSteps
-	if m.Mode == ModeOffline {
+	if m.Offline {
 		steps = offlineSteps
 	}
 	return &moveCtx{m: m, steps: steps, snap: snap, layout: snap.Layout, schema: router.SchemaName(m.Shard),
@@ -342,17 +342,27 @@ func (mv *Mover) stepFailed(ctx context.Context, m *Move, s Step, err error) err
 	cancel()
 	m.Error = err.Error()
 	mv.log.Warn("shardkit: move step failed", "move", m.ID, "shard", m.Shard, "step", s, "err", err)
-	return &MoveError{ID: m.ID, Shard: m.Shard, Step: s, Err: err}
+	return stoppedAt(m, s, err)
+}
+
+// stoppedAt is the *MoveError of move m stopped at step s by err: of err's
+// Kind, ErrStopped when it has none.
+func stoppedAt(m *Move, s Step, err error) *MoveError {
+	k := kindOf(err)
+	if k == nil {
+		k = ErrStopped
+	}
+	return &MoveError{Kind: k, ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, Step: s, Err: err}
 }
 
 // bounded runs fn with Config.StepTimeout as its deadline. Past it the
-// error is ErrStepTimeout, wrapping fn's, which says what fn waited for.
+// error is errStepTimeout, wrapping fn's, which says what fn waited for.
 func (mv *Mover) bounded(ctx context.Context, what string, fn func(ctx context.Context) error) error {
 	sctx, cancel := context.WithTimeout(ctx, mv.cfg.StepTimeout)
 	defer cancel()
 	err := fn(sctx)
 	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
-		return &TimeoutError{What: what, After: mv.cfg.StepTimeout, Err: err}
+		return &timeoutError{What: what, After: mv.cfg.StepTimeout, Err: err}
 	}
 	return err
 }
@@ -376,30 +386,32 @@ type MoveOptions struct {
 
 // Move moves a logical shard to the target server and returns the journal
 // row. It runs Preflight first and, when a check fails, returns its
-// *PreflightError having changed nothing. Objects of the shard's schema
+// *MoveError having changed nothing. Objects of the shard's schema
 // made outside its per-shard SQL are created on the target too (tables
 // with their rows). An online move ends reversible: the shard is served by the target,
 // the source is kept current by reverse replication until Complete (or
 // Rollback). An offline move ends completed.
-func (mv *Mover) Move(ctx context.Context, shard int, target string, opts MoveOptions) (Move, error) {
+func (mv *Mover) Move(ctx context.Context, shard int, target string, opts MoveOptions) (_ Move, err error) {
+	defer asMoveErrorTo(&err, shard, target)
 	// The preflight changes nothing; a move it refuses leaves no journal
 	// row, no map change and nothing on either server.
 	r, err := mv.Preflight(ctx, shard, target, opts)
 	if err != nil {
 		return Move{}, err
 	}
-	m, err := mv.j.create(ctx, shard, r.Source, target, r.Mode)
+	m, err := mv.j.create(ctx, shard, r.Source, target, r.Offline)
 	if err != nil {
 		return Move{}, err
 	}
-	mv.log.Info("shardkit: move started", "move", m.ID, "shard", shard, "from", m.Source, "to", target, "mode", r.Mode,
+	mv.log.Info("shardkit: move started", "move", m.ID, "shard", shard, "from", m.Source, "to", target, "mode", modeName(r.Offline),
 		"carried", len(r.Carried))
 	return mv.drive(ctx, &m)
 }
 
 // Resume continues the unfinished move of a shard from its last recorded
 // step: forward for a running move, backward for one rolling back.
-func (mv *Mover) Resume(ctx context.Context, shard int) (Move, error) {
+func (mv *Mover) Resume(ctx context.Context, shard int) (_ Move, err error) {
+	defer asMoveError(&err, shard)
 	m, err := mv.j.open(ctx, shard)
 	if err != nil {
 		return Move{}, err
@@ -420,7 +432,7 @@ func (mv *Mover) drive(ctx context.Context, m *Move) (Move, error) {
 	if err != nil {
 		return *m, err
 	}
-	if m.Mode == ModeOffline {
+	if m.Offline {
 		err = mv.offline(ctx, mc)
 	} else {
 		err = mv.online(ctx, mc)

@@ -21,7 +21,7 @@ func objectName(kind string, shard int, moveID int64, tag string) (string, error
 		n += "_" + tag
 	}
 	if !safeName.MatchString(n) {
-		return "", fmt.Errorf("shardkit: %w: %q", ErrUnsafeName, n)
+		return "", fmt.Errorf("shardkit: %w: %q", errUnsafeName, n)
 	}
 	return n, nil
 }

@@ -34,7 +34,7 @@ func (o SchemaObject) String() string { return inventory.Object(o).String() }
 // carry creates on the target the objects of the source's schema that the
 // target lacks: before the copy (late false) all but the secondary
 // indexes, after it (late true) the rest, and then the two schemas must
-// match object for object (else ErrCannotCarry, naming the differences).
+// match object for object (else errCannotCarry, naming the differences).
 // It is idempotent: what the target has already is left alone. srcInv, if
 // not nil, is the source's inventory read earlier in the same step (the
 // source's schema does not change during a move), else it is read here.
@@ -53,7 +53,7 @@ func carry(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.P
 		}
 		create, refused := inventory.Carriable(inventory.Compare(srcInv, tgtInv).ToCreate(), late)
 		if len(refused) > 0 {
-			return fmt.Errorf("%w: %s", ErrCannotCarry, objectList(refused, nil))
+			return fmt.Errorf("%w: %s", errCannotCarry, objectList(refused, nil))
 		}
 		failures, err := inventory.CreateMissing(ctx, tx, create)
 		if err != nil {
@@ -65,7 +65,7 @@ func carry(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.P
 			for i, f := range failures {
 				its[i], errs[i] = f.Item, f.Err
 			}
-			return fmt.Errorf("%w: %s", ErrCannotCarry, objectList(its, errs))
+			return fmt.Errorf("%w: %s", errCannotCarry, objectList(its, errs))
 		}
 		if then != nil {
 			return then(ctx, tx)
@@ -97,25 +97,25 @@ func sameObjects(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgx
 		diffs = append(diffs, df.String())
 	}
 	if len(diffs) > 0 {
-		return &ObjectsError{Schema: schema, Differences: diffs}
+		return &objectsError{Schema: schema, Differences: diffs}
 	}
 	return nil
 }
 
-// ObjectsError reports two copies of a shard schema whose objects differ
+// objectsError reports two copies of a shard schema whose objects differ
 // (tables, columns, indexes, constraints, views, functions, triggers).
-type ObjectsError struct {
+type objectsError struct {
 	Schema      string
 	Differences []string
 }
 
-func (e *ObjectsError) Error() string {
+func (e *objectsError) Error() string {
 	return fmt.Sprintf("shardkit: verify %s: %v: objects differ: %s; do not complete the move; roll it back or resume it",
 		e.Schema, ErrMismatch, strings.Join(e.Differences, "; "))
 }
 
 // Unwrap returns ErrMismatch.
-func (e *ObjectsError) Unwrap() error { return ErrMismatch }
+func (e *objectsError) Unwrap() error { return ErrMismatch }
 
 func objectList(items []*inventory.Item, errs []error) string {
 	parts := make([]string, len(items))
@@ -152,11 +152,11 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 	create, refused := inventory.Carriable(d.ToCreate(), true)
 	for _, it := range refused {
 		reported[it.Key()] = true
-		r.fail(CheckObjects, r.Source, it.Obj.String()+" in "+r.Schema, it.Why, ErrCannotCarry)
+		r.fail(checkObjects, r.Source, it.Obj.String()+" in "+r.Schema, it.Why, errCannotCarry)
 	}
 	for _, df := range d.Differ {
 		reported[inventory.Key(df.Object)] = true
-		r.fail(CheckObjects, r.Source, df.Object.String()+" in "+r.Schema, drift(df), ErrSchemaDrift)
+		r.fail(checkObjects, r.Source, df.Object.String()+" in "+r.Schema, drift(df), errSchemaDrift)
 	}
 	r.Carried = listCarried(create)
 	sort.SliceStable(r.Carried, func(i, j int) bool { return r.Carried[i].String() < r.Carried[j].String() })
@@ -166,7 +166,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 	}
 	for _, f := range failures {
 		reported[f.Item.Key()] = true
-		r.fail(CheckObjects, r.Target, f.Item.Obj.String()+" in "+r.Schema, "creating it failed: "+pgMessage(f.Err), ErrCannotCarry)
+		r.fail(checkObjects, r.Target, f.Item.Obj.String()+" in "+r.Schema, "creating it failed: "+pgMessage(f.Err), errCannotCarry)
 	}
 	after, err := inventory.ReadIn(ctx, tx, r.Schema, barrierName)
 	if err != nil {
@@ -175,17 +175,17 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 	d = inventory.Compare(srcInv, after)
 	for _, it := range d.Missing {
 		if !reported[it.Key()] {
-			r.fail(CheckObjects, r.Target, it.Obj.String()+" in "+r.Schema, "not created by the carry", ErrCannotCarry)
+			r.fail(checkObjects, r.Target, it.Obj.String()+" in "+r.Schema, "not created by the carry", errCannotCarry)
 		}
 	}
 	for _, df := range d.Differences() {
 		if !reported[inventory.Key(df.Object)] {
-			r.fail(CheckObjects, r.Target, df.Object.String()+" in "+r.Schema, "the carried copy differs: "+df.String(), ErrCannotCarry)
+			r.fail(checkObjects, r.Target, df.Object.String()+" in "+r.Schema, "the carried copy differs: "+df.String(), errCannotCarry)
 		}
 	}
 	r.markExtraTables()
-	if !r.failed(CheckObjects) {
-		r.pass(CheckObjects, "", fmt.Sprintf("%d made by the per-shard SQL, %d carried", len(ref.Items), len(r.Carried)))
+	if !r.failed(checkObjects) {
+		r.pass(checkObjects, "", fmt.Sprintf("%d made by the per-shard SQL, %d carried", len(ref.Items), len(r.Carried)))
 	}
 	return nil
 }
@@ -196,7 +196,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 func (r *Report) objectsWithoutRehearsal(srcInv *inventory.Inventory) {
 	for _, k := range srcInv.Order {
 		if it := srcInv.Items[k]; it.Why != "" {
-			r.fail(CheckObjects, r.Source, it.Obj.String()+" in "+r.Schema, it.Why, ErrCannotCarry)
+			r.fail(checkObjects, r.Source, it.Obj.String()+" in "+r.Schema, it.Why, errCannotCarry)
 		}
 	}
 }

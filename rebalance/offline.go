@@ -24,15 +24,15 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 		s  Step
 		fn func(context.Context) error
 	}{
-		{StepMapMoving, func(ctx context.Context) error {
+		{stepMapMoving, func(ctx context.Context) error {
 			return setMapState(ctx, mv.j.s, m.Shard, m.Source, router.StateMoving)
 		}},
-		{StepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc) }},
-		{StepFenced, func(ctx context.Context) error {
+		{stepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc) }},
+		{stepFenced, func(ctx context.Context) error {
 			fencedAt = time.Now()
 			return setMapState(ctx, mv.j.s, m.Shard, m.Source, router.StateFenced)
 		}},
-		{StepBarrier, func(ctx context.Context) error {
+		{stepBarrier, func(ctx context.Context) error {
 			lsn, err := installBarrier(ctx, mc.src, mc.schema)
 			if err != nil {
 				return err
@@ -40,16 +40,16 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			m.FinalLSN = lsn
 			return nil
 		}},
-		{StepCopiedOff, func(ctx context.Context) error {
+		{stepCopiedOff, func(ctx context.Context) error {
 			_, err := mv.copyRows(ctx, mc, "")
 			return err
 		}},
-		{StepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
-		{StepVerified, func(ctx context.Context) error {
+		{stepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
+		{stepVerified, func(ctx context.Context) error {
 			_, err := compareSchemas(ctx, mc.src, mc.tgt, mc.schema)
 			return err
 		}},
-		{StepSequences, func(ctx context.Context) error {
+		{stepSequences, func(ctx context.Context) error {
 			v, err := carrySequences(ctx, mc.src, mc.tgt, mc.schema, mv.cfg.SequenceMargin)
 			if err != nil {
 				return err
@@ -57,7 +57,7 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			m.SeqValue = v
 			return waitClockPastNewestID(ctx, mc.tgt, mc.schema, mc.layout)
 		}},
-		{StepFlipped, func(ctx context.Context) error {
+		{stepFlipped, func(ctx context.Context) error {
 			// The target's barrier (fenceTarget) goes first; the shard is
 			// fenced, so no router with the current map writes on either
 			// side before the flip.
@@ -76,7 +76,7 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			return err
 		}
 	}
-	if err := mv.record(ctx, m, StepCleaned, "", func(ctx context.Context) error {
+	if err := mv.record(ctx, m, stepCleaned, "", func(ctx context.Context) error {
 		return mv.dropReplication(ctx, mc, true)
 	}); err != nil {
 		return err

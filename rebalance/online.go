@@ -18,15 +18,15 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 		s  Step
 		fn func(context.Context) error
 	}{
-		{StepMapMoving, func(ctx context.Context) error {
+		{stepMapMoving, func(ctx context.Context) error {
 			return setMapState(ctx, mv.j.s, m.Shard, m.Source, router.StateMoving)
 		}},
-		{StepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc) }},
-		{StepPublication, func(ctx context.Context) error { return createPublication(ctx, mc.src, mc.n.fwd, mc.schema) }},
+		{stepTargetSchema, func(ctx context.Context) error { return mv.createTarget(ctx, mc) }},
+		{stepPublication, func(ctx context.Context) error { return createPublication(ctx, mc.src, mc.n.fwd, mc.schema) }},
 		// The rows, as of the snapshot exported by the forward slot, into
 		// tables without keys or indexes; a rerun drops whatever an earlier
 		// attempt left (its slot's snapshot is gone) and copies again.
-		{StepCopiedSnapshot, func(ctx context.Context) error {
+		{stepCopiedSnapshot, func(ctx context.Context) error {
 			if err := dropSubscription(ctx, mc.tgt, mc.n.fwd, mc.src); err != nil {
 				return err
 			}
@@ -39,20 +39,20 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 				"slot_took", res.slotTook.Round(time.Microsecond))
 			return nil
 		}},
-		{StepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
+		{stepIndexes, func(ctx context.Context) error { return mv.buildIndexes(ctx, mc) }},
 		// The subscription streams from the slot's consistent point, which
 		// is where the copy's snapshot stands. It comes after the index
 		// build: applying an update or a delete needs the primary key.
-		{StepSubscribed, func(ctx context.Context) error {
+		{stepSubscribed, func(ctx context.Context) error {
 			return createSubscription(ctx, mc.tgt, mc.n.fwd, mc.srcDSN, mc.n.fwd)
 		}},
-		{StepCaughtUp, func(ctx context.Context) error { return mv.waitCaughtUp(ctx, mc) }},
+		{stepCaughtUp, func(ctx context.Context) error { return mv.waitCaughtUp(ctx, mc) }},
 		// Reverse replication's slot is made now, outside the fenced window
 		// (making a slot waits for running transactions). It will see the
 		// forward changes the target still applies; reverse replication
 		// skips them by starting at the target LSN captured once the target
-		// applied the source's final LSN (StepApplied).
-		{StepReverseSlot, func(ctx context.Context) error {
+		// applied the source's final LSN (stepApplied).
+		{stepReverseSlot, func(ctx context.Context) error {
 			if err := createPublication(ctx, mc.tgt, mc.n.rev, mc.schema); err != nil {
 				return err
 			}
@@ -61,7 +61,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 	}
 	for _, st := range steps {
 		fn := st.fn
-		if st.s == StepCopiedSnapshot || st.s == StepIndexes {
+		if st.s == stepCopiedSnapshot || st.s == stepIndexes {
 			fn = func(ctx context.Context) error {
 				release, err := mv.phases.heavyStep(ctx)
 				if err != nil {
@@ -78,7 +78,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 	if err := mv.cutover(ctx, mc); err != nil {
 		return err
 	}
-	if err := mv.step(ctx, mc, StepReverse, func(ctx context.Context) error { return mv.reverse(ctx, mc) }); err != nil {
+	if err := mv.step(ctx, mc, stepReverse, func(ctx context.Context) error { return mv.reverse(ctx, mc) }); err != nil {
 		return err
 	}
 	if m.State == StateRunning {
@@ -142,13 +142,13 @@ func (mv *Mover) forwardPlan(mc *moveCtx) cutoverPlan {
 	m := mc.m
 	return cutoverPlan{
 		from: mc.src, to: mc.tgt, fromName: m.Source, toName: m.Target, slot: mc.n.fwd,
-		fenced: StepFenced, barrier: StepBarrier, applied: StepApplied, sequences: StepSequences,
-		sealed: StepSealed, flipped: StepFlipped,
+		fenced: stepFenced, barrier: stepBarrier, applied: stepApplied, sequences: stepSequences,
+		sealed: stepSealed, flipped: stepFlipped,
 		captureTargetLSN: true,
 		// The target's barrier (fenceTarget) goes just before the flip.
 		removeOnTo: true,
 		// The reverse slot stays: the next cutover captures a new target LSN.
-		abortState: router.StateMoving, abortStep: StepCaughtUp, what: "cutover",
+		abortState: router.StateMoving, abortStep: stepCaughtUp, what: "cutover",
 	}
 }
 

@@ -17,55 +17,54 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-// Sentinel errors of the preflight. Each failed check is a *CheckError
-// wrapping one of them; a refused move returns a *PreflightError holding
-// them all (errors.Is finds each, and ErrPreflight).
+// Causes of a refusal by preflight, each of Kind ErrPreflight. Each failed
+// check is a *checkError wrapping one of them (or ErrNotLogical,
+// ErrMoveInProgress, ErrPreparedTransactions); a refused move returns a
+// *MoveError of Kind ErrPreflight holding them all (errors.Is finds each).
 var (
-	// ErrPreflight reports a move refused by its preflight checks; nothing
-	// was changed anywhere.
-	ErrPreflight = errors.New("move refused by its preflight checks; nothing was changed")
-	// ErrNoReplicaIdentity reports a table that logical replication cannot
+	// errNoReplicaIdentity reports a table that logical replication cannot
 	// update or delete rows of: publishing it would make the source refuse
 	// its UPDATEs and DELETEs.
-	ErrNoReplicaIdentity = errors.New("table has no usable replica identity: add a primary key, or ALTER TABLE … REPLICA IDENTITY FULL (or USING INDEX a unique index), or move offline (MoveOptions.Offline)")
-	// ErrReplicationCapacity reports a server without enough free
+	errNoReplicaIdentity = ofKind(ErrPreflight, errors.New("table has no usable replica identity: add a primary key, or ALTER TABLE … REPLICA IDENTITY FULL (or USING INDEX a unique index), or move offline (MoveOptions.Offline)"))
+	// errReplicationCapacity reports a server without enough free
 	// replication slots, WAL senders, logical replication workers or
 	// worker processes for the move.
-	ErrReplicationCapacity = errors.New("not enough free replication slots, WAL senders or worker processes for the move: raise the setting named (it needs a restart) or let other moves and subscriptions finish first")
-	// ErrShardSQLMismatch reports a source whose applied per-shard SQL
+	errReplicationCapacity = ofKind(ErrPreflight, errors.New("not enough free replication slots, WAL senders or worker processes for the move: raise the setting named (it needs a restart) or let other moves and subscriptions finish first"))
+	// errShardSQLMismatch reports a source whose applied per-shard SQL
 	// versions differ from those the target would be created with.
-	ErrShardSQLMismatch = errors.New("the source's per-shard SQL versions differ from those the target would be created with: apply the pending versions (migrations.Migrate), or give Config.ShardSQL the files the source was made with")
-	// ErrTargetSchemaExists reports a target that already holds the
+	errShardSQLMismatch = ofKind(ErrPreflight, errors.New("the source's per-shard SQL versions differ from those the target would be created with: apply the pending versions (migrations.Migrate), or give Config.ShardSQL the files the source was made with"))
+	// errTargetSchemaExists reports a target that already holds the
 	// shard's schema while no move of the shard is unfinished.
-	ErrTargetSchemaExists = errors.New("the shard's schema already exists on the target though no move of the shard is unfinished: check it holds nothing needed, then drop it (migrations.DropShard)")
-	// ErrCannotCarry reports an object of the shard's schema, made outside
+	errTargetSchemaExists = ofKind(ErrPreflight, errors.New("the shard's schema already exists on the target though no move of the shard is unfinished: check it holds nothing needed, then drop it (migrations.DropShard)"))
+	// errCannotCarry reports an object of the shard's schema, made outside
 	// its per-shard SQL, that a move cannot carry to the target.
-	ErrCannotCarry = errors.New("the shard's schema holds an object a move cannot carry: drop or change it before the move (and make it again on the target after)")
-	// ErrSchemaDrift reports an object of the per-shard SQL that the
+	errCannotCarry = ofKind(ErrPreflight, errors.New("the shard's schema holds an object a move cannot carry: drop or change it before the move (and make it again on the target after)"))
+	// errSchemaDrift reports an object of the per-shard SQL that the
 	// source lacks or has in another form.
-	ErrSchemaDrift = errors.New("the source's schema differs from what its per-shard SQL creates: bring the object in line on the source (or add the change to the per-shard SQL) before the move")
-	// ErrMigrationRunning reports a move refused because a migration (or
+	errSchemaDrift = ofKind(ErrPreflight, errors.New("the source's schema differs from what its per-shard SQL creates: bring the object in line on the source (or add the change to the per-shard SQL) before the move"))
+	// errMigrationRunning reports a move refused because a migration (or
 	// a provisioning run) holds the catalog: the target would be created
 	// from per-shard SQL the run is changing, and the run would change
-	// one copy only. It is catalog.ErrProvisionRunning, which the journal
-	// returns when the run starts between the preflight and the move.
-	ErrMigrationRunning = catalog.ErrProvisionRunning
-	// ErrSequenceNearMax reports a sequence of the shard too close to its
+	// one copy only. It wraps catalog.ErrProvisionRunning, which the
+	// journal returns when the run starts between the preflight and the
+	// move.
+	errMigrationRunning = ofKind(ErrPreflight, catalog.ErrProvisionRunning)
+	// errSequenceNearMax reports a sequence of the shard too close to its
 	// MAXVALUE for the cutover to carry it (last value plus up to twice
 	// Config.SequenceMargin, twice: a move and its rollback).
-	ErrSequenceNearMax = errors.New("a sequence of the shard is too close to its MAXVALUE for the cutover to carry it past its last value: raise its MAXVALUE (ALTER SEQUENCE … AS bigint MAXVALUE …) or lower Config.SequenceMargin before the move")
+	errSequenceNearMax = ofKind(ErrPreflight, errors.New("a sequence of the shard is too close to its MAXVALUE for the cutover to carry it past its last value: raise its MAXVALUE (ALTER SEQUENCE … AS bigint MAXVALUE …) or lower Config.SequenceMargin before the move"))
 )
 
-// CheckError is one failed preflight check: what, where, and why.
-type CheckError struct {
+// checkError is one failed preflight check: what, where, and why.
+type checkError struct {
 	Check  string // the check's name, as in Check.Name
 	Server string // the server it failed on, "" when it is about the shard
 	Object string // the object it is about (a table, a setting), "" if none
 	Detail string // what was found
-	Err    error  // a sentinel of this package (errors.Is)
+	Err    error  // the cause (errors.Is)
 }
 
-func (e *CheckError) Error() string {
+func (e *checkError) Error() string {
 	var b strings.Builder
 	if e.Server != "" {
 		b.WriteString("server " + e.Server + ": ")
@@ -80,44 +79,19 @@ func (e *CheckError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns the sentinel.
-func (e *CheckError) Unwrap() error { return e.Err }
-
-// PreflightError is a move refused before any change: every failed check.
-type PreflightError struct {
-	Shard          int
-	Source, Target string
-	Failed         []*CheckError
-}
-
-func (e *PreflightError) Error() string {
-	parts := make([]string, len(e.Failed))
-	for i, f := range e.Failed {
-		parts[i] = f.Error()
-	}
-	return fmt.Sprintf("shardkit: move of shard %d from %s to %s: %v (%d failed): %s",
-		e.Shard, e.Source, e.Target, ErrPreflight, len(e.Failed), strings.Join(parts, "; "))
-}
-
-// Unwrap returns ErrPreflight and each failure.
-func (e *PreflightError) Unwrap() []error {
-	out := []error{ErrPreflight}
-	for _, f := range e.Failed {
-		out = append(out, f)
-	}
-	return out
-}
+func (e *checkError) Unwrap() error { return e.Err }
 
 // Check is one preflight check and its outcome.
 type Check struct {
+	// Name is the check's: "no unfinished move", "no migration running",
+	// "wal_level", "replica identity", "replication capacity", "per-shard
+	// SQL versions", "target schema absent", "schema objects", "sequence
+	// room", "prepared transactions" (docs/moves.md says what each checks).
 	Name   string
-	Server string      // "" when it is about the shard
-	Detail string      // what was found
-	Err    *CheckError // nil when it passed
+	Server string // "" when it is about the shard
+	Detail string // what was found
+	Err    error  // why it failed (errors.Is finds the Kind); nil when it passed
 }
-
-// OK reports whether the check passed.
-func (c Check) OK() bool { return c.Err == nil }
 
 // TableEstimate is a table of the shard's schema on the source, with the
 // planner's row estimate and its size with indexes and TOAST.
@@ -133,7 +107,7 @@ type Report struct {
 	Shard          int
 	Schema         string
 	Source, Target string
-	Mode           Mode
+	Offline        bool // an offline move (MoveOptions.Offline)
 	Tables         []TableEstimate
 	// Carried are the objects made outside the per-shard SQL that the
 	// move creates on the target (tables also get their rows).
@@ -141,9 +115,10 @@ type Report struct {
 	Checks  []Check
 }
 
-// Err returns a *PreflightError with every failed check, or nil.
-func (r *Report) Err() error {
-	var failed []*CheckError
+// err returns a *MoveError of Kind ErrPreflight with every failed check,
+// or nil.
+func (r *Report) err() error {
+	var failed failedChecks
 	for _, c := range r.Checks {
 		if c.Err != nil {
 			failed = append(failed, c.Err)
@@ -152,7 +127,7 @@ func (r *Report) Err() error {
 	if len(failed) == 0 {
 		return nil
 	}
-	return &PreflightError{Shard: r.Shard, Source: r.Source, Target: r.Target, Failed: failed}
+	return &MoveError{Kind: ErrPreflight, Shard: r.Shard, Source: r.Source, Target: r.Target, Err: failed}
 }
 
 func (r *Report) pass(name, server, detail string) {
@@ -161,26 +136,27 @@ func (r *Report) pass(name, server, detail string) {
 
 func (r *Report) fail(name, server, object, detail string, sentinel error) {
 	r.Checks = append(r.Checks, Check{Name: name, Server: server, Detail: detail,
-		Err: &CheckError{Check: name, Server: server, Object: object, Detail: detail, Err: sentinel}})
+		Err: &checkError{Check: name, Server: server, Object: object, Detail: detail, Err: sentinel}})
 }
 
 // Names of the checks.
 const (
-	CheckNoOpenMove      = "no unfinished move"
-	CheckNoMigration     = "no migration running"
-	CheckWalLevel        = "wal_level"
-	CheckReplicaIdentity = "replica identity"
-	CheckCapacity        = "replication capacity"
-	CheckVersions        = "per-shard SQL versions"
-	CheckTargetSchema    = "target schema absent"
-	CheckObjects         = "schema objects"
-	CheckSequences       = "sequence room"
+	checkNoOpenMove      = "no unfinished move"
+	checkNoMigration     = "no migration running"
+	checkWalLevel        = "wal_level"
+	checkReplicaIdentity = "replica identity"
+	checkCapacity        = "replication capacity"
+	checkVersions        = "per-shard SQL versions"
+	checkTargetSchema    = "target schema absent"
+	checkObjects         = "schema objects"
+	checkSequences       = "sequence room"
 )
 
 // Preflight checks, changing nothing, whether a move of shard to target
 // would succeed, and says what it would do. It returns the report and,
-// when a check failed, a *PreflightError (errors.Is ErrPreflight and the
-// sentinel of each failure). A shard or server that does not exist, a
+// when a check failed, a *MoveError of Kind ErrPreflight (errors.Is
+// finds ErrNotLogical, ErrMoveInProgress and catalog.ErrProvisionRunning
+// among its failures). A shard or server that does not exist, a
 // target that is not active or one that holds the shard already are
 // errors of their own, as from Move, with an empty report.
 //
@@ -195,7 +171,8 @@ const (
 // schema either made by the per-shard SQL or carried: the carry is
 // rehearsed on the target inside a transaction that is rolled back, and
 // the result must match the source object for object.
-func (mv *Mover) Preflight(ctx context.Context, shard int, target string, opts MoveOptions) (Report, error) {
+func (mv *Mover) Preflight(ctx context.Context, shard int, target string, opts MoveOptions) (_ Report, err error) {
+	defer asMoveErrorTo(&err, shard, target)
 	snap, err := mv.cfg.Catalog.Load(ctx)
 	if err != nil {
 		return Report{}, err
@@ -204,15 +181,11 @@ func (mv *Mover) Preflight(ctx context.Context, shard int, target string, opts M
 	if err != nil {
 		return Report{}, err
 	}
-	mode := ModeOnline
-	if opts.Offline {
-		mode = ModeOffline
-	}
-	r := Report{Shard: shard, Schema: router.SchemaName(shard), Source: p.Server, Target: target, Mode: mode}
+	r := Report{Shard: shard, Schema: router.SchemaName(shard), Source: p.Server, Target: target, Offline: opts.Offline}
 	if err := mv.preflight(ctx, snap, &r); err != nil {
 		return r, err
 	}
-	return r, r.Err()
+	return r, r.err()
 }
 
 // checkTarget returns the shard's placement, or the error Move returns
@@ -225,7 +198,7 @@ func checkTarget(snap *router.Snapshot, shard int, target string) (router.Placem
 	if srv, ok := snap.Server(target); !ok {
 		return p, fmt.Errorf("shardkit: target %q: %w", target, router.ErrUnknownServer)
 	} else if srv.State != "" && srv.State != "active" {
-		return p, fmt.Errorf("shardkit: target %q is %s: %w", target, srv.State, ErrTargetNotActive)
+		return p, fmt.Errorf("shardkit: target %q is %s: %w", target, srv.State, errTargetNotActive)
 	}
 	if p.Server == target {
 		return p, fmt.Errorf("shardkit: shard %d on %s: %w", shard, target, ErrSameServer)
@@ -237,17 +210,17 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 	if busy, err := mv.j.s.ProvisionRunning(ctx); err != nil {
 		return err
 	} else if busy {
-		r.fail(CheckNoMigration, "", "", "a migration or provisioning run holds the catalog: wait for it to end, then move", ErrMigrationRunning)
+		r.fail(checkNoMigration, "", "", "a migration or provisioning run holds the catalog: wait for it to end, then move", errMigrationRunning)
 	} else {
-		r.pass(CheckNoMigration, "", "none")
+		r.pass(checkNoMigration, "", "none")
 	}
 	if m, err := mv.j.open(ctx, r.Shard); err == nil {
 		// The other checks would only repeat it (the schema on that
 		// move's target, its slots).
-		r.fail(CheckNoOpenMove, "", "", fmt.Sprintf("move %d (%s → %s) is %s at step %s", m.ID, m.Source, m.Target, m.State, m.Step), ErrMoveInProgress)
+		r.fail(checkNoOpenMove, "", "", fmt.Sprintf("move %d (%s → %s) is %s at step %s", m.ID, m.Source, m.Target, m.State, m.Step), ErrMoveInProgress)
 		return nil
-	} else if errors.Is(err, ErrNoMove) {
-		r.pass(CheckNoOpenMove, "", "none")
+	} else if errors.Is(err, errNoMove) {
+		r.pass(checkNoOpenMove, "", "none")
 	} else {
 		return err
 	}
@@ -269,7 +242,7 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 	if err := r.readTables(ctx, src); err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
 	}
-	if r.Mode == ModeOnline {
+	if !r.Offline {
 		srcLoad, err := readLoad(ctx, src)
 		if err != nil {
 			return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
@@ -283,9 +256,9 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 			l    serverLoad
 		}{{r.Source, srcLoad}, {r.Target, tgtLoad}} {
 			if s.l.walLevel != "logical" {
-				r.fail(CheckWalLevel, s.name, "wal_level", "is "+s.l.walLevel, ErrNotLogical)
+				r.fail(checkWalLevel, s.name, "wal_level", "is "+s.l.walLevel, ErrNotLogical)
 			} else {
-				r.pass(CheckWalLevel, s.name, "logical")
+				r.pass(checkWalLevel, s.name, "logical")
 			}
 		}
 		if err := r.checkReplicaIdentity(ctx, src); err != nil {
@@ -307,12 +280,12 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
 	}
 	if exists {
-		r.fail(CheckTargetSchema, r.Target, "schema "+r.Schema, "exists", ErrTargetSchemaExists)
+		r.fail(checkTargetSchema, r.Target, "schema "+r.Schema, "exists", errTargetSchemaExists)
 		// The carry cannot be rehearsed there; say what it would carry.
 		r.objectsWithoutRehearsal(srcInv)
 		return nil
 	}
-	r.pass(CheckTargetSchema, r.Target, "absent")
+	r.pass(checkTargetSchema, r.Target, "absent")
 	return mv.rehearse(ctx, snap, tgt, srcInv, r)
 }
 
@@ -375,7 +348,7 @@ func (r *Report) checkReplicaIdentity(ctx context.Context, src *pgxpool.Pool) er
 			bad++
 			what := map[string]string{"d": "no primary key and REPLICA IDENTITY DEFAULT", "n": "REPLICA IDENTITY NOTHING",
 				"i": "REPLICA IDENTITY USING INDEX of an index that is gone"}[ri]
-			r.fail(CheckReplicaIdentity, r.Source, "table "+ident(r.Schema, name), what, ErrNoReplicaIdentity)
+			r.fail(checkReplicaIdentity, r.Source, "table "+ident(r.Schema, name), what, errNoReplicaIdentity)
 		}
 		return nil
 	})
@@ -383,7 +356,7 @@ func (r *Report) checkReplicaIdentity(ctx context.Context, src *pgxpool.Pool) er
 		return fmt.Errorf("read the replica identities of %s: %w", r.Schema, err)
 	}
 	if bad == 0 {
-		r.pass(CheckReplicaIdentity, r.Source, fmt.Sprintf("all %d tables", n))
+		r.pass(checkReplicaIdentity, r.Source, fmt.Sprintf("all %d tables", n))
 	}
 	return nil
 }
@@ -410,8 +383,8 @@ func (r *Report) checkSequences(ctx context.Context, src *pgxpool.Pool, margin i
 		n++
 		if room < 4*margin {
 			bad++
-			r.fail(CheckSequences, r.Source, "sequence "+ident(r.Schema, name),
-				fmt.Sprintf("%d below its MAXVALUE, needs %d (four times Config.SequenceMargin)", room, 4*margin), ErrSequenceNearMax)
+			r.fail(checkSequences, r.Source, "sequence "+ident(r.Schema, name),
+				fmt.Sprintf("%d below its MAXVALUE, needs %d (four times Config.SequenceMargin)", room, 4*margin), errSequenceNearMax)
 		}
 		return nil
 	})
@@ -419,7 +392,7 @@ func (r *Report) checkSequences(ctx context.Context, src *pgxpool.Pool, margin i
 		return fmt.Errorf("read the sequences of %s: %w", r.Schema, err)
 	}
 	if bad == 0 {
-		r.pass(CheckSequences, r.Source, fmt.Sprintf("all %d sequences", n))
+		r.pass(checkSequences, r.Source, fmt.Sprintf("all %d sequences", n))
 	}
 	return nil
 }
@@ -467,7 +440,7 @@ func (r *Report) checkVersions(ctx context.Context, src *pgxpool.Pool, shardSQL 
 	sort.Strings(lacks)
 	sort.Strings(extra)
 	if len(lacks) == 0 && len(extra) == 0 {
-		r.pass(CheckVersions, r.Source, fmt.Sprintf("versions 0-%d applied, as on the target", maxVersion(versions)))
+		r.pass(checkVersions, r.Source, fmt.Sprintf("versions 0-%d applied, as on the target", maxVersion(versions)))
 		return nil
 	}
 	var parts []string
@@ -477,7 +450,7 @@ func (r *Report) checkVersions(ctx context.Context, src *pgxpool.Pool, shardSQL 
 	if len(extra) > 0 {
 		parts = append(parts, "the target would not get "+strings.Join(extra, ", "))
 	}
-	r.fail(CheckVersions, r.Source, "schema "+r.Schema, strings.Join(parts, "; "), ErrShardSQLMismatch)
+	r.fail(checkVersions, r.Source, "schema "+r.Schema, strings.Join(parts, "; "), errShardSQLMismatch)
 	return nil
 }
 

@@ -233,8 +233,8 @@ func TestMoveCarriesObjectsMadeOutsideShardSQL(t *testing.T) {
 	checkReaderPrivileges(t, tgt)
 	// A second move while this one is open: refused by its first check only.
 	_, err = mv.Move(ctx, 0, "s0", MoveOptions{})
-	var pe *PreflightError
-	if !errors.Is(err, ErrMoveInProgress) || !errors.As(err, &pe) || len(pe.Failed) != 1 {
+	var pe *MoveError
+	if !errors.Is(err, ErrMoveInProgress) || !errors.As(err, &pe) || pe.Kind != ErrPreflight || len(pe.failed()) != 1 {
 		t.Errorf("move during an open move: err = %v, want one failure, ErrMoveInProgress", err)
 	}
 	if _, err := mv.Complete(ctx, 0); err != nil {
@@ -265,11 +265,11 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 	}
 
 	_, err = mv.Move(ctx, 1, "s1", MoveOptions{})
-	var pe *PreflightError
-	if !errors.As(err, &pe) {
-		t.Fatalf("move: err = %v, want a *PreflightError", err)
+	var pe *MoveError
+	if !errors.As(err, &pe) || pe.Kind != ErrPreflight {
+		t.Fatalf("move: err = %v, want a *MoveError of Kind ErrPreflight", err)
 	}
-	for _, want := range []error{ErrPreflight, ErrNoReplicaIdentity, ErrCannotCarry} {
+	for _, want := range []error{ErrPreflight, errNoReplicaIdentity, errCannotCarry} {
 		if !errors.Is(err, want) {
 			t.Errorf("err does not wrap %v: %v", want, err)
 		}
@@ -279,8 +279,8 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 			t.Errorf("error does not name %q: %v", want, err)
 		}
 	}
-	if pe.Shard != 1 || pe.Source != "s0" || pe.Target != "s1" || len(pe.Failed) != 3 {
-		t.Errorf("PreflightError %+v, want shard 1 s0 → s1 with 3 failures", pe)
+	if pe.Shard != 1 || pe.Source != "s0" || pe.Target != "s1" || len(pe.failed()) != 3 {
+		t.Errorf("MoveError %+v, want shard 1 s0 → s1 with 3 failures", pe)
 	}
 	// Nothing changed: no schema, publication, slot or subscription; map
 	// and journal as before.
@@ -303,8 +303,8 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 
 	// Offline, the replica identity does not matter; the objects still do.
 	_, err = mv.Preflight(ctx, 1, "s1", MoveOptions{Offline: true})
-	if !errors.Is(err, ErrCannotCarry) || errors.Is(err, ErrNoReplicaIdentity) {
-		t.Errorf("offline preflight: err = %v, want ErrCannotCarry only", err)
+	if !errors.Is(err, errCannotCarry) || errors.Is(err, errNoReplicaIdentity) {
+		t.Errorf("offline preflight: err = %v, want errCannotCarry only", err)
 	}
 
 	// With the objects dealt with, a schema on the target is in the way.
@@ -315,8 +315,8 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 	}
 	pgtest.Exec(t, e.servers[1].DSN, `CREATE SCHEMA shard_0001`)
 	r, err := mv.Preflight(ctx, 1, "s1", MoveOptions{})
-	if !errors.Is(err, ErrTargetSchemaExists) {
-		t.Errorf("preflight with the schema on the target: err = %v, want ErrTargetSchemaExists", err)
+	if !errors.Is(err, errTargetSchemaExists) {
+		t.Errorf("preflight with the schema on the target: err = %v, want errTargetSchemaExists", err)
 	}
 	if r.Shard != 1 || len(r.Checks) == 0 {
 		t.Errorf("report %+v", r)
@@ -327,8 +327,8 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 	pgtest.Exec(t, e.servers[0].DSN, `CREATE SEQUENCE shard_0001.ticket AS integer;
 		SELECT setval('shard_0001.ticket', 2147483647 - 1500)`)
 	_, err = mv.Preflight(ctx, 1, "s1", MoveOptions{})
-	if !errors.Is(err, ErrSequenceNearMax) || !strings.Contains(err.Error(), `"shard_0001"."ticket"`) {
-		t.Errorf("preflight with a sequence near its MAXVALUE: err = %v, want ErrSequenceNearMax naming it", err)
+	if !errors.Is(err, errSequenceNearMax) || !strings.Contains(err.Error(), `"shard_0001"."ticket"`) {
+		t.Errorf("preflight with a sequence near its MAXVALUE: err = %v, want errSequenceNearMax naming it", err)
 	}
 	pgtest.Exec(t, e.servers[0].DSN, `ALTER SEQUENCE shard_0001.ticket AS bigint`)
 	if _, err := mv.Preflight(ctx, 1, "s1", MoveOptions{}); err != nil {
@@ -347,8 +347,8 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 	}
 	mv2 := e.mover(t, Config{ShardSQL: newer})
 	_, err = mv2.Preflight(ctx, 1, "s1", MoveOptions{})
-	if !errors.Is(err, ErrShardSQLMismatch) || !strings.Contains(err.Error(), "the source lacks 2 tables") {
-		t.Errorf("preflight with a newer per-shard SQL: err = %v, want ErrShardSQLMismatch naming version 2", err)
+	if !errors.Is(err, errShardSQLMismatch) || !strings.Contains(err.Error(), "the source lacks 2 tables") {
+		t.Errorf("preflight with a newer per-shard SQL: err = %v, want errShardSQLMismatch naming version 2", err)
 	}
 }
 
@@ -375,11 +375,12 @@ func TestCapacityChecks(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var failed []string
 			for _, ch := range capacityChecks("a", "b", c.src, c.tgt, c.shared) {
-				if !ch.OK() {
-					if !errors.Is(ch.Err, ErrReplicationCapacity) {
-						t.Errorf("%v does not wrap ErrReplicationCapacity", ch.Err)
+				if ch.Err != nil {
+					if !errors.Is(ch.Err, errReplicationCapacity) {
+						t.Errorf("%v does not wrap errReplicationCapacity", ch.Err)
 					}
-					failed = append(failed, ch.Err.Server+" "+ch.Err.Object)
+					ce := ch.Err.(*checkError)
+					failed = append(failed, ce.Server+" "+ce.Object)
 				}
 			}
 			if strings.Join(failed, ",") != strings.Join(c.failed, ",") {
@@ -482,9 +483,9 @@ func TestPreflightRefusesAGrantToARoleTheTargetLacks(t *testing.T) {
 	pgtest.Exec(t, e.servers[0].DSN, `GRANT SELECT ON shard_0001.photos TO shardkit_source_only`)
 	mv := e.mover(t, Config{})
 	_, err := mv.Move(ctx, 1, "s1", MoveOptions{})
-	var pe *PreflightError
-	if !errors.As(err, &pe) || !errors.Is(err, ErrCannotCarry) {
-		t.Fatalf("move: err = %v, want a *PreflightError wrapping ErrCannotCarry", err)
+	var pe *MoveError
+	if !errors.As(err, &pe) || pe.Kind != ErrPreflight || !errors.Is(err, errCannotCarry) {
+		t.Fatalf("move: err = %v, want a *MoveError of Kind ErrPreflight wrapping errCannotCarry", err)
 	}
 	for _, want := range []string{"privileges on table photos", `role "shardkit_source_only" does not exist`} {
 		if !strings.Contains(err.Error(), want) {

@@ -25,17 +25,13 @@ import (
 // A transaction that writes the shard and prepares between that wait and
 // the barrier is still caught by the barrier's lock wait.
 
-// ErrPreparedTransactions reports a cutover refused because prepared
-// transactions hold writes to the shard on its serving server.
-var ErrPreparedTransactions = errors.New("prepared transactions hold writes to the shard on its serving server: finish them (resolver.Resolver, or COMMIT/ROLLBACK PREPARED), then resume the move")
-
-// ErrNoPreparedTransactions reports a target that cannot take part in
+// errNoPreparedTransactions reports a target that cannot take part in
 // atomic transactions while the source can.
-var ErrNoPreparedTransactions = errors.New("the target does not allow prepared transactions (max_prepared_transactions = 0) while the source does: atomic transactions on the shard would fail after the move; raise it on the target (it needs a restart)")
+var errNoPreparedTransactions = ofKind(ErrPreflight, errors.New("the target does not allow prepared transactions (max_prepared_transactions = 0) while the source does: atomic transactions on the shard would fail after the move; raise it on the target (it needs a restart)"))
 
-// CheckPrepared is the preflight check of max_prepared_transactions and
+// checkPrepared is the preflight check of max_prepared_transactions and
 // of prepared transactions on the shard.
-const CheckPrepared = "prepared transactions"
+const checkPrepared = "prepared transactions"
 
 // preparedWait bounds the cutover's wait for prepared transactions.
 var preparedWait = 10 * time.Second
@@ -100,7 +96,7 @@ func (r *Report) checkPrepared(ctx context.Context, src, tgt querier) error {
 	ns, _ := strconv.Atoi(maxSrc)
 	nt, _ := strconv.Atoi(maxTgt)
 	if ns > 0 && nt == 0 {
-		r.fail(CheckPrepared, r.Target, "max_prepared_transactions", "is 0, the source's is "+maxSrc, ErrNoPreparedTransactions)
+		r.fail(checkPrepared, r.Target, "max_prepared_transactions", "is 0, the source's is "+maxSrc, errNoPreparedTransactions)
 		return nil
 	}
 	gids, err := preparedOnSchema(ctx, src, r.Schema)
@@ -114,6 +110,6 @@ func (r *Report) checkPrepared(ctx context.Context, src, tgt querier) error {
 	if len(gids) > 0 {
 		detail += fmt.Sprintf("; %d prepared on the shard now, the cutover waits for them", len(gids))
 	}
-	r.pass(CheckPrepared, r.Target, detail)
+	r.pass(checkPrepared, r.Target, detail)
 	return nil
 }

@@ -40,12 +40,12 @@ func TestCutoverWaitsForPreparedTransactions(t *testing.T) {
 	}
 	found := false
 	for _, c := range r.Checks {
-		if c.Name == CheckPrepared {
-			found = c.OK() && strings.Contains(c.Detail, "1 prepared on the shard now")
+		if c.Name == checkPrepared {
+			found = c.Err == nil && strings.Contains(c.Detail, "1 prepared on the shard now")
 		}
 	}
 	if !found {
-		t.Fatalf("preflight checks %+v lack a passing %q that reports the prepared transaction", r.Checks, CheckPrepared)
+		t.Fatalf("preflight checks %+v lack a passing %q that reports the prepared transaction", r.Checks, checkPrepared)
 	}
 	// A logical replication slot cannot be created while a transaction is
 	// prepared (it waits for it), so the copy starts without one; the
@@ -54,7 +54,7 @@ func TestCutoverWaitsForPreparedTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	mv = e.mover(t, Config{hook: func(m Move, s Step, done bool) {
-		if s == StepReverseSlot && done {
+		if s == stepReverseSlot && done {
 			if err := prepare(); err != nil {
 				t.Error(err)
 			}

@@ -203,7 +203,7 @@ func advanceSlot(ctx context.Context, p *pgxpool.Pool, slot, lsn string) error {
 }
 
 // waitSlotReachedOn polls, on a connection held already, until the slot's
-// consumer confirmed lsn, or the timeout passes (ErrCutoverTimeout). It
+// consumer confirmed lsn, or the timeout passes (errCutoverTimeout). It
 // polls every millisecond: PostgreSQL has no event for a slot's progress,
 // and this wait sits inside the fenced window.
 func waitSlotReachedOn(ctx context.Context, conn *pgxpool.Conn, slot, lsn string, timeout time.Duration) error {
@@ -230,9 +230,9 @@ func waitSlotReachedOn(ctx context.Context, conn *pgxpool.Conn, slot, lsn string
 				if confirmed != nil {
 					at = *confirmed
 				}
-				return fmt.Errorf("%w (slot %s: consumer connected %v, confirmed %s, needed %s, waited %v)", ErrCutoverTimeout, slot, active, at, lsn, timeout)
+				return fmt.Errorf("%w (slot %s: consumer connected %v, confirmed %s, needed %s, waited %v)", errCutoverTimeout, slot, active, at, lsn, timeout)
 			}
-			return ErrCutoverTimeout
+			return errCutoverTimeout
 		}
 		if err := sleep(ctx, time.Millisecond); err != nil {
 			return fmt.Errorf("wait for slot %s to confirm %s: %w", slot, lsn, err)

@@ -12,29 +12,30 @@ import (
 // idempotent step; after the flip, the shard is cut over back to its source
 // the same way it left, through the reverse replication.
 const (
-	StepRbUndo      Step = "rb_undo"      // before the flip: everything on the target removed
-	StepRbFenced    Step = "rb_fenced"    // shard (on the target) fenced
-	StepRbBarrier   Step = "rb_barrier"   // target refuses writes; its final LSN captured
-	StepRbApplied   Step = "rb_applied"   // source applied the target's final LSN
-	StepRbSequences Step = "rb_sequences" // sequences carried back
-	StepRbSealed    Step = "rb_sealed"    // target barrier sealed before its fence lease lapsed
-	StepRbFlipped   Step = "rb_flipped"   // map points at the source again
-	StepRbCleaned   Step = "rb_cleaned"   // replication and the target's copy removed
+	stepRbUndo      Step = "rb_undo"      // before the flip: everything on the target removed
+	stepRbFenced    Step = "rb_fenced"    // shard (on the target) fenced
+	stepRbBarrier   Step = "rb_barrier"   // target refuses writes; its final LSN captured
+	stepRbApplied   Step = "rb_applied"   // source applied the target's final LSN
+	stepRbSequences Step = "rb_sequences" // sequences carried back
+	stepRbSealed    Step = "rb_sealed"    // target barrier sealed before its fence lease lapsed
+	stepRbFlipped   Step = "rb_flipped"   // map points at the source again
+	stepRbCleaned   Step = "rb_cleaned"   // replication and the target's copy removed
 )
 
-var rollbackSteps = []Step{StepReverse, StepRbFenced, StepRbBarrier, StepRbApplied, StepRbSequences, StepRbSealed, StepRbFlipped, StepRbCleaned}
+var rollbackSteps = []Step{stepReverse, stepRbFenced, stepRbBarrier, stepRbApplied, stepRbSequences, stepRbSealed, stepRbFlipped, stepRbCleaned}
 
 // Rollback returns a shard to the source of its unfinished move. Before the
 // cutover it removes what the move made; after it (a reversible move) it
 // cuts the shard over back to the source through the reverse replication.
 // A rollback that was interrupted is continued.
-func (mv *Mover) Rollback(ctx context.Context, shard int) (Move, error) {
+func (mv *Mover) Rollback(ctx context.Context, shard int) (_ Move, err error) {
+	defer asMoveError(&err, shard)
 	m, err := mv.j.open(ctx, shard)
 	if err != nil {
 		return Move{}, err
 	}
-	if i := stepIndex(onlineSteps, m.Step); m.State == StateRunning && m.Mode == ModeOnline &&
-		i >= stepIndex(onlineSteps, StepFenced) && i < stepIndex(onlineSteps, StepFlipped) {
+	if i := stepIndex(onlineSteps, m.Step); m.State == StateRunning && !m.Offline &&
+		i >= stepIndex(onlineSteps, stepFenced) && i < stepIndex(onlineSteps, stepFlipped) {
 		// Stopped inside the fenced window: the barrier decides. Sealed,
 		// the target has every write and the map flips (then the rollback
 		// cuts back over); otherwise the fence is released, so that a
@@ -47,7 +48,7 @@ func (mv *Mover) Rollback(ctx context.Context, shard int) (Move, error) {
 			return m, err
 		}
 	}
-	if m.State == StateRunning && m.Mode == ModeOnline && stepIndex(onlineSteps, m.Step) >= stepIndex(onlineSteps, StepFlipped) {
+	if m.State == StateRunning && !m.Offline && stepIndex(onlineSteps, m.Step) >= stepIndex(onlineSteps, stepFlipped) {
 		// Cut over but killed before reverse replication: finish that first.
 		if m, err = mv.drive(ctx, &m); err != nil {
 			return m, err
@@ -70,7 +71,7 @@ func (mv *Mover) rollback(ctx context.Context, m *Move) (Move, error) {
 		mc.steps = rollbackSteps
 		err = mv.rollbackCutover(ctx, mc)
 	} else {
-		err = mv.record(ctx, m, StepRbUndo, "", func(ctx context.Context) error { return mv.undo(ctx, mc) })
+		err = mv.record(ctx, m, stepRbUndo, "", func(ctx context.Context) error { return mv.undo(ctx, mc) })
 	}
 	if err != nil {
 		return *m, err
@@ -134,7 +135,7 @@ func (mv *Mover) rollbackCutover(ctx context.Context, mc *moveCtx) error {
 	if err := mv.runCutover(ctx, mc, mv.rollbackPlan(mc)); err != nil {
 		return err
 	}
-	return mv.step(ctx, mc, StepRbCleaned, func(ctx context.Context) error { return mv.dropReplication(ctx, mc, false) })
+	return mv.step(ctx, mc, stepRbCleaned, func(ctx context.Context) error { return mv.dropReplication(ctx, mc, false) })
 }
 
 // rollbackPlan is the cutover of a rollback: from the target back to the
@@ -143,12 +144,12 @@ func (mv *Mover) rollbackPlan(mc *moveCtx) cutoverPlan {
 	m := mc.m
 	return cutoverPlan{
 		from: mc.tgt, to: mc.src, fromName: m.Target, toName: m.Source, slot: mc.n.rev,
-		fenced: StepRbFenced, barrier: StepRbBarrier, applied: StepRbApplied, sequences: StepRbSequences,
-		sealed: StepRbSealed, flipped: StepRbFlipped,
+		fenced: stepRbFenced, barrier: stepRbBarrier, applied: stepRbApplied, sequences: stepRbSequences,
+		sealed: stepRbSealed, flipped: stepRbFlipped,
 		// The source still carries the barrier of the forward cutover.
 		removeOnTo: true,
 		// Aborted, the shard stays on the target, reversible again.
-		abortState: router.StateActive, abortStep: StepReverse, what: "rollback cutover",
+		abortState: router.StateActive, abortStep: stepReverse, what: "rollback cutover",
 		afterAbort: func(ctx context.Context) error { return mv.setState(ctx, m, StateReversible) },
 	}
 }
@@ -156,8 +157,9 @@ func (mv *Mover) rollbackPlan(mc *moveCtx) cutoverPlan {
 // Complete finishes a reversible move: reverse replication, slots,
 // publications and the old copy on the source are dropped. The move can no
 // longer be rolled back.
-// Config.StepTimeout bounds it (a *TimeoutError).
+// Config.StepTimeout bounds it (ErrStopped past it).
 func (mv *Mover) Complete(ctx context.Context, shard int) (m Move, err error) {
+	defer asMoveError(&err, shard)
 	err = mv.bounded(ctx, fmt.Sprintf("complete the move of shard %d", shard), func(ctx context.Context) error {
 		m, err = mv.complete(ctx, shard)
 		return err
@@ -178,7 +180,7 @@ func (mv *Mover) complete(ctx context.Context, shard int) (Move, error) {
 	if err != nil {
 		return m, err
 	}
-	if err := mv.record(ctx, &m, StepCleaned, "", func(ctx context.Context) error {
+	if err := mv.record(ctx, &m, stepCleaned, "", func(ctx context.Context) error {
 		return mv.dropReplication(ctx, mc, true)
 	}); err != nil {
 		return m, err

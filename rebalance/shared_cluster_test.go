@@ -43,7 +43,7 @@ func TestMovesOfTwoCatalogsOnSharedClusters(t *testing.T) {
 	for i, e := range envs {
 		seedPhotos(t, e, 0, seeded[i])
 		mv := e.mover(t, Config{hook: func(m Move, s Step, done bool) {
-			if s != StepCopiedSnapshot || !done {
+			if s != stepCopiedSnapshot || !done {
 				return
 			}
 			arrived <- struct{}{}

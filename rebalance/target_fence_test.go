@@ -29,7 +29,7 @@ func TestTargetRefusesWritesUntilTheFlip(t *testing.T) {
 			}
 			var mu sync.Mutex
 			tried := map[Step]error{}
-			try := map[Step]bool{StepTargetSchema: true, StepIndexes: true, StepCaughtUp: true, StepSequences: true}
+			try := map[Step]bool{stepTargetSchema: true, stepIndexes: true, stepCaughtUp: true, stepSequences: true}
 			mv := e.mover(t, Config{hook: func(_ Move, s Step, done bool) {
 				if done && try[s] {
 					err := strayWrite()

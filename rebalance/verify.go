@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/internal/rowsum"
-	"github.com/shardkit/shardkit/router"
 )
 
 // TableSum is one table's row count and checksum on both sides.
@@ -44,7 +43,7 @@ func tableSum(ctx context.Context, p *pgxpool.Pool, schema, table string) (int64
 }
 
 // compareSchemas counts and checksums every table of schema on both
-// servers. It returns the sums and, if any table differs, a *MismatchError
+// servers. It returns the sums and, if any table differs, a *mismatchError
 // for the first that does.
 func compareSchemas(ctx context.Context, src, tgt *pgxpool.Pool, schema string) ([]TableSum, error) {
 	tables, err := listTables(ctx, src, schema)
@@ -63,7 +62,7 @@ func compareSchemas(ctx context.Context, src, tgt *pgxpool.Pool, schema string) 
 		}
 		out = append(out, s)
 		if !s.Equal() && first == nil {
-			first = &MismatchError{Schema: schema, Table: t, SourceRows: s.SourceRows, TargetRows: s.TargetRows,
+			first = &mismatchError{Schema: schema, Table: t, SourceRows: s.SourceRows, TargetRows: s.TargetRows,
 				SourceSum: s.SourceSum, TargetSum: s.TargetSum}
 		}
 	}
@@ -74,12 +73,13 @@ func compareSchemas(ctx context.Context, src, tgt *pgxpool.Pool, schema string) 
 // table row counts and checksums on the source and the target. It first
 // waits for replication to catch up with the serving side, and retries a
 // few times, since the serving side may be taking writes; a persistent
-// difference is a *MismatchError naming the table (errors.Is ErrMismatch).
+// difference is a *MoveError of Kind ErrMismatch naming the table.
 // Once the target's indexes are built it first compares the schemas'
 // objects (tables, columns, indexes, constraints, sequences, views,
-// functions, triggers): a difference is an *ObjectsError (ErrMismatch too).
-// Config.StepTimeout bounds it (a *TimeoutError).
+// functions, triggers): a difference is ErrMismatch too, naming them.
+// Config.StepTimeout bounds it (ErrStopped past it).
 func (mv *Mover) Verify(ctx context.Context, shard int) (sums []TableSum, err error) {
+	defer asMoveError(&err, shard)
 	err = mv.bounded(ctx, fmt.Sprintf("verify shard %d", shard), func(ctx context.Context) error {
 		sums, err = mv.verify(ctx, shard)
 		return err
@@ -96,7 +96,7 @@ func (mv *Mover) verify(ctx context.Context, shard int) ([]TableSum, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mc.done(StepIndexes) {
+	if mc.done(stepIndexes) {
 		// Objects first: the checksums compare tables' rows; views,
 		// indexes, sequences and functions only exist or not.
 		if err := sameObjects(ctx, nil, mc.src, mc.tgt, mc.schema); err != nil {
@@ -141,16 +141,10 @@ func (mv *Mover) waitReplicated(ctx context.Context, mc *moveCtx) error {
 	// A probe written and flushed now, as the lag gate uses: the
 	// servers may commit asynchronously, and a walsender sends only WAL
 	// that is flushed.
-	if _, err := waitCurrent(ctx, serving, slot, time.Minute); errors.Is(err, ErrCutoverTimeout) {
+	if _, err := waitCurrent(ctx, serving, slot, time.Minute); errors.Is(err, errCutoverTimeout) {
 		return fmt.Errorf("shardkit: verify: replication slot %s did not catch up within a minute (%w); check the subscription's worker in the server log", slot, err)
 	} else if err != nil {
 		return fmt.Errorf("shardkit: verify: %w", err)
 	}
 	return nil
-}
-
-// VerifyServers compares a shard's schema on two servers directly, for
-// checks outside a move (for example after one completed, against a backup).
-func VerifyServers(ctx context.Context, a, b *pgxpool.Pool, shard int) ([]TableSum, error) {
-	return compareSchemas(ctx, a, b, router.SchemaName(shard))
 }

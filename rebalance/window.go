@@ -237,7 +237,7 @@ func (w *window) fence(ctx context.Context) <-chan error {
 		w.fenceEnd = time.Now()
 		w.ct.Fence = w.fenceEnd.Sub(w.fencedAt)
 		if err != nil && ctx.Err() == nil && sctx.Err() != nil {
-			err = &TimeoutError{What: "cutover step " + string(p.fenced), After: bound, Err: err}
+			err = &timeoutError{What: "cutover step " + string(p.fenced), After: bound, Err: err}
 		}
 		if err == nil {
 			m.Step, m.Doing, m.Error = p.fenced, mc.next(p.fenced), ""
@@ -347,7 +347,7 @@ func (w *window) apply(ctx context.Context) error {
 	results, err := w.from.Conn().PgConn().Exec(sctx, strings.Join([]string{"COMMIT", stamp, wait, stamp}, ";\n")).ReadAll()
 	rtt := time.Since(start)
 	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
-		err = &TimeoutError{What: "cutover steps " + string(p.barrier) + " and " + string(p.applied), After: bound, Err: err}
+		err = &timeoutError{What: "cutover steps " + string(p.barrier) + " and " + string(p.applied), After: bound, Err: err}
 	}
 	if tx := w.from.Conn().PgConn().TxStatus(); tx == 'T' || tx == 'E' {
 		rollbackBarrier(ctx, w.from) // the commit never ran: the barrier goes
@@ -376,7 +376,7 @@ func (w *window) apply(ctx context.Context) error {
 
 // applyFailed sorts apply's failure by the step it belongs to: a commit
 // that did not run is the barrier's, a wait that did not end is the
-// apply's (ErrCutoverTimeout when its bound passed on the server).
+// apply's (errCutoverTimeout when its bound passed on the server).
 func (w *window) applyFailed(ctx context.Context, results []*pgconn.Result, err error) error {
 	mv, mc, m, p := w.mv, w.mc, w.m, w.p
 	committed := len(results) > 0 && results[0].CommandTag.String() == "COMMIT"
@@ -393,7 +393,7 @@ func (w *window) applyFailed(ctx context.Context, results []*pgconn.Result, err 
 	case !committed:
 		return mv.stepFailed(ctx, m, p.barrier, err)
 	case errors.As(err, &pe) && pe.Code == slotWaitSQLState:
-		return mv.stepFailed(ctx, m, p.applied, fmt.Errorf("%w (%s)", ErrCutoverTimeout, pe.Message))
+		return mv.stepFailed(ctx, m, p.applied, fmt.Errorf("%w (%s)", errCutoverTimeout, pe.Message))
 	default:
 		return mv.stepFailed(ctx, m, p.applied, fmt.Errorf("wait for slot %s to confirm %s: %w", p.slot, m.FinalLSN, err))
 	}
@@ -410,7 +410,7 @@ func serverStamp(results []*pgconn.Result, i int) (int64, bool) {
 
 // seal makes the barrier refuse for good, only if its lease still holds
 // on from's clock. It keeps: only a barrier sealed while its lease held
-// lets the map flip (else ErrFenceLapsed), and it comes before the
+// lets the map flip (else errFenceLapsed), and it comes before the
 // barrier on to is removed, so that a lapsed lease leaves to as it was.
 func (w *window) seal(ctx context.Context) error {
 	return w.mv.windowStep(ctx, w.mc, w.p.sealed, false, &w.ct.Seal, func(ctx context.Context) error {

@@ -15,9 +15,9 @@ import (
 // hint returns that command line for an error, or "" when there is none.
 func hint(err error) string {
 	var me *rebalance.MoveError
-	var pe *rebalance.PreflightError
+	isMove := errors.As(err, &me)
 	switch {
-	case errors.As(err, &me):
+	case isMove && me.ID != 0:
 		return fmt.Sprintf("from the command line: `shardctl move --shard %d --resume` or `shardctl rollback --shard %d`", me.Shard, me.Shard)
 	case errors.Is(err, rebalance.ErrMoveInProgress):
 		return "`shardctl move --resume` or `--complete` finishes it; `shardctl rollback` undoes it"
@@ -25,10 +25,10 @@ func hint(err error) string {
 		return "or move with `shardctl move --offline`"
 	case errors.Is(err, rebalance.ErrPreparedTransactions):
 		return "`shardctl resolve` finishes them; then `shardctl move --resume`"
-	case errors.Is(err, rebalance.ErrLagGate), errors.Is(err, rebalance.ErrCutoverTimeout), errors.Is(err, rebalance.ErrFenceLapsed):
+	case errors.Is(err, rebalance.ErrCutoverAborted):
 		return "retry with `shardctl move --resume`"
-	case errors.As(err, &pe):
-		return fmt.Sprintf("nothing was changed; `shardctl move --shard %d --to %s --dry-run` lists every check", pe.Shard, pe.Target)
+	case isMove && me.Kind == rebalance.ErrPreflight && me.Source != "": // refused by its checks (a Report's)
+		return fmt.Sprintf("nothing was changed; `shardctl move --shard %d --to %s --dry-run` lists every check", me.Shard, me.Target)
 	case errors.Is(err, router.ErrNoCatalog):
 		return "run `shardctl init --server NAME=DSN` first"
 	case errors.Is(err, migrations.ErrDuplicateServer):

@@ -23,14 +23,16 @@ func TestHints(t *testing.T) {
 		err  error
 		want string // in the printed message; "" means no hint
 	}{
-		{&rebalance.MoveError{ID: 3, Shard: 12, Step: "copied", Err: errors.New("boom")}, "shardctl move --shard 12 --resume"},
+		{&rebalance.MoveError{Kind: rebalance.ErrStopped, ID: 3, Shard: 12, Step: "copied", Err: errors.New("boom")}, "shardctl move --shard 12 --resume"},
+		{&rebalance.MoveError{Kind: rebalance.ErrCutoverAborted, Shard: 12, Err: errors.New("lag gate")}, "retry with `shardctl move --resume`"},
+		{fmt.Errorf("cutover: %w", rebalance.ErrPreparedTransactions), "shardctl resolve"},
 		{fmt.Errorf("shardkit: server pg2 has wal_level replica: %w", rebalance.ErrNotLogical), "shardctl move --offline"},
 		{fmt.Errorf("move shard 4: %w", rebalance.ErrMoveInProgress), "shardctl rollback"},
 		{fmt.Errorf("load: %w", router.ErrNoCatalog), "shardctl init"},
 		{fmt.Errorf("%w: %q", router.ErrUnknownServer, "pg9"), "shardctl init --server"},
 		{fmt.Errorf("restore shard 1: %w", backup.ErrNotConfirmed), "--yes"},
 		{fmt.Errorf("%w: shard 2 is not active", backup.ErrShardBusy), "shardctl move --complete"},
-		{&rebalance.PreflightError{Shard: 7, Source: "pg1", Target: "pg2", Failed: []*rebalance.CheckError{{Check: "replica identity", Server: "pg1", Err: rebalance.ErrNoReplicaIdentity}}}, "shardctl move --shard 7 --to pg2 --dry-run"},
+		{&rebalance.MoveError{Kind: rebalance.ErrPreflight, Shard: 7, Source: "pg1", Target: "pg2", Err: errors.New("server pg1: replica identity: table has no usable replica identity")}, "shardctl move --shard 7 --to pg2 --dry-run"},
 		{errors.New("something else"), ""},
 	}
 	for _, c := range cases {

@@ -244,13 +244,13 @@ func dryRunMoves(ctx context.Context, out io.Writer, mv *rebalance.Mover, shards
 	var refused []error
 	for _, shard := range shards {
 		r, err := mv.Preflight(ctx, shard, target, opts)
-		var pe *rebalance.PreflightError
 		switch {
 		case errors.Is(err, rebalance.ErrSameServer):
 			fmt.Fprintf(out, "shard %d: already on %s; nothing to do\n", shard, target)
 			continue
-		case err != nil && !errors.As(err, &pe):
-			return err
+		}
+		if me := (*rebalance.MoveError)(nil); err != nil && !(errors.As(err, &me) && me.Kind == rebalance.ErrPreflight && len(r.Checks) > 0) {
+			return err // not a refusal by the checks: nothing to print
 		}
 		printReport(out, r)
 		if err != nil {
@@ -267,7 +267,7 @@ func dryRunMoves(ctx context.Context, out io.Writer, mv *rebalance.Mover, shards
 }
 
 func printReport(out io.Writer, r rebalance.Report) {
-	fmt.Fprintf(out, "shard %d (%s): %s → %s, %s move — dry run, nothing changed\n", r.Shard, r.Schema, r.Source, r.Target, r.Mode)
+	fmt.Fprintf(out, "shard %d (%s): %s → %s, %s move — dry run, nothing changed\n", r.Shard, r.Schema, r.Source, r.Target, modeName(r.Offline))
 	fmt.Fprintln(out, "  tables (source estimates):")
 	width := 0
 	for _, t := range r.Tables {
@@ -295,7 +295,7 @@ func printReport(out io.Writer, r rebalance.Report) {
 		if c.Server != "" {
 			where = " on " + c.Server
 		}
-		if c.OK() {
+		if c.Err == nil {
 			fmt.Fprintf(out, "    ok    %s%s: %s\n", c.Name, where, c.Detail)
 			continue
 		}
@@ -307,4 +307,12 @@ func printReport(out io.Writer, r rebalance.Report) {
 	} else {
 		fmt.Fprintf(out, "  would be refused: %d of %d checks failed\n", failed, len(r.Checks))
 	}
+}
+
+// modeName is how a move copies data, as the journal and status show it.
+func modeName(offline bool) string {
+	if offline {
+		return "offline"
+	}
+	return "online"
 }

@@ -52,10 +52,10 @@ func collectMoves(ctx context.Context, cat *catalog.Catalog) (any, error) {
 	out := make([]moveStatus, 0, len(ms))
 	for _, m := range ms {
 		var ct *rebalance.CutoverTimes
-		if !m.Cutover.IsZero() {
+		if m.Cutover != (rebalance.CutoverTimes{}) {
 			ct = &m.Cutover
 		}
-		out = append(out, moveStatus{Cutover: ct, ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, Mode: string(m.Mode),
+		out = append(out, moveStatus{Cutover: ct, ID: m.ID, Shard: m.Shard, Source: m.Source, Target: m.Target, Mode: modeName(m.Offline),
 			State: string(m.State), Step: string(m.Step), Doing: string(m.Doing), Error: m.Error,
 			FencedMs: float64(m.FencedFor) / float64(time.Millisecond), Updated: m.Updated.UTC().Format(time.RFC3339)})
 		if f, ok := fenced[m.Shard]; ok {

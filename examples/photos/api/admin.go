@@ -129,7 +129,7 @@ func (a *Admin) moves(w http.ResponseWriter, r *http.Request) {
 	out := make([]MoveView, 0, len(ms))
 	for _, m := range ms {
 		var ct *rebalance.CutoverTimes
-		if !m.Cutover.IsZero() {
+		if m.Cutover != (rebalance.CutoverTimes{}) {
 			ct = &m.Cutover
 		}
 		out = append(out, MoveView{
