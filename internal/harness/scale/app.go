@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -42,6 +45,7 @@ type appConfig struct {
 	Together   bool // wait for "go" on stdin before starting; start-up is timed from it
 	LeaseBits  int
 	Relays     []string // the relays' sockets; none: the routers poll the catalog
+	OwnGORM    bool     // GORM opens a pool of its own on the catalog database (Options.OwnGORMPool)
 	Spawned    int64    // unix ns at which the harness started the process
 }
 
@@ -61,9 +65,10 @@ type appReport struct {
 	Index     int
 	Path      string        // "go": IDs made in Go with a leased slot; "db": next_id() with RETURNING
 	Startup   time.Duration // spawn to the plugin ready (db.Use returned)
+	CatOpened time.Duration // spawn to the plugin's router's catalog open (connected, pinged)
 	Routed    time.Duration // spawn to every router loaded
 	Leased    time.Duration // spawn to the ID slot leased (or refused)
-	Opened    time.Duration // spawn to GORM open on the catalog, before the plugin's Use
+	Opened    time.Duration // spawn to GORM open on the catalog database, before the plugin's Use
 	FirstRead time.Duration // 0 unless asked for
 	Writes    int
 	Reads     int
@@ -142,10 +147,13 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 	var watchers sync.WaitGroup
 	wctx, stopWatch := context.WithCancel(ctx)
 	defer func() { stopWatch(); watchers.Wait() }()
-	routers, cats, err := startRouters(ctx, wctx, cfg, rep, &watchers)
+	routers, cats, pool, err := startRouters(ctx, wctx, cfg, rep, &watchers)
 	defer func() {
 		for _, c := range cats {
 			c.Close()
+		}
+		if pool != nil {
+			pool.Close()
 		}
 	}()
 	if err != nil {
@@ -153,7 +161,7 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 	}
 	rt := routers[0]
 	rep.Routed = time.Since(time.Unix(0, cfg.Spawned))
-	db, p, closeDB, err := startPlugin(ctx, cfg, cats[0], rt, rep)
+	db, p, closeDB, err := startPlugin(ctx, cfg, cats[0], pool, rt, rep)
 	if err != nil {
 		return nil, err
 	}
@@ -200,9 +208,12 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 // catalog; with relays each waits on one of them (the routers of all the
 // processes in turn across the relays), and only the first opens the
 // catalog, for the plugin's ID lease. The catalogs returned are to be
-// closed, also on error; the first is the plugin's.
-func startRouters(ctx, wctx context.Context, cfg appConfig, rep *appReport, watchers *sync.WaitGroup) ([]*router.Router, []*catalog.Catalog, error) {
+// closed, also on error; the first is the plugin's, on the pool returned
+// (nil with appConfig.OwnGORM), which GORM shares and which is to be
+// closed after them.
+func startRouters(ctx, wctx context.Context, cfg appConfig, rep *appReport, watchers *sync.WaitGroup) ([]*router.Router, []*catalog.Catalog, *pgxpool.Pool, error) {
 	var cats []*catalog.Catalog
+	var pool *pgxpool.Pool
 	routers := make([]*router.Router, cfg.Routers)
 	rep.Routers = make([]routerLog, cfg.Routers)
 	watch := router.WatchOptions{Poll: cfg.Poll}
@@ -211,20 +222,30 @@ func startRouters(ctx, wctx context.Context, cfg appConfig, rep *appReport, watc
 	}
 	for i := range routers {
 		var src router.Source
-		if i == 0 || len(cfg.Relays) == 0 {
+		if i == 0 && !cfg.OwnGORM {
+			var err error
+			if pool, err = openCatalogPool(ctx, cfg.CatalogDSN); err != nil {
+				return nil, cats, nil, err
+			}
+			cats = append(cats, catalog.New(pool))
+			src = cats[0]
+		} else if i == 0 || len(cfg.Relays) == 0 {
 			cat, err := catalog.Open(ctx, cfg.CatalogDSN)
 			if err != nil {
-				return nil, cats, err
+				return nil, cats, pool, err
 			}
 			cats = append(cats, cat)
 			src = cat
+		}
+		if i == 0 {
+			rep.CatOpened = time.Since(time.Unix(0, cfg.Spawned))
 		}
 		if len(cfg.Relays) > 0 {
 			src = relay.Dial(cfg.Relays[(cfg.Index*cfg.Routers+i)%len(cfg.Relays)])
 		}
 		r, err := router.New(ctx, src)
 		if err != nil {
-			return nil, cats, err
+			return nil, cats, pool, err
 		}
 		routers[i] = r
 		log := &rep.Routers[i]
@@ -246,13 +267,37 @@ func startRouters(ctx, wctx context.Context, cfg appConfig, rep *appReport, watc
 		})
 		watchers.Go(func() { _ = r.WatchWith(wctx, watch) })
 	}
-	return routers, cats, nil
+	return routers, cats, pool, nil
+}
+
+// openCatalogPool opens a pool on the catalog database as catalog.Open
+// does (its statements unnamed, their descriptions cached, unless the DSN
+// says otherwise) and checks that it answers: one pool for the process's
+// router, ID lease and GORM's own connection, so that the process's start
+// makes one new backend on the catalog, not one for each.
+func openCatalogPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if !strings.Contains(dsn, "default_query_exec_mode") {
+		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
 }
 
 // startPlugin leases the process's ID slot (or leaves IDs to next_id()
-// when none is free), opens GORM with the plugin on rt and returns both
-// with what closes them.
-func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, rt *router.Router, rep *appReport) (*gorm.DB, *plugin.Plugin, func(), error) {
+// when none is free), opens GORM (on pool, the catalog's, unless nil) with
+// the plugin on rt and returns both with what closes them.
+func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, pool *pgxpool.Pool, rt *router.Router, rep *appReport) (*gorm.DB, *plugin.Plugin, func(), error) {
 	var closers []func()
 	closeAll := func() {
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -280,7 +325,11 @@ func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, rt *r
 	case "background":
 		pcfg.WarmUpInBackground = true
 	}
-	db, err := gorm.Open(postgres.Open(cfg.CatalogDSN+"&default_query_exec_mode=exec"), &gorm.Config{Logger: logger.Discard})
+	dialector := postgres.Open(cfg.CatalogDSN + "&default_query_exec_mode=exec")
+	if pool != nil {
+		dialector = postgres.New(postgres.Config{Conn: stdlib.OpenDBFromPool(pool)})
+	}
+	db, err := gorm.Open(dialector, &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		closeAll()
 		return nil, nil, nil, err

@@ -59,6 +59,11 @@ type Options struct {
 	// version (the routers in turn, across the relays) and only the
 	// plugin's router of each process opens the catalog, for its ID lease.
 	Relays int
+	// OwnGORMPool has each app process open GORM on a pool of its own on
+	// the catalog database, as a process whose unsharded tables live
+	// there might, instead of on the pool its router and ID lease use:
+	// one more new backend on the catalog for each process's start.
+	OwnGORMPool bool
 	// Ready bounds the wait for every process to start. 0 means 5 minutes.
 	Ready time.Duration
 }

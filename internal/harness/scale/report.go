@@ -19,13 +19,13 @@ type Result struct {
 	Writes, Reads, Errors      int
 	TakenDown                  int // times a process's plugin took a server as down, all processes
 	ErrorSamples               []string
-	Startup                    []time.Duration // spawn to ready, each process
-	Routed, Leased, Opened     []time.Duration // spawn to the routers loaded, to the slot leased, to GORM open (before the plugin's Use)
-	AllReady                   time.Duration   // first spawn to the last process's start-up done
-	FirstRead                  []time.Duration // each process's first read across all shards
-	RSSStart, RSSEnd           []float64       // MB, each process
-	RSSMid, RSSLate            []float64       // MB, each process, read from outside before the moves and at the end of the load
-	HeapStart, HeapEnd         []float64       // MB, each process
+	Startup                    []time.Duration            // spawn to ready, each process
+	Phases                     [numPhases][]time.Duration // each process's time in each step of its start (phaseNames)
+	AllReady                   time.Duration              // first spawn to the last process's start-up done
+	FirstRead                  []time.Duration            // each process's first read across all shards
+	RSSStart, RSSEnd           []float64                  // MB, each process
+	RSSMid, RSSLate            []float64                  // MB, each process, read from outside before the moves and at the end of the load
+	HeapStart, HeapEnd         []float64                  // MB, each process
 
 	// Per router (the stand-ins included).
 	Routers      int
@@ -99,7 +99,9 @@ func (r *Result) summarise(procs []*proc, flips map[int64]int64) {
 			}
 		}
 		r.Startup = append(r.Startup, rep.Startup)
-		r.Routed, r.Leased, r.Opened = append(r.Routed, rep.Routed), append(r.Leased, rep.Leased), append(r.Opened, rep.Opened)
+		for i, d := range rep.phases() {
+			r.Phases[i] = append(r.Phases[i], d)
+		}
 		r.AllReady = max(r.AllReady, p.spawned.Sub(first)+rep.Startup)
 		if rep.FirstRead > 0 {
 			r.FirstRead = append(r.FirstRead, rep.FirstRead)
@@ -135,10 +137,33 @@ func (r *Result) summarise(procs []*proc, flips map[int64]int64) {
 	}
 	slices.Sort(r.Propagation)
 	slices.Sort(r.Startup)
-	slices.Sort(r.Routed)
-	slices.Sort(r.Leased)
-	slices.Sort(r.Opened)
+	for _, p := range r.Phases {
+		slices.Sort(p)
+	}
 	slices.Sort(r.FirstRead)
+}
+
+// The steps of an app process's start, in order.
+const (
+	phaseCatalog = iota // the catalog pool opened and pinged (the plugin's router's)
+	phaseMap            // every router's first map load (and the other routers' catalogs)
+	phaseLease          // the ID slot leased (or refused)
+	phaseGORM           // gorm.Open on the catalog database
+	phaseUse            // db.Use: the servers' pools, table check, collations
+	numPhases
+)
+
+var phaseNames = [numPhases]string{"catalog open", "map loaded", "ID lease", "GORM open", "plugin Use"}
+
+// phases splits a process's start-up into the time each step took.
+func (rep *appReport) phases() [numPhases]time.Duration {
+	marks := [numPhases]time.Duration{rep.CatOpened, rep.Routed, rep.Leased, rep.Opened, rep.Startup}
+	var out [numPhases]time.Duration
+	var prev time.Duration
+	for i, m := range marks {
+		out[i], prev = m-prev, m
+	}
+	return out
 }
 
 // quantile returns the q-quantile of sorted values (0 for none).
@@ -204,8 +229,11 @@ func (r *Result) Table() string {
 		startup = "start-up, all let go at once: go → plugin ready (p50 / max; go → last ready)"
 	}
 	row(startup, fmt.Sprintf("%s / %s; %s", ms(quantile(r.Startup, 0.5)), ms(quantile(r.Startup, 1)), ms(r.AllReady)), "processes")
-	row("… of which routers loaded, slot leased, GORM open before the plugin's Use (p50 / max)", fmt.Sprintf("%s / %s, %s / %s, %s / %s", ms(quantile(r.Routed, 0.5)), ms(quantile(r.Routed, 1)),
-		ms(quantile(r.Leased, 0.5)), ms(quantile(r.Leased, 1)), ms(quantile(r.Opened, 0.5)), ms(quantile(r.Opened, 1))), "processes")
+	var phases []string
+	for i, name := range phaseNames {
+		phases = append(phases, fmt.Sprintf("%s %s / %s", name, ms(quantile(r.Phases[i], 0.5)), ms(quantile(r.Phases[i], 1))))
+	}
+	row("… each step of it (p50 / max)", strings.Join(phases, ", "), "processes")
 	row("shard servers' CPU: start-up (per process) / load", fmt.Sprintf("%.1f s (%.0f ms) / %.1f s in %.0f s = %.1f%% of a core",
 		r.ServerStartCPU, 1000*r.ServerStartCPU/float64(max(o.Procs, 1)), r.ServerCPU, r.Window.Seconds(), 100*r.ServerCPU/max(r.Window.Seconds(), 1e-9)), "servers")
 	if len(r.FirstRead) > 0 {

@@ -141,7 +141,7 @@ func (r *run) spawn(ctx context.Context) error {
 	start, cpu0 := time.Now(), r.serversCPU()
 	for i := range r.o.Procs {
 		cfg, _ := json.Marshal(appConfig{Index: i, CatalogDSN: r.e.catalogDSN, Routers: r.o.Routers, Poll: r.o.Poll,
-			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, Together: r.o.Together, LeaseBits: r.o.LeaseBits, Relays: r.sockets, Spawned: time.Now().UnixNano()})
+			Every: r.o.Every, WarmUp: r.o.WarmUp, FirstRead: r.o.FirstRead, Together: r.o.Together, LeaseBits: r.o.LeaseBits, Relays: r.sockets, OwnGORM: r.o.OwnGORMPool, Spawned: time.Now().UnixNano()})
 		p := &proc{cmd: exec.Command(exe)}
 		p.cmd.Stderr = &limitedWriter{w: &p.stderr, n: 4096}
 		p.spawned = time.Now()

@@ -34,6 +34,7 @@ func main() {
 	flag.BoolVar(&o.Together, "together", false, "hold the spawned processes until all are, then start them at one moment (a fleet restarted at once); start-up is timed from it")
 	flag.BoolVar(&o.FirstRead, "first-read", false, "time each process's first read across all shards")
 	flag.IntVar(&o.Relays, "relays", 0, "relay processes (one per host in a deployment) that the routers wait on, instead of polling the catalog")
+	flag.BoolVar(&o.OwnGORMPool, "own-gorm-pool", false, "open each process's GORM on a pool of its own on the catalog database, not on the catalog's pool")
 	flag.Parse()
 	if o.LeaseBits != 0 && (o.LeaseBits < 6 || o.LeaseBits > 10) {
 		fmt.Fprintf(os.Stderr, "scale: -lease-bits %d: want 6 to 10 (or 0 for 6)\n", o.LeaseBits)
