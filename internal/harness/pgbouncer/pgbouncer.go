@@ -20,12 +20,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,13 +231,8 @@ func (b *Bouncer) writeConfig() error {
 }
 
 func (b *Bouncer) writeUsers(users map[string]string) error {
-	names := make([]string, 0, len(users))
-	for u := range users {
-		names = append(names, u)
-	}
-	sort.Strings(names)
 	var s strings.Builder
-	for _, u := range names {
+	for _, u := range slices.Sorted(maps.Keys(users)) {
 		fmt.Fprintf(&s, "%q %q\n", u, users[u])
 	}
 	return b.writeFile("userlist.txt", s.String())

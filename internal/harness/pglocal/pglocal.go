@@ -16,11 +16,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -202,13 +204,8 @@ func (c *Cluster) writeConf(opts Options) error {
 // ConfLines renders settings as "name = value" lines in name order, as
 // postgresql.conf and pgbouncer.ini both take them.
 func ConfLines(conf map[string]string) string {
-	keys := make([]string, 0, len(conf))
-	for k := range conf {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var b strings.Builder
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(conf)) {
 		fmt.Fprintf(&b, "%s = %s\n", k, conf[k])
 	}
 	return b.String()
