@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 )
 
 // Audit is an unsharded table on the default connection.
@@ -20,15 +21,7 @@ type Audit struct {
 // userOn returns the n-th user key (from 1) whose shard lives on server.
 func (e *env) userOn(t testing.TB, server string, n int) int64 {
 	t.Helper()
-	for u := int64(1); u < 10000; u++ {
-		if e.serverOf(t, e.shardOf(u)) == server {
-			if n--; n == 0 {
-				return u
-			}
-		}
-	}
-	t.Fatalf("no user on server %s", server)
-	return 0
+	return shardtest.UserOn(t, e.r, e.shards, server, n)
 }
 
 // prepared counts the prepared transactions of a database.

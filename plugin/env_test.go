@@ -213,11 +213,7 @@ func (e *env) shardOf(user int64) int { return int(user % int64(e.shards)) }
 // serverOf names the server of a shard in the current map.
 func (e *env) serverOf(t testing.TB, shard int) string {
 	t.Helper()
-	pl, err := e.r.Snapshot().Placement(shard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pl.Server
+	return shardtest.ServerOf(t, e.r, shard)
 }
 
 // locate finds, with direct connections to every server and not through

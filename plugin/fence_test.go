@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
@@ -22,10 +23,7 @@ import (
 // setShard changes one shard's row of the map in the catalog.
 func (e *env) setShard(t *testing.T, shard int, server string, state router.ShardState) {
 	t.Helper()
-	_, err := e.cat.PlaceShard(context.Background(), shard, server, state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shardtest.PlaceShard(t, e.cat, shard, server, state)
 }
 
 func TestFencedShardWaitsThenFails(t *testing.T) {

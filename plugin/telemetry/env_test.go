@@ -105,38 +105,24 @@ func (e *env) shardOf(user int64) int { return int(user % int64(e.shards)) }
 // serverOf names the server of a shard in the current map.
 func (e *env) serverOf(t testing.TB, shard int) string {
 	t.Helper()
-	pl, err := e.r.Snapshot().Placement(shard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pl.Server
+	return shardtest.ServerOf(t, e.r, shard)
 }
 
 // userOn returns a user whose shard is on server.
 func (e *env) userOn(t testing.TB, server string) int64 {
 	t.Helper()
-	for u := int64(1); u <= int64(e.shards); u++ {
-		if e.serverOf(t, e.shardOf(u)) == server {
-			return u
-		}
-	}
-	t.Fatalf("no shard on server %s", server)
-	return 0
+	return shardtest.UserOn(t, e.r, e.shards, server, 1)
 }
 
 // setShard changes one shard's row of the map in the catalog.
 func (e *env) setShard(t *testing.T, shard int, server string, state router.ShardState) {
 	t.Helper()
-	_, err := e.cat.PlaceShard(context.Background(), shard, server, state)
-	if err != nil {
-		t.Fatal(err)
-	}
+	shardtest.PlaceShard(t, e.cat, shard, server, state)
 }
 
-// metric returns the value of the metric with the name and exactly these
-// labels (a counter's or gauge's value, a histogram's sample count), and
-// whether it is exported.
-func (e *env) metric(t testing.TB, name string, labels map[string]string) (float64, bool) {
+// find returns the metric with the name and exactly these labels, or nil
+// when it is not exported.
+func (e *env) find(t testing.TB, name string, labels map[string]string) *dto.Metric {
 	t.Helper()
 	fams, err := e.reg.Gather()
 	if err != nil {
@@ -147,18 +133,28 @@ func (e *env) metric(t testing.TB, name string, labels map[string]string) (float
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if !sameLabels(m.GetLabel(), labels) {
-				continue
-			}
-			switch {
-			case m.Counter != nil:
-				return m.GetCounter().GetValue(), true
-			case m.Gauge != nil:
-				return m.GetGauge().GetValue(), true
-			case m.Histogram != nil:
-				return float64(m.GetHistogram().GetSampleCount()), true
+			if sameLabels(m.GetLabel(), labels) {
+				return m
 			}
 		}
+	}
+	return nil
+}
+
+// metric returns the value of the metric with the name and exactly these
+// labels (a counter's or gauge's value, a histogram's sample count), and
+// whether it is exported.
+func (e *env) metric(t testing.TB, name string, labels map[string]string) (float64, bool) {
+	t.Helper()
+	m := e.find(t, name, labels)
+	switch {
+	case m == nil:
+	case m.Counter != nil:
+		return m.GetCounter().GetValue(), true
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue(), true
+	case m.Histogram != nil:
+		return float64(m.GetHistogram().GetSampleCount()), true
 	}
 	return 0, false
 }
@@ -176,22 +172,11 @@ func (e *env) value(t testing.TB, name string, labels map[string]string) float64
 // histogramSum is the sum of a histogram's samples.
 func (e *env) histogramSum(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
-	fams, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := e.find(t, name, labels)
+	if m == nil || m.Histogram == nil {
+		t.Fatalf("histogram %s%v not exported", name, labels)
 	}
-	for _, f := range fams {
-		if f.GetName() != name {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			if sameLabels(m.GetLabel(), labels) && m.Histogram != nil {
-				return m.GetHistogram().GetSampleSum()
-			}
-		}
-	}
-	t.Fatalf("histogram %s%v not exported", name, labels)
-	return 0
+	return m.GetHistogram().GetSampleSum()
 }
 
 func sameLabels(got []*dto.LabelPair, want map[string]string) bool {

@@ -195,6 +195,40 @@ func Generator(t testing.TB, cat *catalog.Catalog) *idgen.Generator {
 	return gen
 }
 
+// ServerOf names the server the router's current map places a shard on.
+func ServerOf(t testing.TB, r *router.Router, shard int) string {
+	t.Helper()
+	pl, err := r.Snapshot().Placement(shard)
+	if err != nil {
+		t.Fatalf("shardtest: %v", err)
+	}
+	return pl.Server
+}
+
+// UserOn returns the n-th user key (from 1) whose shard, the key mod
+// shards, the router's current map places on server.
+func UserOn(t testing.TB, r *router.Router, shards int, server string, n int) int64 {
+	t.Helper()
+	for u := int64(1); u < 10000; u++ {
+		if ServerOf(t, r, int(u%int64(shards))) == server {
+			if n--; n == 0 {
+				return u
+			}
+		}
+	}
+	t.Fatalf("shardtest: no user on server %s", server)
+	return 0
+}
+
+// PlaceShard changes one shard's row of the map in the catalog, as an
+// operator's move or fence would.
+func PlaceShard(t testing.TB, cat *catalog.Catalog, shard int, server string, state router.ShardState) {
+	t.Helper()
+	if _, err := cat.PlaceShard(context.Background(), shard, server, state); err != nil {
+		t.Fatalf("shardtest: place shard %d: %v", shard, err)
+	}
+}
+
 // provision provisions the shards onto the used servers, then registers
 // the others.
 func provision(ctx context.Context, cat *catalog.Catalog, spec Spec, servers []migrations.ServerSpec) error {
