@@ -157,7 +157,7 @@ func (w *window) fenceAndBarrier(ctx context.Context) error {
 	for !mc.done(p.barrier) {
 		if !mc.done(p.fenced) {
 			t := time.Now()
-			if err := mv.lagGate(ctx, mc, w.cat, w.from, p.slot); err != nil {
+			if err := mv.lagGate(ctx, mc, w.cat, w.from, p.to, p.slot); err != nil {
 				return mv.stepFailed(ctx, m, p.fenced, err)
 			}
 			w.ct.Gate += time.Since(t)
