@@ -175,6 +175,11 @@ func (ap *aggPlan) finishReason(kinds []pgorder.Kind) string {
 	case len(ap.dkeys) > 0:
 		return "count(DISTINCT …)"
 	}
+	for _, it := range ap.items {
+		if it.hidden {
+			return "ORDER BY an aggregate not selected"
+		}
+	}
 	for i, it := range ap.items {
 		switch {
 		case (it.fn == aggSum || it.fn == aggAvg) && kinds[nk+it.part] == pgorder.Float:

@@ -329,7 +329,7 @@ func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []sqlcond.Token) 
 	switch {
 	case len(e) == 1 && e[0].Kind == sqlcond.Number:
 		pos, err := strconv.Atoi(e[0].Text)
-		if err != nil || pos < 1 || pos > len(ap.items) {
+		if err != nil || pos < 1 || pos > len(ap.items) || ap.items[pos-1].hidden {
 			return refuseAgg("ORDER BY %s: no such output column", src)
 		}
 		o.out = pos - 1
@@ -354,18 +354,16 @@ func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []sqlcond.Token) 
 	case len(e) >= 3 && e[0].Kind == sqlcond.Ident && e[1].Kind == sqlcond.LParen && sqlcond.Closing(e, 1) == len(e)-1:
 		probe := aggPlan{}
 		it, err := probe.parseItem(stmt, m, e)
-		if err == nil {
-			for i, x := range ap.items {
-				if x.fn == it.fn && x.sig == it.sig {
-					o.out = i
-					break
-				}
-			}
+		if err != nil {
+			return refuseAgg("ORDER BY %s across shards: %v", src, err)
 		}
-		ap.noPush = true
-		if o.out < 0 {
+		if it.fn == aggNone || !ap.grouped {
 			return refuseAgg("ORDER BY %s across shards: order by an aggregate that is also in the Select list, or by its alias", src)
 		}
+		// an aggregate not selected: each shard computes its partial,
+		// and the groups are finished in Postgres (aggfinal.go)
+		o.out = ap.havingItem(it)
+		ap.noPush = true
 	default:
 		return refuseAgg("ORDER BY %s cannot be applied to rows merged across shards; order by selected columns or aggregates", src)
 	}

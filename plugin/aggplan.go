@@ -43,7 +43,7 @@ type aggItem struct {
 	col      string // column; "" for count(*) or an expression
 	expr     string // the argument, an expression over the row (SQL); "" for a column
 	distinct bool   // count(DISTINCT …): the argument is a hidden key of each shard's groups (dkey)
-	hidden   bool   // read by HAVING only: not an output column
+	hidden   bool   // read by HAVING or ORDER BY only: not an output column
 	name     string // output column name, as Postgres names it
 	key      int    // aggNone: index of the key column; distinct: index of its dkey
 	part     int    // first partial column (after the keys)

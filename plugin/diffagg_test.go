@@ -150,6 +150,10 @@ func (g *gen) aggGroup(c *dcase) *aggSpec {
 		terms = append(terms, term)
 		covered[outs[k].name] = true
 	}
+	if len(group) > 0 && g.pick(5) == 0 {
+		// an aggregate not selected (finished in Postgres, aggfinal.go)
+		terms = append(terms, []string{"sum(likes) desc", "count(distinct caption)", "min(caption)"}[g.pick(3)])
+	}
 	if len(group) > 0 && (len(terms) > 0 || g.coin()) && g.pick(4) != 0 {
 		for _, col := range group {
 			t := col

@@ -87,6 +87,9 @@ var exactReads = []exactRead{
 	{"two havings", intoMaps(func(db *gorm.DB) *gorm.DB {
 		return photosAll(db).Select("caption, avg(likes) AS a").Group("caption").Having("count(*) > ?", 1).Having("avg(likes) > ?", 1.5).Order("caption")
 	})},
+	{"groups ordered by aggregates not selected", intoMaps(func(db *gorm.DB) *gorm.DB {
+		return photosAll(db).Select("caption").Group("caption").Order("count(distinct user_id) desc, max(likes), caption").Limit(5)
+	})},
 	{"count distinct", intoMaps(func(db *gorm.DB) *gorm.DB {
 		return photosAll(db).Select("count(distinct user_id) AS users, count(DISTINCT caption), count(*) AS n, sum(likes)")
 	})},
