@@ -77,10 +77,24 @@ func TestFloatOrderAcrossShardsMatchesOneTable(t *testing.T) {
 			})
 		}
 	}
-	// An explicit NULLS FIRST/LAST is not merged: refused, never guessed.
+	// An explicit NULLS FIRST/LAST orders by hidden values each shard
+	// selects (hiddenOrderKeys), compared as Postgres does; USING is
+	// refused, never guessed.
+	for _, order := range []string{"value NULLS FIRST", "value DESC NULLS LAST", "value ASC NULLS LAST, id"} {
+		var got, want []Score
+		if err := e.db.Clauses(AllShards()).Order(order).Find(&got).Error; err != nil {
+			t.Fatalf("ORDER BY %s across shards: %v", order, err)
+		}
+		if err := plain.Order(order).Find(&want).Error; err != nil {
+			t.Fatal(err)
+		}
+		if g, w := scoreValues(got), scoreValues(want); g != w {
+			t.Fatalf("ORDER BY %s across %d shards:\n got %s\nwant %s (one table)", order, e.shards, g, w)
+		}
+	}
 	var rows []Score
-	if err := e.db.Clauses(AllShards()).Order("value NULLS FIRST").Find(&rows).Error; !errors.Is(err, ErrUnroutableSQL) {
-		t.Fatalf("ORDER BY value NULLS FIRST across shards: err = %v, want ErrUnroutableSQL", err)
+	if err := e.db.Clauses(AllShards()).Order("value USING <").Find(&rows).Error; !errors.Is(err, ErrUnroutableSQL) {
+		t.Fatalf("ORDER BY value USING < across shards: err = %v, want ErrUnroutableSQL", err)
 	}
 }
 
