@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -12,6 +11,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
@@ -47,18 +47,7 @@ func (lookupMember) TableName() string { return "members" }
 // catalog records the migration, so a move creates them on its target.
 func addMembers(t *testing.T, e *env) {
 	t.Helper()
-	sql := fstest.MapFS{"0002_members.sql": {Data: []byte(membersSQL)}}
-	files, err := fs.Glob(testSQL, "*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range files {
-		b, err := fs.ReadFile(testSQL, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sql[f] = &fstest.MapFile{Data: b}
-	}
+	sql := photos.With(fstest.MapFS{"0002_members.sql": {Data: []byte(membersSQL)}})
 	if err := migrations.Migrate(context.Background(), e.cat, sql, migrations.MigrateOptions{}); err != nil {
 		t.Fatal(err)
 	}

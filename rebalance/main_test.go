@@ -14,6 +14,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -29,8 +30,8 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m, 4)
 }
 
-// testSQL is the test application's per-shard SQL (photos, likes).
-var testSQL = os.DirFS("testdata/shardsql")
+// testSQL is the tests' shared per-shard SQL (photos, likes, follows).
+var testSQL = photos.SQL
 
 // env is a provisioned catalog with n servers (a fresh database on each of
 // n clusters) and the given shard count, shards spread over the first

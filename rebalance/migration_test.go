@@ -3,11 +3,11 @@ package rebalance
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"testing"
 	"testing/fstest"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/migrations"
 )
 
@@ -21,18 +21,12 @@ func TestMoveRefusedDuringMigration(t *testing.T) {
 	e := newEnv(t, 2, 1, 4) // shards 0-3 on s0
 	seedPhotos(t, e, 1, 50)
 	mv := e.mover(t, Config{})
-	v2 := fstest.MapFS{
+	width := fstest.MapFS{
 		"0002_photos_width.sql": {Data: []byte("ALTER TABLE photos ADD COLUMN width int NOT NULL DEFAULT 0;")},
 		"0003_photos_width_index.sql": {Data: []byte(migrations.NoTransactionMarker +
 			"\nCREATE INDEX CONCURRENTLY photos_width ON photos (width);")},
 	}
-	for _, name := range []string{"0001_photos.sql", "0001_photos.indexes.sql"} {
-		b, err := fs.ReadFile(testSQL, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v2[name] = &fstest.MapFile{Data: b}
-	}
+	v2 := photos.With(width)
 	var during error
 	if err := migrations.Migrate(ctx, e.cat, v2, migrations.MigrateOptions{Progress: func(p migrations.Progress) {
 		if p.Done == 1 {
@@ -66,11 +60,7 @@ func TestMoveRefusedDuringMigration(t *testing.T) {
 		JOIN pg_namespace s ON s.oid = c.relnamespace WHERE s.nspname = 'shard_0001' AND c.relname = 'photos_width'`).Scan(&valid); err != nil || !valid {
 		t.Fatalf("the target's photos_width: valid %v, %v; want a valid index", valid, err)
 	}
-	v3 := fstest.MapFS{}
-	for k, f := range v2 {
-		v3[k] = f
-	}
-	v3["0004_photos_height.sql"] = &fstest.MapFile{Data: []byte("ALTER TABLE photos ADD COLUMN height int;")}
+	v3 := photos.With(width, fstest.MapFS{"0004_photos_height.sql": {Data: []byte("ALTER TABLE photos ADD COLUMN height int;")}})
 	err = migrations.Migrate(ctx, e.cat, v3, migrations.MigrateOptions{})
 	var me *migrations.MovesError
 	if !errors.As(err, &me) || len(me.Moves) != 1 || me.Moves[0].ID != m.ID || me.Moves[0].State != "reversible" {

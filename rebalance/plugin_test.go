@@ -9,36 +9,25 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
-	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
-
-// pluginPhoto is testdata/shardsql's photos table as a GORM model.
-type pluginPhoto struct {
-	ID        int64
-	UserID    int64 `gorm:"column:user_id" shard:"key"`
-	Caption   string
-	Version   int
-	CreatedAt time.Time
-}
-
-func (pluginPhoto) TableName() string { return "photos" }
 
 // pluginOps writes through GORM and the shardkit plugin, with IDs from
 // leased slots (so the move must carry the clock, not only the sequence).
 type pluginOps struct{ db *gorm.DB }
 
 func (o pluginOps) insert(ctx context.Context, _ int, user int64, caption string) (int64, error) {
-	p := pluginPhoto{UserID: user, Caption: caption}
+	p := photos.Photo{UserID: user, Caption: caption}
 	err := o.db.WithContext(ctx).Create(&p).Error
 	return p.ID, err
 }
 
 func (o pluginOps) update(ctx context.Context, _ int, user, id int64, version int) error {
-	return o.db.WithContext(ctx).Model(&pluginPhoto{ID: id, UserID: user}).Update("version", version).Error
+	return o.db.WithContext(ctx).Model(&photos.Photo{ID: id, UserID: user}).Update("version", version).Error
 }
 
 func newPluginOps(t *testing.T, e *env, r *router.Router) pluginOps {
@@ -49,23 +38,14 @@ func newPluginOps(t *testing.T, e *env, r *router.Router) pluginOps {
 // newPluginOpsWait is newPluginOps with plugin.Config.FenceWait (0: default).
 func newPluginOpsWait(t *testing.T, e *env, r *router.Router, fenceWait time.Duration) pluginOps {
 	t.Helper()
-	return pluginOps{db: newPluginDB(t, e, r, plugin.Config{FenceWait: fenceWait}, &pluginPhoto{})}
+	return pluginOps{db: newPluginDB(t, e, r, plugin.Config{FenceWait: fenceWait}, &photos.Photo{})}
 }
 
 // newPluginDB is the GORM plugin on the env for models, with cfg's
 // settings, IDs from leased slots, following the map through r.
 func newPluginDB(t *testing.T, e *env, r *router.Router, cfg plugin.Config, models ...any) *gorm.DB {
 	t.Helper()
-	ctx := context.Background()
-	l, err := catalog.NewLeaser(ctx, e.cat, catalog.LeaserConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	gen, stop, err := idgen.Start(ctx, r.Snapshot().Layout, l, idgen.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(stop)
+	gen := shardtest.Generator(t, e.cat)
 	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package rebalance
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -337,14 +337,7 @@ func TestPreflightRefusesAndChangesNothing(t *testing.T) {
 	pgtest.Exec(t, e.servers[0].DSN, `DROP SEQUENCE shard_0001.ticket`)
 
 	// Per-shard SQL with a version the source lacks.
-	newer := fstest.MapFS{"0002_albums.sql": {Data: []byte("CREATE TABLE albums (id bigint PRIMARY KEY DEFAULT next_id());")}}
-	for _, name := range []string{"0001_photos.sql", "0001_photos.indexes.sql"} {
-		data, err := os.ReadFile("testdata/shardsql/" + name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		newer[name] = &fstest.MapFile{Data: data}
-	}
+	newer := photos.With(fstest.MapFS{"0002_albums.sql": {Data: []byte("CREATE TABLE albums (id bigint PRIMARY KEY DEFAULT next_id());")}})
 	mv2 := e.mover(t, Config{ShardSQL: newer})
 	_, err = mv2.Preflight(ctx, 1, "s1", MoveOptions{})
 	if !errors.Is(err, errShardSQLMismatch) || !strings.Contains(err.Error(), "the source lacks 2 tables") {
