@@ -112,11 +112,7 @@ func (mv *Mover) dropReplication(ctx context.Context, mc *moveCtx, onSource bool
 	if err := dropPublication(ctx, mc.tgt, mc.n.rev); err != nil {
 		return err
 	}
-	snap, err := mv.cfg.Catalog.Load(ctx)
-	if err != nil {
-		return err
-	}
-	p, err := snap.Placement(mc.m.Shard)
+	serving, err := mv.servingServer(ctx, mc)
 	if err != nil {
 		return err
 	}
@@ -124,7 +120,7 @@ func (mv *Mover) dropReplication(ctx context.Context, mc *moveCtx, onSource bool
 	if onSource {
 		side, drop = mc.m.Source, mc.src
 	}
-	if p.Server == side {
+	if serving == side {
 		return fmt.Errorf("shard %d is served by %s; refusing to drop its schema there", mc.m.Shard, side)
 	}
 	return migrations.DropShard(ctx, drop, mc.m.Shard)

@@ -119,19 +119,30 @@ func (mv *Mover) verify(ctx context.Context, shard int) ([]TableSum, error) {
 	return sums, err
 }
 
+// servingServer is the server the catalog's map places the move's shard
+// on now: the move's source or target, or another server once the shard
+// has moved on.
+func (mv *Mover) servingServer(ctx context.Context, mc *moveCtx) (string, error) {
+	snap, err := mv.cfg.Catalog.Load(ctx)
+	if err != nil {
+		return "", err
+	}
+	p, err := snap.Placement(mc.m.Shard)
+	if err != nil {
+		return "", err
+	}
+	return p.Server, nil
+}
+
 // waitReplicated waits until the replica side of a move has confirmed the
 // serving side's current WAL position (whichever direction is running).
 func (mv *Mover) waitReplicated(ctx context.Context, mc *moveCtx) error {
-	snap, err := mv.cfg.Catalog.Load(ctx)
-	if err != nil {
-		return err
-	}
-	p, err := snap.Placement(mc.m.Shard)
+	server, err := mv.servingServer(ctx, mc)
 	if err != nil {
 		return err
 	}
 	serving, slot := mc.src, mc.n.fwd
-	if p.Server == mc.m.Target {
+	if server == mc.m.Target {
 		serving, slot = mc.tgt, mc.n.rev
 	}
 	var exists bool
