@@ -11,6 +11,18 @@ import (
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
+// sqlDir is an empty per-shard SQL directory of the test's and a function
+// that writes a file into it.
+func sqlDir(t *testing.T) (string, func(name, sql string)) {
+	dir := t.TempDir()
+	return dir, func(name, sql string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(sql), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestMigrateFailedFile: a file whose SQL fails on a shard exits non-zero
 // naming the shard, the server and the file, and says that nothing was
 // recorded and what to do; the next migrate, without the file or with it
@@ -18,13 +30,7 @@ import (
 func TestMigrateFailedFile(t *testing.T) {
 	catalog := pgtest.NewDatabase(t, 0)
 	a, b := pgtest.NewDatabase(t, 0), pgtest.NewDatabase(t, 1)
-	dir := t.TempDir()
-	write := func(name, sql string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(sql), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, write := sqlDir(t)
 	write("0001_a.sql", "CREATE TABLE a (id bigint PRIMARY KEY DEFAULT next_id());")
 	code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+a, "--server", "b="+b, "--shards", "4", "--sql", dir)
 	if code != 0 {
@@ -60,13 +66,7 @@ func TestMigrateFailedFile(t *testing.T) {
 func TestMigrateLockWaitAndDryRun(t *testing.T) {
 	catalog := pgtest.NewDatabase(t, 0)
 	a := pgtest.NewDatabase(t, 0)
-	dir := t.TempDir()
-	write := func(name, sql string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(sql), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, write := sqlDir(t)
 	write("0001_a.sql", "CREATE TABLE a (id bigint PRIMARY KEY DEFAULT next_id());")
 	if code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+a, "--shards", "8", "--sql", dir); code != 0 {
 		t.Fatalf("init: exit %d: %s", code, errOut)
