@@ -91,19 +91,7 @@ func TestService(t *testing.T) {
 		}
 		// Newest first, by ID, three at a time with the cursor.
 		want := f.idsSQL(t, server, shard, "photos", "user_id = $1", uid)
-		var got []string
-		path := "/users/" + owner.ID + "/photos?limit=3"
-		for pages := 0; ; pages++ {
-			var pg pageJSON[photoJSON]
-			f.mustCall(t, http.StatusOK, "GET", path, nil, &pg)
-			for _, p := range pg.Items {
-				got = append(got, p.ID)
-			}
-			if pg.NextBefore == "" || pages > 5 {
-				break
-			}
-			path = "/users/" + owner.ID + "/photos?limit=3&before=" + pg.NextBefore
-		}
+		got := f.pagedIDs(t, "/users/"+owner.ID+"/photos?limit=3")
 		if !slices.Equal(got, want) {
 			t.Fatalf("paged list %v, want (direct SQL, id DESC) %v", got, want)
 		}
@@ -191,19 +179,7 @@ func TestService(t *testing.T) {
 			want = append(want, f.idsSQL(t, server, shard, "photos", "user_id = $1", uid)...)
 		}
 		slices.SortFunc(want, func(a, b string) int { return cmpID(t, b, a) })
-		var got []string
-		path := "/users/" + reader.ID + "/feed?limit=5"
-		for pages := 0; ; pages++ {
-			var pg pageJSON[photoJSON]
-			f.mustCall(t, http.StatusOK, "GET", path, nil, &pg)
-			for _, p := range pg.Items {
-				got = append(got, p.ID)
-			}
-			if pg.NextBefore == "" || pages > 5 {
-				break
-			}
-			path = "/users/" + reader.ID + "/feed?limit=5&before=" + pg.NextBefore
-		}
+		got := f.pagedIDs(t, "/users/"+reader.ID+"/feed?limit=5")
 		if !slices.Equal(got, want) {
 			t.Fatalf("feed %v, want %v", got, want)
 		}
@@ -487,4 +463,24 @@ func cmpID(t *testing.T, a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// pagedIDs reads a paged list of photos from path (a query with its
+// limit), cursor after cursor, at most seven pages, and returns the
+// photos' IDs in the order served.
+func (f *fixture) pagedIDs(t *testing.T, path string) []string {
+	t.Helper()
+	var got []string
+	page := path
+	for pages := 0; ; pages++ {
+		var pg pageJSON[photoJSON]
+		f.mustCall(t, http.StatusOK, "GET", page, nil, &pg)
+		for _, p := range pg.Items {
+			got = append(got, p.ID)
+		}
+		if pg.NextBefore == "" || pages > 5 {
+			return got
+		}
+		page = path + "&before=" + pg.NextBefore
+	}
 }
