@@ -61,6 +61,12 @@ type Options struct {
 	// the defaults (for example default_pool_size or
 	// ignore_startup_parameters).
 	Settings map[string]string
+	// PreparedStatements is max_prepared_statements: above zero,
+	// PgBouncer carries protocol-level prepared statements in transaction
+	// mode, which needs PgBouncer 1.21 or later (PreparedBinary; Start
+	// fails with ErrNoPreparedPgBouncer without one). Zero means it does
+	// not, as PgBouncer 1.18 (Binary's, Debian 12's) does not.
+	PreparedStatements int
 }
 
 // Bouncer is one running PgBouncer.
@@ -73,6 +79,8 @@ type Bouncer struct {
 	done chan struct{} // closed when the process has exited
 	mu   sync.Mutex
 	stop bool
+
+	prepared bool // the binary has max_prepared_statements (1.21 or later)
 }
 
 // Binary finds pgbouncer: $SHARDKIT_PGBOUNCER, else /usr/sbin/pgbouncer
@@ -105,7 +113,11 @@ func Start(ctx context.Context, opts Options) (*Bouncer, error) {
 	if opts.PoolMode == "" {
 		opts.PoolMode = "transaction"
 	}
-	bin, err := Binary()
+	find := Binary
+	if opts.PreparedStatements > 0 {
+		find = PreparedBinary
+	}
+	bin, err := find()
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +129,7 @@ func Start(ctx context.Context, opts Options) (*Bouncer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: temp dir: %w", err)
 	}
-	b := &Bouncer{Dir: dir, opts: opts, cred: cred}
+	b := &Bouncer{Dir: dir, opts: opts, cred: cred, prepared: carriesPrepared(bin)}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		if b.Port, err = pglocal.FreePort(); err != nil {
@@ -203,6 +215,11 @@ func (b *Bouncer) writeConfig() error {
 		"admin_users":        "postgres",
 		"log_connections":    "0",
 		"log_disconnections": "0",
+	}
+	if b.prepared {
+		// Set even when zero: PgBouncer 1.22 and later carry 200 of
+		// them unless told otherwise.
+		conf["max_prepared_statements"] = strconv.Itoa(b.opts.PreparedStatements)
 	}
 	for k, v := range b.opts.Settings {
 		conf[k] = v
