@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +21,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/router"
 )
@@ -27,7 +31,10 @@ import (
 // with the same query on one unsharded table holding the same rows, so
 // that the ratio is read from one run on one machine. perShard is the
 // same read sent as one statement per shard. first_read is the first read
-// of a freshly opened plugin against its warm reads.
+// of a freshly opened plugin against its warm reads. pgbouncer_prepared
+// reads through PgBouncers that carry prepared statements (1.21 or later,
+// max_prepared_statements) with PreparedReadsAlways, pgbouncer_fallback
+// through ones that do not, with the default (unnamed there).
 //
 //	go test ./plugin -run '^$' -bench BenchmarkScatter -benchtime 20x -count 3
 func BenchmarkScatter(b *testing.B) {
@@ -149,38 +156,115 @@ FROM generate_series(1, %d) AS g`
 				_ = r.fn(plain)
 			}
 			b.Run(r.name+"/"+mode.name, func(b *testing.B) {
-				var ts, tp time.Duration
-				for i := 0; i < b.N; i++ {
-					t0 := time.Now()
-					if err := r.fn(all); err != nil {
-						b.Fatal(err)
-					}
-					t1 := time.Now()
-					if err := r.fn(plain); err != nil {
-						b.Fatal(err)
-					}
-					ts, tp = ts+t1.Sub(t0), tp+time.Since(t1)
-				}
-				b.ReportMetric(float64(ts.Microseconds())/float64(b.N), "sharded-µs/op")
-				b.ReportMetric(float64(tp.Microseconds())/float64(b.N), "plain-µs/op")
-				b.ReportMetric(float64(ts)/float64(tp), "ratio")
-				// CPU spent per read, by this process and by the test
-				// clusters' processes: the wall-clock ratio above
-				// swings with whatever else this machine runs, the CPU
-				// each side takes much less.
-				shardedCPU := measureCPU(b, cpuReads, func() error { return r.fn(all) })
-				plainCPU := measureCPU(b, 20*cpuReads, func() error { return r.fn(plain) })
-				b.ReportMetric(float64(shardedCPU.client.Microseconds()), "sharded-client-cpu-µs/op")
-				b.ReportMetric(float64(shardedCPU.server.Microseconds()), "sharded-server-cpu-µs/op")
-				b.ReportMetric(float64(shardedCPU.server.Nanoseconds())/1e3/shards, "server-cpu-µs/shard")
-				b.ReportMetric(float64(plainCPU.client+plainCPU.server)/1e3, "plain-cpu-µs/op")
-				b.ReportMetric(float64(shardedCPU.client+shardedCPU.server)/float64(plainCPU.client+plainCPU.server), "cpu-ratio")
+				pairedReads(b, shards, func() error { return r.fn(all) }, func() error { return r.fn(plain) })
 			})
 		}
 	}
 	e.p.unionBatch = 0
 	e.namedReads(b, true)
+	// Through PgBouncer in transaction mode (the plain table still read
+	// directly): 1.24 carrying prepared statements with PreparedReadsAlways,
+	// and 1.18, which does not, with the default (unnamed there).
+	for _, pooler := range []struct {
+		name string
+		opts pgbouncer.Options
+		mode PreparedReads
+	}{
+		{"pgbouncer_prepared", pgbouncer.Options{PreparedStatements: 200}, PreparedReadsAlways},
+		{"pgbouncer_fallback", pgbouncer.Options{}, PreparedReadsDirect},
+	} {
+		if pooler.opts.PreparedStatements > 0 {
+			if _, err := pgbouncer.PreparedBinary(); err != nil {
+				b.Logf("%s: %v", pooler.name, err)
+				continue
+			}
+		}
+		pooled := e.throughPoolers(b, pooler.opts, pooler.mode)
+		for _, r := range reads {
+			for range 3 {
+				_ = r.fn(pooled)
+				_ = r.fn(plain)
+			}
+			b.Run(r.name+"/"+pooler.name, func(b *testing.B) {
+				pairedReads(b, shards, func() error { return r.fn(pooled) }, func() error { return r.fn(plain) })
+			})
+		}
+	}
 	_ = ctx
+}
+
+// pairedReads times a read of every shard paired with the plain table's
+// in every iteration, and then the CPU each takes.
+func pairedReads(b *testing.B, shards int, sharded, plain func() error) {
+	var ts, tp time.Duration
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := sharded(); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := plain(); err != nil {
+			b.Fatal(err)
+		}
+		ts, tp = ts+t1.Sub(t0), tp+time.Since(t1)
+	}
+	b.ReportMetric(float64(ts.Microseconds())/float64(b.N), "sharded-µs/op")
+	b.ReportMetric(float64(tp.Microseconds())/float64(b.N), "plain-µs/op")
+	b.ReportMetric(float64(ts)/float64(tp), "ratio")
+	// CPU spent per read, by this process and by the test clusters'
+	// processes: the wall-clock ratio above swings with whatever else
+	// this machine runs, the CPU each side takes much less.
+	shardedCPU := measureCPU(b, cpuReads, sharded)
+	plainCPU := measureCPU(b, 20*cpuReads, plain)
+	b.ReportMetric(float64(shardedCPU.client.Microseconds()), "sharded-client-cpu-µs/op")
+	b.ReportMetric(float64(shardedCPU.server.Microseconds()), "sharded-server-cpu-µs/op")
+	b.ReportMetric(float64(shardedCPU.server.Nanoseconds())/1e3/float64(shards), "server-cpu-µs/shard")
+	b.ReportMetric(float64(plainCPU.client+plainCPU.server)/1e3, "plain-cpu-µs/op")
+	b.ReportMetric(float64(shardedCPU.client+shardedCPU.server)/float64(plainCPU.client+plainCPU.server), "cpu-ratio")
+}
+
+// throughPoolers returns a gorm.DB with a plugin of its own whose servers'
+// application DSNs go through PgBouncers started with opts in front of
+// the test clusters (their admin DSNs stay direct), reading with mode,
+// scoped to every shard. The PgBouncers stop when the benchmark ends.
+func (e *env) throughPoolers(b *testing.B, opts pgbouncer.Options, mode PreparedReads) *gorm.DB {
+	b.Helper()
+	snap := e.r.Snapshot()
+	bouncers := map[string]*pgbouncer.Bouncer{}
+	var servers []router.Server
+	for _, srv := range snap.Servers() {
+		u, err := url.Parse(srv.DSN)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bn := bouncerFor(b, bouncers, srv.DSN, opts)
+		srv.AdminDSN = srv.Admin()
+		srv.DSN = bn.DSN(strings.TrimPrefix(u.Path, "/"))
+		servers = append(servers, srv)
+	}
+	pooledSnap, err := snap.Next(snap.Version, servers, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fixed, err := router.NewFixed(pooledSnap)
+	if err != nil {
+		b.Fatal(err)
+	}
+	db, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pl := Register(Config{Router: fixed, PreparedReads: mode, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &Photo{}, &Like{}, &Album{})
+	if err := db.Use(pl); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = pl.Close()
+		if sdb, err := db.DB(); err == nil {
+			_ = sdb.Close()
+		}
+	})
+	return db.Clauses(AllShards()).Session(&gorm.Session{})
 }
 
 // namedReads makes the plugin's reads across shards run named or unnamed
