@@ -104,3 +104,15 @@ func ExampleLookupShard() {
 	fmt.Println(shard, plugin.LookupTable("users", "username"))
 	// Output: 183 users_username_lookup
 }
+
+// Reads across shards run as named prepared statements through a pooler
+// that carries them in transaction mode (PgBouncer 1.21 or later with
+// max_prepared_statements set, PgDog): docs/pooler.md.
+func ExamplePreparedReads_always() {
+	var db *gorm.DB       // opened on the application's default database
+	var r plugin.ShardMap // the router, as in ExampleRegister
+	err := db.Use(plugin.Register(plugin.Config{Router: r, PreparedReads: plugin.PreparedReadsAlways}, &Photo{}))
+	if err != nil {
+		log.Fatal(err)
+	}
+}
