@@ -48,6 +48,7 @@ type serverConnector struct {
 
 	refused atomic.Bool // the server refused the plugin's statement_timeout
 	logOnce sync.Once
+	plans   planGeneration // of the reads across shards run prepared on this server
 }
 
 func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, error) {
@@ -134,7 +135,7 @@ func (c *serverConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		return nil, c.classify(ctx, err, start)
 	}
 	if sc, ok := conn.(*stdlib.Conn); ok && !c.named {
-		return unnamedConn{sc}, nil
+		return unnamedConn{pgxConn: sc, plans: &c.plans}, nil
 	}
 	return conn, nil
 }
@@ -243,8 +244,12 @@ func (e *connectTimeoutError) Unwrap() error { return e.err }
 // connection while later statements run on others ("prepared statement
 // does not exist"), or meets another client's of the same name ("already
 // exists", SQLSTATE 42P05). Its statements run like any other statement
-// of the connection: unnamed.
-type unnamedConn struct{ *pgxConn }
+// of the connection: unnamed, except the reads across shards the plugin
+// runs prepared (PreparedReads; see QueryContext).
+type unnamedConn struct {
+	*pgxConn
+	plans *planGeneration // the server's
+}
 
 // pgxConn names the embedded connection so that its Conn method (the
 // *pgx.Conn, which COPY and the warm-up use) is promoted rather than

@@ -1,7 +1,11 @@
 package plugin
 
 import (
+	"context"
+	"database/sql/driver"
+	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 
@@ -66,3 +70,39 @@ func (c *Config) namedReads(srv router.Server, dsn string, replica bool) bool {
 // prepared statement from the connection's statement cache, whatever the
 // connection's default mode.
 var asPrepared any = pgx.QueryExecModeCacheStatement
+
+// planGeneration counts the schema changes seen to alter the result of a
+// read across shards prepared on one server. A pooler that carries
+// prepared statements (PgBouncer 1.21+) keeps one server statement per
+// text for all its clients and never drops one for failing with "cached
+// plan must not change result type": the same text would fail on every
+// later run until the pooler's server connections are renewed. A new
+// generation gives every prepared read of the server a new text, so it is
+// prepared afresh, after the change, once per connection; other processes
+// of the application reach the same generation, and so the same texts,
+// on their first failure.
+type planGeneration struct{ n atomic.Int64 }
+
+// text is query as sent in generation gen.
+func (*planGeneration) text(query string, gen int64) string {
+	if gen == 0 {
+		return query
+	}
+	return "/* shardkit plans " + strconv.FormatInt(gen, 10) + " */ " + query
+}
+
+// QueryContext is part of driver.QueryerContext. A read the plugin runs
+// prepared (asPrepared is its first argument) is sent in the server's
+// plan generation, and a result type changed under it starts the next
+// generation (once, however many connections fail at the same time).
+func (c unnamedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	if c.plans == nil || len(args) == 0 || args[0].Value != asPrepared {
+		return c.pgxConn.QueryContext(ctx, query, args)
+	}
+	gen := c.plans.n.Load()
+	rows, err := c.pgxConn.QueryContext(ctx, c.plans.text(query, gen), args)
+	if err != nil && planChanged(err) {
+		c.plans.n.CompareAndSwap(gen, gen+1)
+	}
+	return rows, err
+}

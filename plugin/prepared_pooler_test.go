@@ -280,8 +280,9 @@ func TestPreparedReadsPoolerDefault(t *testing.T) {
 // every shard changes the result type of a SELECT * already prepared on
 // the server backend, where PgBouncer keeps it for every client of that
 // text (its documentation: "cached plan must not change result type"
-// until RECONNECT); reads across shards through it still answer, with the
-// new column.
+// until RECONNECT). Reads across shards through it still answer, with the
+// new column, and after the first failure run prepared again: under a
+// new text (planGeneration), not failing on the stale statement each time.
 func TestPreparedReadsThroughPoolerSurviveSchemaChange(t *testing.T) {
 	pooled := map[string]pooledServer{}
 	e := newEnv(t, envOpts{appDSN: viaPreparedPooler(t, pooled), cfg: func(c *Config) {
@@ -315,6 +316,20 @@ END $$`)
 		}
 		if len(out) != 2 || out[0]["note"] != "new" {
 			t.Fatalf("read %d after the column was added: %v", i, out)
+		}
+	}
+	// The first read after the change failed on the stale statement and
+	// ran unnamed; the next two ran a statement prepared after it.
+	for _, s := range e.servers {
+		var fresh int64
+		onServer := pooled[s].serverStatements(t)
+		for _, st := range onServer {
+			if strings.HasPrefix(st.Statement, "/* shardkit plans 1 */") {
+				fresh += st.Runs
+			}
+		}
+		if fresh != 2 {
+			t.Errorf("server %s: the read ran %d times prepared after the change, want 2:\n%v", s, fresh, onServer)
 		}
 	}
 }
