@@ -111,7 +111,7 @@ func TestDiffShrinks(t *testing.T) {
 
 func caseSize(c dcase) int {
 	n := len(c.Rows) + len(c.Inline) + len(c.Select) + len(c.Omit) + c.Limit + c.Offset
-	for _, b := range []bool{c.All, c.SkipTx, c.Returning, c.Model != nil, c.Order != "", c.Order != "id" && c.Order != "", c.Set.Kind != setCaption, c.Many, c.Agg != nil && c.Agg.Order != ""} {
+	for _, b := range []bool{c.All, c.SkipTx, c.Returning, c.Model != nil, c.Order != "", c.Order != "id" && c.Order != "", c.Set.Kind != setCaption, c.Many, c.Agg != nil && c.Agg.Order != "", c.Agg != nil && c.Agg.Having > 0} {
 		if b {
 			n++
 		}
