@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // TestServerDown stops the cluster of server b and checks what a caller
@@ -133,18 +134,14 @@ func TestServerDown(t *testing.T) {
 	if err := c.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.Until(t, 60*time.Second, func() error {
 		var back Photo
 		err := e.db.Where("user_id = ?", ub).Take(&back).Error
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrServerUnavailable) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, ErrServerUnavailable) {
 			t.Fatalf("after restart: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond) // poll: the condition is the server answering
-	}
+		return err
+	})
 	pr = PartialResult{}
 	if err := e.db.Clauses(AllShards(), Partial(&pr)).Find(&all).Error; err != nil || !pr.Complete() || len(all) != 2*e.shards+1 {
 		t.Fatalf("after restart: %d rows, %v, missing %v; want %d", len(all), err, pr.Missing, 2*e.shards+1)
@@ -234,18 +231,14 @@ func TestServerFrozen(t *testing.T) {
 	}
 
 	thaw()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.Until(t, 60*time.Second, func() error {
 		var back Photo
 		err := e.db.Where("user_id = ?", ub).Take(&back).Error
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrServerUnavailable) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, ErrServerUnavailable) {
 			t.Fatalf("after the thaw: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond) // poll until b answers
-	}
+		return err
+	})
 }
 
 // photoPerShard creates a photo in every shard, user u in shard u, and

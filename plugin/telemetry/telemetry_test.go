@@ -16,6 +16,7 @@ import (
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
@@ -345,18 +346,14 @@ func TestServerDown(t *testing.T) {
 	if err := c.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testkit.Until(t, 60*time.Second, func() error {
 		var back photos.Photo
 		err := e.db.Where("user_id = ?", ub).Take(&back).Error
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, plugin.ErrServerUnavailable) || time.Now().After(deadline) {
+		if err != nil && !errors.Is(err, plugin.ErrServerUnavailable) {
 			t.Fatalf("after restart: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond) // poll: the condition is b answering
-	}
+		return err
+	})
 	if got := e.value(t, "shardkit_server_up", lbl("server", "b")); got != 1 {
 		t.Errorf("server_up{b} = %v after b answered", got)
 	}

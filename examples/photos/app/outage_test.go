@@ -20,6 +20,7 @@ import (
 	"github.com/shardkit/shardkit/examples/photos/store"
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -306,17 +307,16 @@ func TestServerOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	deadline := back.Add(60 * time.Second)
-	for {
+	testkit.Until(t, 60*time.Second, func() error {
 		code, body := f.raw(t, "GET", "/users/"+beta.ID, nil)
-		if code == http.StatusOK {
-			break
-		}
-		if code != http.StatusServiceUnavailable || time.Now().After(deadline) {
+		if code != http.StatusOK && code != http.StatusServiceUnavailable {
 			t.Fatalf("GET beta's user after restart: %d %s", code, body)
 		}
-		time.Sleep(100 * time.Millisecond) // poll until beta answers
-	}
+		if code != http.StatusOK {
+			return fmt.Errorf("GET beta's user: %d %s", code, body)
+		}
+		return nil
+	})
 	t.Logf("beta answered %v after its restart", time.Since(back).Round(time.Millisecond))
 	partial.MissingShards = nil
 	f.mustCall(t, http.StatusOK, "GET", "/users/"+follower.ID+"/feed", nil, &partial)
