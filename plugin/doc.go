@@ -159,11 +159,15 @@ package plugin
 //     touches database/sql alone), fanout.go (the stages in order, and
 //     the merge of each answer as it arrives), scatter.go (one UNION ALL
 //     statement per server batch), readrows.go and pagemerge.go (merging
-//     rows); every merge orders values with internal/pgorder.
+//     rows), hiddenorder.go (ORDER BY values the rows do not carry),
+//     windows.go (windows partitioned by the shard key), collmerge.go
+//     (rows ordered in Postgres); every merge orders values with
+//     internal/pgorder.
 //   - Aggregates: aggplan.go, aggparse.go, aggmerge.go (partials combined
 //     and served to GORM's scanning through internal/memrows), aggfinal.go
 //     (partials finished in Postgres: HAVING, distinct counts, floats,
-//     text in a linguistic collation).
+//     text in a linguistic collation), aggfinalhaving.go (HAVING read for
+//     it), pgarray.go (partial rows as typed arrays).
 //   - Lookups: lookup.go, lookupread.go, lookupupdate.go, lookupwrite.go,
 //     lookupclaim.go.
 //   - Connections and transactions: pool.go, connector.go, health.go,

@@ -1,0 +1,168 @@
+package plugin
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/callbacks"
+	"gorm.io/gorm/clause"
+
+	"github.com/shardkit/shardkit/internal/sqlcond"
+)
+
+// A read across shards ordered by what its rows do not carry: each shard
+// selects the ORDER BY values under hidden aliases, the merge orders by
+// them, and they are dropped before GORM scans the rows.
+
+// hiddenPrefix starts the alias of an ORDER BY value each shard selects
+// for the merge and the merge drops.
+const hiddenPrefix = "__shardkit_order_"
+
+// hiddenOrderKeys resolves the ORDER BY of a multi-shard read of rows
+// that do not carry what it orders by (a column not selected or not in
+// the destination, an expression, text read into maps): every term
+// becomes a value each shard selects under a hidden alias, the merge
+// orders by those values and drops them before GORM scans the rows.
+func hiddenOrderKeys(db *gorm.DB, m *model) ([]orderKey, error) {
+	stmt := db.Statement
+	ob, ok := stmt.Clauses["ORDER BY"].Expression.(clause.OrderBy)
+	if !ok || ob.Expression != nil {
+		return nil, fmt.Errorf("%w: ORDER BY expression with bind variables cannot be merged across shards", ErrUnroutableSQL)
+	}
+	var keys []orderKey
+	for _, col := range ob.Columns {
+		text := col.Column.Name
+		if !col.Column.Raw {
+			name, table := col.Column.Name, col.Column.Table
+			if name == clause.PrimaryKey {
+				name = m.pk.DBName
+			}
+			if table == clause.CurrentTable {
+				table = m.table
+			}
+			text = sqlcond.QuoteIdent(name)
+			if table != "" {
+				text = sqlcond.QuoteIdent(table) + "." + text
+			}
+			if col.Desc {
+				text += " DESC"
+			}
+		}
+		toks, _, ok := sqlcond.Lex(text, false, nil)
+		if !ok {
+			return nil, fmt.Errorf("%w: ORDER BY %q cannot be read to merge rows across shards", ErrUnroutableSQL, text)
+		}
+		for _, term := range sqlcond.Items(toks) {
+			k, err := hiddenKey(db, m, term)
+			if err != nil {
+				return nil, err
+			}
+			k.alias = hiddenPrefix + strconv.Itoa(len(keys))
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
+// hiddenKey reads one ORDER BY term: a column of the model or an
+// expression over the row, ASC or DESC.
+func hiddenKey(db *gorm.DB, m *model, t []sqlcond.Token) (orderKey, error) {
+	src := sqlcond.Text(t)
+	k := orderKey{hidden: true}
+	n := len(t)
+	if n >= 2 && t[n-2].Keyword("nulls") && (t[n-1].Keyword("first") || t[n-1].Keyword("last")) {
+		k.nulls = 1
+		if t[n-1].Keyword("last") {
+			k.nulls = -1
+		}
+		n -= 2
+	}
+	if n > 0 && (t[n-1].Keyword("asc") || t[n-1].Keyword("desc")) {
+		k.desc = t[n-1].Keyword("desc")
+		n--
+	}
+	e := t[:n]
+	for i, x := range e {
+		switch {
+		case x.Keyword("nulls") || x.Keyword("using") || x.Keyword("collate"):
+			return k, fmt.Errorf("%w: ORDER BY %s across shards: USING and COLLATE are not merged (nor NULLS where it is not last); order by the column or expression, ASC or DESC, NULLS FIRST or LAST", ErrUnroutableSQL, src)
+		case x.Kind == sqlcond.Param || x.Keyword("select") || x.Keyword("over"):
+			return k, fmt.Errorf("%w: ORDER BY %s across shards: a sub-query, window or bind variable cannot order merged rows; scope the query to one shard", ErrUnroutableSQL, src)
+		case x.Kind == sqlcond.Ident && !x.Quoted && i+1 < len(e) && e[i+1].Kind == sqlcond.LParen && (aggNames[x.Text] != 0 || notCombined[x.Text]):
+			return k, fmt.Errorf("%w: ORDER BY %s across shards: an aggregate orders groups, not rows; select it with Group", ErrUnroutableSQL, src)
+		case x.Kind == sqlcond.Dot && i == 1 && !m.ownTable(db.Statement, e[0].Text):
+			return k, fmt.Errorf("%w: ORDER BY %s is not a column of %s", ErrUnroutableSQL, src, m.table)
+		}
+	}
+	if len(e) == 0 {
+		return k, fmt.Errorf("%w: ORDER BY %s cannot be merged across shards", ErrUnroutableSQL, src)
+	}
+	if col, end := sqlcond.ColumnAt(e, 0); col != "" && end == len(e) {
+		own, err := ownColumn(db.Statement, m, e, col)
+		if err != nil {
+			return k, fmt.Errorf("%w: ORDER BY %s is not a column of %s", ErrUnroutableSQL, src, m.table)
+		}
+		k.name, k.sql = own, sqlcond.QuoteIdent(own)
+		k.coll, err = m.textOrder(db.Statement.Context, own)
+		return k, err
+	}
+	k.name, k.sql, k.expr = tokensSQL(e), tokensSQL(e), true
+	return k, nil
+}
+
+// hiddenSelect is the SELECT clause of each shard's statement in a read
+// with hidden ORDER BY values: the select list GORM builds for the
+// statement, then each value under its alias.
+func hiddenSelect(db *gorm.DB, m *model, keys []orderKey) (clause.Clause, error) {
+	stmt := db.Statement
+	c, cols := gormSelect(db), modelColumns(stmt, m)
+	var extra []string
+	for _, k := range keys {
+		extra = append(extra, k.sql+" AS "+sqlcond.QuoteIdent(k.alias))
+	}
+	switch e := c.Expression.(type) {
+	case clause.Select:
+		if e.Distinct {
+			return c, fmt.Errorf("%w: DISTINCT rows ordered by what they do not select cannot be merged across shards (Postgres refuses it too)", ErrUnroutableSQL)
+		}
+		e.Columns = slices.Clone(e.Columns)
+		if len(e.Columns) == 0 && cols != nil {
+			for _, name := range cols {
+				e.Columns = append(e.Columns, clause.Column{Name: name})
+			}
+		} else if len(e.Columns) == 0 {
+			e.Columns = append(e.Columns, clause.Column{Name: "*", Raw: true})
+		}
+		for _, x := range extra {
+			e.Columns = append(e.Columns, clause.Column{Name: x, Raw: true})
+		}
+		c.Expression = e
+	case clause.Expr:
+		e.SQL += ", " + strings.Join(extra, ", ")
+		c.Expression = e
+	default:
+		return c, fmt.Errorf("%w: this select list cannot carry the ORDER BY values a merge across shards needs; select the ORDER BY columns", ErrUnroutableSQL)
+	}
+	c.Name = "SELECT"
+	return c, nil
+}
+
+// gormSelect is the SELECT clause GORM builds for the statement, built on
+// a private copy of its clauses that is then dropped.
+func gormSelect(db *gorm.DB) clause.Clause {
+	stmt := db.Statement
+	clauses, text, vars := stmt.Clauses, stmt.SQL.String(), stmt.Vars
+	defer func() {
+		stmt.Clauses, stmt.Vars = clauses, vars
+		stmt.SQL.Reset()
+		stmt.SQL.WriteString(text)
+	}()
+	stmt.Clauses = ownClauses(clauses)
+	stmt.SQL.Reset()
+	stmt.Vars = nil
+	callbacks.BuildQuerySQL(db)
+	return stmt.Clauses["SELECT"]
+}
