@@ -151,7 +151,10 @@ type Config struct {
 	// slow statements end on the server before the plugin's deadline
 	// takes the server as down. Rows, Row and Exec of raw SQL are not
 	// bounded by the plugin; give their context a deadline. Zero means
-	// DefaultStatementTimeout; negative means none.
+	// DefaultStatementTimeout; negative means none on statements, while
+	// a session's start (no statement of the caller's runs yet) is still
+	// bounded by DefaultStatementTimeout plus a second, so that a frozen
+	// server is an outage within a bound, not a wait without end.
 	StatementTimeout time.Duration
 	// WarmUp opens, at start-up, every registered table of every shard
 	// on one connection per server, so that the first read across a
@@ -192,6 +195,11 @@ type Config struct {
 	// Logger receives the plugin's notices (a pooler refusing the
 	// statement_timeout startup parameter). Nil means slog.Default().
 	Logger *slog.Logger
+
+	// unboundedStartup replaces the bound on a session's start under a
+	// negative StatementTimeout (DefaultStatementTimeout plus a second):
+	// a seam for tests, which cannot wait half a minute.
+	unboundedStartup time.Duration
 }
 
 func (c Config) withDefaults() Config {

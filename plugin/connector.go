@@ -70,8 +70,17 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 		pc.ConnectTimeout = 0
 		pc.DialFunc = dialWithin(pc.DialFunc, cfg.ConnectTimeout)
 	}
-	if cfg.StatementTimeout > 0 {
+	switch {
+	case cfg.StatementTimeout > 0:
 		c.startup = cfg.StatementTimeout + deadlineGrace
+	case cfg.StatementTimeout < 0:
+		// No bound on statements is the caller's choice for what runs;
+		// a session that has not started is no statement of theirs, and
+		// a server that never starts it is frozen.
+		c.startup = DefaultStatementTimeout + deadlineGrace
+		if cfg.unboundedStartup > 0 {
+			c.startup = cfg.unboundedStartup
+		}
 	}
 	if cfg.MaxConnecting > 0 {
 		c.slots = make(chan struct{}, cfg.MaxConnecting)

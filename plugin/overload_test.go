@@ -252,44 +252,59 @@ func TestSlowStartupIsBackpressure(t *testing.T) {
 // server's kernel accepts connections that nothing answers: a statement
 // whose caller has no deadline of its own gets a *ServerError once
 // StatementTimeout (plus its grace) has passed, and b is taken as down, so
-// the statements after fail at once until a retry finds it back.
+// the statements after fail at once until a retry finds it back. With no
+// bound on statements (a negative StatementTimeout) a session's start is
+// still bounded: the wait has an end (shortened here through the
+// configuration's seam from DefaultStatementTimeout plus a second).
 func TestFrozenStartupIsAnOutage(t *testing.T) {
-	const statementTimeout = time.Second
-	var proxy *holdProxy
-	e := newEnv(t, envOpts{
-		appDSN: holdB(t, &proxy),
-		cfg: func(c *Config) {
-			c.ConnectTimeout = 100 * time.Millisecond
-			c.StatementTimeout = statementTimeout
-			c.ServerRetry = time.Hour // no retry within the test
-			c.MaxIdleConns = -1       // every statement opens its own connection
-		},
-	})
-	ub := e.userOn(t, "b", 1)
-	if err := e.db.Create(&Photo{UserID: ub, Caption: "x"}).Error; err != nil {
-		t.Fatal(err)
+	for _, tt := range []struct {
+		name             string
+		statementTimeout time.Duration
+		startupBound     time.Duration // the seam; 0: none
+		want             time.Duration // the least a failure may take
+	}{
+		{"bounded statements", time.Second, 0, time.Second},
+		{"no bound on statements", -1, 1500 * time.Millisecond, 1500 * time.Millisecond},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var proxy *holdProxy
+			e := newEnv(t, envOpts{
+				appDSN: holdB(t, &proxy),
+				cfg: func(c *Config) {
+					c.ConnectTimeout = 100 * time.Millisecond
+					c.StatementTimeout = tt.statementTimeout
+					c.unboundedStartup = tt.startupBound
+					c.ServerRetry = time.Hour // no retry within the test
+					c.MaxIdleConns = -1       // every statement opens its own connection
+				},
+			})
+			ub := e.userOn(t, "b", 1)
+			if err := e.db.Create(&Photo{UserID: ub, Caption: "x"}).Error; err != nil {
+				t.Fatal(err)
+			}
+			proxy.hold()
+			defer proxy.letGo()
+			start := time.Now()
+			var p Photo
+			err := e.db.Where("user_id = ?", ub).Take(&p).Error
+			took := time.Since(start)
+			var se *ServerError
+			if !errors.As(err, &se) || se.Server != "b" || !errors.Is(err, ErrServerUnavailable) {
+				t.Fatalf("read on a frozen b: %v, want a *ServerError for b", err)
+			}
+			if took < tt.want {
+				t.Fatalf("read on a frozen b failed after %v, before its bound %v", took, tt.want)
+			}
+			t.Logf("frozen startup: %v after %v", err, took.Round(time.Millisecond))
+			err = e.db.Where("user_id = ?", ub).Take(&p).Error
+			if !knownDown(err) {
+				t.Fatalf("read on b taken as down: %v, want the fast failure of a server known down", err)
+			}
+			if h := e.p.Health(); len(h) != 2 || !h[1].Down || h[1].TakenDown != 1 {
+				t.Fatalf("health %+v: want b down, taken down once", h)
+			}
+		})
 	}
-	proxy.hold()
-	start := time.Now()
-	var p Photo
-	err := e.db.Where("user_id = ?", ub).Take(&p).Error
-	took := time.Since(start)
-	var se *ServerError
-	if !errors.As(err, &se) || se.Server != "b" || !errors.Is(err, ErrServerUnavailable) {
-		t.Fatalf("read on a frozen b: %v, want a *ServerError for b", err)
-	}
-	if took < statementTimeout {
-		t.Fatalf("read on a frozen b failed after %v, before StatementTimeout %v", took, statementTimeout)
-	}
-	t.Logf("frozen startup: %v after %v", err, took.Round(time.Millisecond))
-	err = e.db.Where("user_id = ?", ub).Take(&p).Error
-	if !knownDown(err) {
-		t.Fatalf("read on b taken as down: %v, want the fast failure of a server known down", err)
-	}
-	if h := e.p.Health(); len(h) != 2 || !h[1].Down || h[1].TakenDown != 1 {
-		t.Fatalf("health %+v: want b down, taken down once", h)
-	}
-	proxy.letGo()
 }
 
 // holdB puts a holdProxy (*proxy) in front of server b's DSN.
