@@ -49,7 +49,6 @@ func newFixtureShards(t testing.TB, shards int) *fixture { return newFixtureOn(t
 // dsnOf (by server name; "" for a database on the shared clusters).
 func newFixtureOn(t testing.TB, shards int, dsnOf func(server string) string) *fixture {
 	t.Helper()
-	ctx := context.Background()
 	// Provisioned as app.Provision does (the service's shard SQL), once
 	// per shape, each test getting copies; TestCatalogOutage runs
 	// app.Provision itself. alpha is on cluster 1, beta on cluster 2.
@@ -59,19 +58,26 @@ func newFixtureOn(t testing.TB, shards int, dsnOf func(server string) string) *f
 	catDSN := se.CatalogDSN
 	cfg := app.Config{Catalog: store.CatalogDSN(catDSN), Shards: shards, FenceWait: store.FenceWait(2 * time.Second), Provision: true, Servers: se.Servers}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	a, cleanup, err := app.Initialize(ctx, cfg, log)
+	f := serve(t, cfg, log)
+	f.catalog, f.servers = pgtest.Connect(t, catDSN), map[string]*pgx.Conn{}
+	for _, s := range cfg.Servers {
+		f.servers[s.Name] = pgtest.Connect(t, s.DSN)
+	}
+	return f
+}
+
+// serve initializes the service of cfg behind an httptest server, both
+// closed when the test ends.
+func serve(t testing.TB, cfg app.Config, log *slog.Logger) *fixture {
+	t.Helper()
+	a, cleanup, err := app.Initialize(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatalf("initialize: %v", err)
 	}
 	t.Cleanup(cleanup)
 	srv := httptest.NewServer(a.Server.Handler)
 	t.Cleanup(srv.Close)
-	f := &fixture{t: t, url: srv.URL, app: a, layout: a.Router.Snapshot().Layout,
-		catalog: pgtest.Connect(t, catDSN), servers: map[string]*pgx.Conn{}}
-	for _, s := range cfg.Servers {
-		f.servers[s.Name] = pgtest.Connect(t, s.DSN)
-	}
-	return f
+	return &fixture{t: t, url: srv.URL, app: a, layout: a.Router.Snapshot().Layout}
 }
 
 // call sends a request and decodes the JSON answer into out (when not nil);

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
@@ -56,15 +55,8 @@ func TestCatalogOutage(t *testing.T) {
 	if err := app.Provision(ctx, cfg, log); err != nil {
 		t.Fatalf("provision: %v", err)
 	}
-	a, cleanup, err := app.Initialize(ctx, cfg, log)
-	if err != nil {
-		t.Fatalf("initialize: %v", err)
-	}
-	t.Cleanup(cleanup)
-	srv := httptest.NewServer(a.Server.Handler)
-	t.Cleanup(srv.Close)
-	f := &fixture{t: t, url: srv.URL, app: a, layout: a.Router.Snapshot().Layout}
-	snap := a.Router.Snapshot()
+	f := serve(t, cfg, log)
+	snap := f.app.Router.Snapshot()
 
 	// Writers: each signs a user up and uploads a photo for it, in a loop.
 	var (
