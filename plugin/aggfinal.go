@@ -174,6 +174,14 @@ func (ap *aggPlan) collations(ctx context.Context, m *model, cols []*sql.ColumnT
 //	unnest($1::T0[], …) AS u(c0, …)) AS t [GROUP BY keys] [HAVING …]
 //	[ORDER BY …] [LIMIT n] [OFFSET m]
 func (ap *aggPlan) finishStatement(cols []*sql.ColumnType, rows [][]any, colls []*collation) (string, []any, error) {
+	nk := len(ap.keys) + len(ap.dkeys)
+	for _, it := range ap.items {
+		if (it.fn == aggSum || it.fn == aggAvg) && cols[nk+it.part].DatabaseTypeName() == "FLOAT4" {
+			// Each shard's partial sum is rounded to real's 24 bits, which
+			// one table's avg (accumulated in double precision) is not.
+			return "", nil, refuseAgg("%s of real across shards: each shard's partial sum is rounded to real's precision (about 1e-7), one table's is not; cast the column to double precision (%s(col::float8)), or scope the query to one shard", it.name, it.name)
+		}
+	}
 	var b strings.Builder
 	args := make([]any, 0, len(cols)+4)
 	var inner, arrays, names []string

@@ -287,6 +287,10 @@ func TestExactReadRefusals(t *testing.T) {
 			var rows []Photo
 			return photosAll(db).Order("lower(caption), id").Limit(3).Find(&rows).Error
 		}},
+		{"sum of real", "real", func(db *gorm.DB) error {
+			var rows []map[string]any
+			return photosAll(db).Select("avg(likes::real)").Find(&rows).Error
+		}},
 		{"order by a COLLATE", "COLLATE", func(db *gorm.DB) error {
 			var rows []photoKey
 			return photosAll(db).Order(`caption COLLATE "C", id`).Find(&rows).Error
