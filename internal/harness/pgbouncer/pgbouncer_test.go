@@ -45,30 +45,8 @@ func TestTransactionPooling(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var mode string
-	// SHOW pool_mode is PgBouncer's own; through to Postgres it would fail.
-	admin, err := pgx.Connect(ctx, b.DSN("pgbouncer"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close(ctx)
-	rows, err := admin.Query(ctx, "SHOW CONFIG", pgx.QueryExecModeSimpleProtocol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		vals, err := rows.Values()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if vals[0] == "pool_mode" {
-			mode = vals[1].(string)
-		}
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
-	if mode != "transaction" {
+	// pool_mode is PgBouncer's own setting; through to Postgres SHOW would fail.
+	if mode := showConfig(t, ctx, b, "pool_mode"); mode != "transaction" {
 		t.Fatalf("pool_mode = %q, want transaction", mode)
 	}
 	var one int

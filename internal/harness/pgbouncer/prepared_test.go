@@ -31,6 +31,9 @@ func showConfig(t *testing.T, ctx context.Context, b *Bouncer, name string) stri
 			return vals[1].(string)
 		}
 	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
 	return ""
 }
 
