@@ -210,10 +210,7 @@ func TestServerFrozen(t *testing.T) {
 	var p Photo
 	err := e.db.Where("user_id = ?", ub).Take(&p).Error
 	took := time.Since(start)
-	var se *ServerError
-	if !errors.As(err, &se) || se.Server != "b" || !errors.Is(err, ErrServerUnavailable) {
-		t.Fatalf("read on frozen b: %v, want a *ServerError for b", err)
-	}
+	wantUnavailable(t, err, "b", "read on frozen b")
 	// Bounded: the deadline is timeout plus a second; the bound here
 	// leaves a loaded machine ample room and still fails a hang.
 	if took > timeout+deadlineGrace+30*time.Second {
@@ -256,4 +253,14 @@ func (e *env) photoPerShard(t *testing.T) (ua, ub int64) {
 		}
 	}
 	return ua, ub
+}
+
+// wantUnavailable fails the test unless err is a *ServerError for server
+// that is ErrServerUnavailable; what names the statement.
+func wantUnavailable(t testing.TB, err error, server, what string) {
+	t.Helper()
+	var se *ServerError
+	if !errors.As(err, &se) || se.Server != server || !errors.Is(err, ErrServerUnavailable) {
+		t.Fatalf("%s: %v, want a *ServerError for %s", what, err, server)
+	}
 }
