@@ -31,7 +31,7 @@ func ExampleLayout_Compose() {
 func ExampleGenerator() {
 	ctx := context.Background()
 	// A single process may use a fixed slot; services lease one from the
-	// catalog with catalog.NewLeaser and idgen.Start.
+	// catalog with catalog.StartGenerator.
 	g, stop, err := idgen.Start(ctx, idgen.DefaultLayout(), idgen.StaticLeaser{Slot: 1}, idgen.Config{})
 	if err != nil {
 		panic(err)
