@@ -3,37 +3,23 @@ package migrations
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"testing/fstest"
 	"time"
 
-	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // failEnv is a catalog and two servers, each on its own cluster, with
 // version 1 (table a) provisioned on 8 shards.
-type failEnv struct {
-	cat     *catalog.Catalog
-	servers []ServerSpec
-}
+type failEnv struct{ *testEnv }
 
 var failV1 = fstest.MapFS{"0001_a.sql": {Data: []byte("CREATE TABLE a (id bigint PRIMARY KEY DEFAULT next_id(), n int);")}}
 
 func newFailEnv(t *testing.T) *failEnv {
 	t.Helper()
-	ctx := context.Background()
-	cat, err := catalog.Open(ctx, pgtest.NewDatabase(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	e := &failEnv{cat: cat}
-	for i := range 2 {
-		e.servers = append(e.servers, ServerSpec{Name: fmt.Sprintf("pg%d", i), DSN: pgtest.NewDatabase(t, 1+i)})
-	}
-	if err := Provision(ctx, cat, ProvisionOptions{Servers: e.servers, Shards: 8, ShardSQL: failV1}); err != nil {
+	e := &failEnv{newEnv(t, 2)}
+	if err := Provision(context.Background(), e.cat, ProvisionOptions{Servers: e.servers, Shards: 8, ShardSQL: failV1}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -186,12 +172,8 @@ func TestPartlyFailedMigrateIsFinishedNotForked(t *testing.T) {
 // error, and the files are applied and recorded.
 func TestFirstFilesAfterProvisioningNone(t *testing.T) {
 	ctx := context.Background()
-	cat, err := catalog.Open(ctx, pgtest.NewDatabase(t, 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cat.Close)
-	e := &failEnv{cat: cat, servers: []ServerSpec{{Name: "pg0", DSN: pgtest.NewDatabase(t, 1)}}}
+	e := &failEnv{newEnv(t, 1)}
+	cat := e.cat
 	if err := Provision(ctx, cat, ProvisionOptions{Servers: e.servers, Shards: 4}); err != nil {
 		t.Fatal(err)
 	}
