@@ -1,7 +1,7 @@
 // Package photos is the schema shardkit's database tests run on: one
 // embedded per-shard SQL set (photos, likes, follows) and its GORM model.
-// It is a leaf (no shardkit import), so that the tests inside catalog and
-// migrations, which shardtest imports, can use it too.
+// It is a leaf (no shardkit import), so that tests inside a package that
+// shardtest imports (migrations' own) can use it too.
 //
 //	e := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: 16}) // photos.SQL
 //	sql := photos.With(os.DirFS("testdata/shardsql"))                            // plus a package's own tables
