@@ -100,7 +100,7 @@ func BenchmarkExecModes(b *testing.B) {
 		name string
 		cfg  Config
 	}{
-		{"prepared", Config{Router: e.r, StatementCacheCapacity: DefaultStatementCacheCapacity}},
+		{"prepared", Config{Router: e.r, StatementCacheCapacity: defaultStatementCacheCapacity}},
 		{"cache_describe", Config{Router: withDSNParams(b, snap, "default_query_exec_mode=cache_describe")}},
 		{"cache_describe_misses", Config{Router: withDSNParams(b, snap, "default_query_exec_mode=cache_describe&description_cache_capacity=1")}},
 		{"exec", Config{Router: e.r}},

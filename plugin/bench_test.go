@@ -117,7 +117,7 @@ func BenchmarkShardedVsPlain(b *testing.B) {
 	e := newEnv(b, envOpts{shards: idgen.DefaultShards, cfg: func(c *Config) {
 		if m := os.Getenv("SHARDKIT_BENCH_SHARD_DSN_OPTS"); m != "" {
 			c.OpenDB = func(dsn string) (*sql.DB, error) {
-				return openServer(&Config{ConnectTimeout: DefaultConnectTimeout, StatementTimeout: DefaultStatementTimeout}, "bench", dsn+"&"+m)
+				return openServer(&Config{ConnectTimeout: defaultConnectTimeout, StatementTimeout: defaultStatementTimeout}, "bench", dsn+"&"+m)
 			}
 		}
 	}})

@@ -13,27 +13,27 @@ import (
 
 // Defaults of Config, filled in by Register.
 const (
-	DefaultFenceWait        = 2 * time.Second
-	DefaultMaxOpenConns     = 20
-	DefaultMaxIdleConns     = 10
-	DefaultConnMaxIdleTime  = 5 * time.Minute
-	DefaultConnectTimeout   = 5 * time.Second
-	DefaultMaxConnecting    = 4
-	DefaultServerRetry      = time.Second
-	DefaultStatementTimeout = 30 * time.Second
-	DefaultWarmUpTimeout    = 2 * time.Second
+	defaultFenceWait        = 2 * time.Second
+	defaultMaxOpenConns     = 20
+	defaultMaxIdleConns     = 10
+	defaultConnMaxIdleTime  = 5 * time.Minute
+	defaultConnectTimeout   = 5 * time.Second
+	defaultMaxConnecting    = 4
+	defaultServerRetry      = time.Second
+	defaultStatementTimeout = 30 * time.Second
+	defaultWarmUpTimeout    = 2 * time.Second
 )
 
-// DefaultStatementCacheCapacity is a per-connection prepared statement
+// defaultStatementCacheCapacity is a per-connection prepared statement
 // cache for Config.StatementCacheCapacity, for those who opt in to named
 // prepared statements: pgx's default of 512 would be evicted and
 // re-prepared constantly with 2000 shards, each with its own
 // schema-qualified SQL text.
-const DefaultStatementCacheCapacity = 4096
+const defaultStatementCacheCapacity = 4096
 
-// DefaultCopyWorkers is how many parts of one CopyFrom run at once on
+// defaultCopyWorkers is how many parts of one CopyFrom run at once on
 // each server unless CopyWorkers says otherwise.
-const DefaultCopyWorkers = 4
+const defaultCopyWorkers = 4
 
 // IDSource issues IDs for new rows. *idgen.Generator satisfies it. When Next
 // fails with an error for which NoSlot reports true, the row takes its key
@@ -71,7 +71,7 @@ type Config struct {
 	NoSlot func(error) bool
 	// FenceWait bounds how long a write to a fenced shard waits for the
 	// move to finish before failing with ErrShardFenced. Zero means
-	// DefaultFenceWait; negative means fail at once.
+	// 2s; negative means fail at once.
 	FenceWait time.Duration
 	// MaxOpenConns, MaxIdleConns and ConnMaxIdleTime apply to each physical
 	// server's pool (the primary and each replica). Zero means the
@@ -85,7 +85,7 @@ type Config struct {
 	// statement carries dbresolver.Write or a locking clause.
 	ReplicaPolicy dbresolver.Policy
 	// PreparedReads says where reads across shards run as named prepared
-	// statements, each connection keeping at most PreparedReadsPerConn of
+	// statements, each connection keeping at most 32 of
 	// them (see PreparedReads). The zero value, PreparedReadsDirect, runs
 	// them prepared on the servers the application reaches directly.
 	PreparedReads PreparedReads
@@ -105,7 +105,7 @@ type Config struct {
 	// (each logical shard has its own SQL text), and it is safe only on
 	// direct connections or behind a pooler that tracks prepared
 	// statements (PgBouncer 1.21+ with max_prepared_statements, PgDog).
-	// DefaultStatementCacheCapacity is a size for that. Negative means
+	// 4096 is a size for that. Negative means
 	// the same as zero. A DSN that sets statement_cache_capacity or
 	// default_query_exec_mode wins.
 	StatementCacheCapacity int
@@ -124,18 +124,18 @@ type Config struct {
 	// StatementTimeout (plus a second) takes the server as down, as a
 	// statement that gets no answer does: a frozen server. A DSN's
 	// connect_timeout wins, and bounds the whole connection as pgx does.
-	// Zero means DefaultConnectTimeout; negative means none.
+	// Zero means 5s; negative means none.
 	ConnectTimeout time.Duration
 	// MaxConnecting bounds the connection attempts under way at once to
 	// each server (its primary and each replica) by the default OpenDB:
 	// statements beyond it wait, within their deadline, for an attempt to
 	// finish, so that a burst or a fleet starting together does not hand
 	// a busy server more session starts than it can serve. Zero means
-	// DefaultMaxConnecting; negative means no bound.
+	// 4; negative means no bound.
 	MaxConnecting int
 	// ServerRetry is how long a server whose connection failed is taken
 	// as down: its statements fail at once with ErrServerUnavailable,
-	// then one statement tries it again. Zero means DefaultServerRetry;
+	// then one statement tries it again. Zero means 1s;
 	// negative means never take a server as down.
 	ServerRetry time.Duration
 	// StatementTimeout bounds each statement on a server: the default
@@ -151,9 +151,9 @@ type Config struct {
 	// slow statements end on the server before the plugin's deadline
 	// takes the server as down. Rows, Row and Exec of raw SQL are not
 	// bounded by the plugin; give their context a deadline. Zero means
-	// DefaultStatementTimeout; negative means none on statements, while
+	// 30s; negative means none on statements, while
 	// a session's start (no statement of the caller's runs yet) is still
-	// bounded by DefaultStatementTimeout plus a second, so that a frozen
+	// bounded by 30s plus a second, so that a frozen
 	// server is an outage within a bound, not a wait without end.
 	StatementTimeout time.Duration
 	// WarmUp opens, at start-up, every registered table of every shard
@@ -177,7 +177,7 @@ type Config struct {
 	// WarmUpTimeout bounds the start-up warm-up: what is not warmed by
 	// then is left to the first read that needs it, so a process's
 	// start-up stays short when many start at once against the same
-	// servers. Zero means DefaultWarmUpTimeout; negative means no bound.
+	// servers. Zero means 2s; negative means no bound.
 	WarmUpTimeout time.Duration
 	// WarmUpInBackground runs the warm-up (it implies WarmUp) after
 	// Register returns, on one connection per server, instead of before:
@@ -197,23 +197,23 @@ type Config struct {
 	Logger *slog.Logger
 
 	// unboundedStartup replaces the bound on a session's start under a
-	// negative StatementTimeout (DefaultStatementTimeout plus a second):
+	// negative StatementTimeout (30s plus a second):
 	// a seam for tests, which cannot wait half a minute.
 	unboundedStartup time.Duration
 }
 
 func (c Config) withDefaults() Config {
 	if c.FenceWait == 0 {
-		c.FenceWait = DefaultFenceWait
+		c.FenceWait = defaultFenceWait
 	}
 	if c.MaxOpenConns == 0 {
-		c.MaxOpenConns = DefaultMaxOpenConns
+		c.MaxOpenConns = defaultMaxOpenConns
 	}
 	if c.MaxIdleConns == 0 {
-		c.MaxIdleConns = DefaultMaxIdleConns
+		c.MaxIdleConns = defaultMaxIdleConns
 	}
 	if c.ConnMaxIdleTime == 0 {
-		c.ConnMaxIdleTime = DefaultConnMaxIdleTime
+		c.ConnMaxIdleTime = defaultConnMaxIdleTime
 	}
 	if c.ReplicaPolicy == nil {
 		c.ReplicaPolicy = dbresolver.RandomPolicy{}
@@ -222,22 +222,22 @@ func (c Config) withDefaults() Config {
 		c.NoSlot = defaultNoSlot
 	}
 	if c.ConnectTimeout == 0 {
-		c.ConnectTimeout = DefaultConnectTimeout
+		c.ConnectTimeout = defaultConnectTimeout
 	}
 	if c.MaxConnecting == 0 {
-		c.MaxConnecting = DefaultMaxConnecting
+		c.MaxConnecting = defaultMaxConnecting
 	}
 	if c.ServerRetry == 0 {
-		c.ServerRetry = DefaultServerRetry
+		c.ServerRetry = defaultServerRetry
 	}
 	if c.StatementTimeout == 0 {
-		c.StatementTimeout = DefaultStatementTimeout
+		c.StatementTimeout = defaultStatementTimeout
 	}
 	if !c.WarmUp && !c.WarmUpInBackground {
 		c.SkipWarmUp = true
 	}
 	if c.WarmUpTimeout == 0 {
-		c.WarmUpTimeout = DefaultWarmUpTimeout
+		c.WarmUpTimeout = defaultWarmUpTimeout
 	}
 	return c
 }

@@ -77,7 +77,7 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 		// No bound on statements is the caller's choice for what runs;
 		// a session that has not started is no statement of theirs, and
 		// a server that never starts it is frozen.
-		c.startup = DefaultStatementTimeout + deadlineGrace
+		c.startup = defaultStatementTimeout + deadlineGrace
 		if cfg.unboundedStartup > 0 {
 			c.startup = cfg.unboundedStartup
 		}
@@ -96,7 +96,7 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 			pc.DefaultQueryExecMode = pgx.QueryExecModeExec
 			// The cache holds only the reads across shards the plugin
 			// runs prepared (PreparedReads), at most this many.
-			pc.StatementCacheCapacity = PreparedReadsPerConn
+			pc.StatementCacheCapacity = preparedReadsPerConn
 		}
 	}
 	// Named statements are safe only where the DSN or the configuration

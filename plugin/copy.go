@@ -50,7 +50,7 @@ import (
 // again (CopyReport.Failed) finishes the load. CopyFrom runs outside any
 // transaction; call it on a db that is not in one.
 func CopyFrom(ctx context.Context, db *gorm.DB, rows any, opts ...CopyOption) (*CopyReport, error) {
-	cfg := copyConfig{workers: DefaultCopyWorkers}
+	cfg := copyConfig{workers: defaultCopyWorkers}
 	for _, o := range opts {
 		o(&cfg)
 	}

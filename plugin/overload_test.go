@@ -252,7 +252,7 @@ func TestSlowStartupIsBackpressure(t *testing.T) {
 // the statements after fail at once until a retry finds it back. With no
 // bound on statements (a negative StatementTimeout) a session's start is
 // still bounded: the wait has an end (shortened here through the
-// configuration's seam from DefaultStatementTimeout plus a second).
+// configuration's seam from defaultStatementTimeout plus a second).
 func TestFrozenStartupIsAnOutage(t *testing.T) {
 	for _, tt := range []struct {
 		name             string

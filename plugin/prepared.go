@@ -38,7 +38,7 @@ const (
 	PreparedReadsNever
 )
 
-// PreparedReadsPerConn is the most prepared reads a connection keeps; the
+// preparedReadsPerConn is the most prepared reads a connection keeps; the
 // least recently used is deallocated (pgx's statement cache) to make room
 // for a new one, so a server backend's cached plans stay bounded. A
 // statement reads at most 100 tables (unionBatch), and its cached plan
@@ -46,7 +46,7 @@ const (
 // for a count (measured on Postgres 15, docs/reads-across-shards.md): 32
 // of them hold at most about 42 MB, three read shapes of a server's 1000
 // shards.
-const PreparedReadsPerConn = 32
+const preparedReadsPerConn = 32
 
 // namedReads reports whether a pool of server srv (its primary, or with
 // replica set one of its replicas) runs reads across shards as named

@@ -26,7 +26,7 @@ func (e *env) preparedOn(t *testing.T, server string) int {
 
 // TestPreparedReadsDirect: on direct connections a read across shards
 // runs as named prepared statements, one per union, and a connection
-// keeps at most PreparedReadsPerConn of them however many read shapes
+// keeps at most preparedReadsPerConn of them however many read shapes
 // run; statements of one shard stay unnamed.
 func TestPreparedReadsDirect(t *testing.T) {
 	e := newEnv(t, envOpts{shards: 40, cfg: func(c *Config) { c.MaxOpenConns = 1 }})
@@ -63,15 +63,15 @@ func TestPreparedReadsDirect(t *testing.T) {
 	}
 	// Read shapes enough to overflow the cache: the oldest are
 	// deallocated, the connection keeps the bound.
-	for i := range PreparedReadsPerConn {
+	for i := range preparedReadsPerConn {
 		var n int64
 		if err := e.db.Clauses(AllShards()).Model(&Photo{}).Where(fmt.Sprintf("likes > %d", i)).Count(&n).Error; err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, s := range e.servers {
-		if n := e.preparedOn(t, s); n > PreparedReadsPerConn {
-			t.Errorf("server %s: %d named statements on its connection, more than %d", s, n, PreparedReadsPerConn)
+		if n := e.preparedOn(t, s); n > preparedReadsPerConn {
+			t.Errorf("server %s: %d named statements on its connection, more than %d", s, n, preparedReadsPerConn)
 		}
 	}
 }

@@ -17,7 +17,7 @@ var DefaultBuckets = []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .
 
 // DefaultFenceBuckets are the fence wait histogram's, in seconds: a move's
 // cutover holds writes for milliseconds to a few seconds
-// (plugin.DefaultFenceWait is 2s).
+// (the plugin's Config.FenceWait is 2s by default).
 var DefaultFenceBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2, 5}
 
 // noServer is the server label of a statement refused before it had one.

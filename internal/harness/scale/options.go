@@ -34,7 +34,7 @@ type Options struct {
 	Poll time.Duration
 	// WarmUp is the plugin's start-up warm-up: "off" (the default, the
 	// plugin's: the first read across shards opens the tables), "bounded"
-	// (plugin.DefaultWarmUpTimeout), "background" or "full" (no bound).
+	// (plugin.Config.WarmUpTimeout's default, 2s), "background" or "full" (no bound).
 	WarmUp string
 	// Direct connects the app processes to the servers and the catalog
 	// directly instead of through a PgBouncer in front of each.
