@@ -17,7 +17,8 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/catalogmove"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
+	_ "github.com/shardkit/shardkit/migrations" // implements shardschema's operations
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -138,7 +139,7 @@ func prepareScratch(ctx context.Context, dsn string, m *Manifest) error {
 		return fmt.Errorf("shardkit: restore into scratch database: %w", err)
 	}
 	defer conn.Close(context.Background())
-	if err := migrations.EnsureServer(ctx, conn, m.Layout); err != nil {
+	if err := shardschema.EnsureServer(ctx, conn, m.Layout); err != nil {
 		return fmt.Errorf("shardkit: restore into scratch database: %w", err)
 	}
 	var ok bool

@@ -9,31 +9,13 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
-// ApplyOptions configure ApplyShard and the per-server work of Provision
-// and Migrate.
-type ApplyOptions struct {
-	// DeferIndexes skips the NNNN_name.indexes.sql parts; ApplyIndexes
-	// applies them later (the shard mover builds secondary indexes after
-	// its copy). The zero value applies them.
-	DeferIndexes bool
-	// BatchSize is how many schemas share one transaction. 0 means 25.
-	BatchSize int
-	// Then, if set, runs last in ApplyShard's transaction, after the
-	// schema's SQL: what must exist from the moment the schema's tables do
-	// (the shard mover's write barrier on its target). Provision and
-	// Migrate do not use it.
-	Then func(ctx context.Context, tx pgx.Tx) error
-}
-
-func (o ApplyOptions) batch() int {
-	if o.BatchSize <= 0 {
-		return 25
-	}
-	return o.BatchSize
-}
+// defaultBatchSize is how many schemas share one of Provision's
+// transactions when ProvisionOptions.BatchSize is 0.
+const defaultBatchSize = 25
 
 // Statements of the per-schema machinery.
 const (
@@ -43,25 +25,18 @@ SELECT s, v, p, n, NULLIF(c, '') FROM unnest($1::text[], $2::int[], $3::text[], 
 	sqlForget = `DELETE FROM shardkit.shard_migrations WHERE schema_name = $1`
 )
 
-// SequenceName returns the qualified name of a shard's ID sequence. Its
-// value is the hybrid h = ms_since_epoch << counter_bits | counter that
-// shardkit.next_id draws from: a shard move carries it by last_value.
-func SequenceName(shard int) pgx.Identifier {
-	return pgx.Identifier{router.SchemaName(shard), "id_seq"}
-}
-
-// ApplyShard creates the schema of one logical shard on a server, or brings
-// it up to date: shardkit's server objects (EnsureServer), the schema, its
+// applyShard creates the schema of one logical shard on a server, or brings
+// it up to date: shardkit's server objects (ensureServer), the schema, its
 // id_seq and next_id(), then every version of shardSQL not yet applied, each
 // recorded in the server's shardkit.shard_migrations in the same
 // transaction. Running it again does nothing. The shard mover uses it with
-// DeferIndexes to create a target schema, then ApplyIndexes after the copy.
-func ApplyShard(ctx context.Context, db DB, layout idgen.Layout, shard int, shardSQL fs.FS, opts ApplyOptions) error {
+// DeferIndexes to create a target schema, then applyIndexes after the copy.
+func applyShard(ctx context.Context, db shardschema.DB, layout idgen.Layout, shard int, shardSQL fs.FS, opts shardschema.ApplyOptions) error {
 	versions, err := ReadVersions(shardSQL)
 	if err != nil {
 		return err
 	}
-	if err := EnsureServer(ctx, db, layout); err != nil {
+	if err := ensureServer(ctx, db, layout); err != nil {
 		return err
 	}
 	mode := modeAll
@@ -71,9 +46,9 @@ func ApplyShard(ctx context.Context, db DB, layout idgen.Layout, shard int, shar
 	return applySchemas(ctx, db, layout, []int{shard}, versions, mode, 1, opts.Then, nil)
 }
 
-// ApplyIndexes applies the NNNN_name.indexes.sql parts that ApplyShard
+// applyIndexes applies the NNNN_name.indexes.sql parts that applyShard
 // deferred on one shard schema (plain CREATE INDEX, inside a transaction).
-func ApplyIndexes(ctx context.Context, db DB, layout idgen.Layout, shard int, shardSQL fs.FS) error {
+func applyIndexes(ctx context.Context, db shardschema.DB, layout idgen.Layout, shard int, shardSQL fs.FS) error {
 	versions, err := ReadVersions(shardSQL)
 	if err != nil {
 		return err
@@ -81,11 +56,11 @@ func ApplyIndexes(ctx context.Context, db DB, layout idgen.Layout, shard int, sh
 	return applySchemas(ctx, db, layout, []int{shard}, versions, modeIndexesOnly, 1, nil, nil)
 }
 
-// DropShard drops a shard's schema with everything in it and forgets its
+// dropShard drops a shard's schema with everything in it and forgets its
 // migration records on this server, in one transaction: after a shard has
 // moved away, this removes the old copy so that the shard could later be
 // provisioned here again.
-func DropShard(ctx context.Context, db DB, shard int) error {
+func dropShard(ctx context.Context, db shardschema.DB, shard int) error {
 	schema := router.SchemaName(shard)
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlShardLockBatch, migrateLockKey, []int32{int32(shard)}); err != nil {
@@ -109,7 +84,7 @@ const (
 
 type stepKey struct {
 	version int
-	part    Part
+	part    filePart
 }
 
 type step struct {
@@ -123,39 +98,39 @@ type step struct {
 // plan lists what a schema still needs, in order.
 func plan(layout idgen.Layout, shard int, done map[stepKey]bool, versions []Version, mode applyMode) ([]step, error) {
 	var out []step
-	if mode != modeIndexesOnly && !done[stepKey{0, PartTables}] {
+	if mode != modeIndexesOnly && !done[stepKey{0, partTables}] {
 		sql, err := render("shard_template.sql", valsFor(layout, shard))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, step{stepKey{0, PartTables}, "shardkit", sql, "", false})
+		out = append(out, step{stepKey{0, partTables}, "shardkit", sql, "", false})
 	}
 	maxDone := 0
 	for k := range done {
-		if k.part == PartTables && k.version > maxDone {
+		if k.part == partTables && k.version > maxDone {
 			maxDone = k.version
 		}
 	}
 	for _, v := range versions {
 		tablesNoTx := noTransaction(v.Tables)
-		if mode != modeIndexesOnly && !done[stepKey{v.Number, PartTables}] && (mode != modeDeferIndexes || !tablesNoTx) {
+		if mode != modeIndexesOnly && !done[stepKey{v.Number, partTables}] && (mode != modeDeferIndexes || !tablesNoTx) {
 			if v.Number < maxDone {
 				return nil, &ShardError{Shard: shard, File: v.Name, Err: fmt.Errorf(
 					"%w: version %d is new but version %d is already applied; renumber it above %d",
 					ErrMigrationOrder, v.Number, maxDone, maxDone)}
 			}
-			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables, v.Checksum(PartTables), tablesNoTx})
+			out = append(out, step{stepKey{v.Number, partTables}, v.Name, v.Tables, v.checksum(partTables), tablesNoTx})
 		}
 		// The shard mover defers what runs outside a transaction with the
 		// secondary indexes: a new schema's tables come in one transaction.
-		if mode == modeIndexesOnly && tablesNoTx && !done[stepKey{v.Number, PartTables}] {
-			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables, v.Checksum(PartTables), true})
+		if mode == modeIndexesOnly && tablesNoTx && !done[stepKey{v.Number, partTables}] {
+			out = append(out, step{stepKey{v.Number, partTables}, v.Name, v.Tables, v.checksum(partTables), true})
 		}
-		if v.Indexes != "" && mode != modeDeferIndexes && !done[stepKey{v.Number, PartIndexes}] {
-			if mode == modeIndexesOnly && !done[stepKey{v.Number, PartTables}] {
+		if v.Indexes != "" && mode != modeDeferIndexes && !done[stepKey{v.Number, partIndexes}] {
+			if mode == modeIndexesOnly && !done[stepKey{v.Number, partTables}] {
 				continue // its tables are not there yet
 			}
-			out = append(out, step{stepKey{v.Number, PartIndexes}, v.fileName(PartIndexes), v.Indexes, v.Checksum(PartIndexes), noTransaction(v.Indexes)})
+			out = append(out, step{stepKey{v.Number, partIndexes}, v.fileName(partIndexes), v.Indexes, v.checksum(partIndexes), noTransaction(v.Indexes)})
 		}
 	}
 	return out, nil
@@ -184,14 +159,14 @@ func readApplied(ctx context.Context, q interface {
 		if out[shard] == nil {
 			out[shard] = map[stepKey]bool{}
 		}
-		out[shard][stepKey{version, Part(part)}] = true
+		out[shard][stepKey{version, filePart(part)}] = true
 		return nil
 	})
 	return out, err
 }
 
 // pending returns the shards among shards that need any step.
-func pending(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode) ([]int, error) {
+func pending(ctx context.Context, db shardschema.DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode) ([]int, error) {
 	var out []int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		applied, err := readApplied(ctx, tx, shards)
@@ -219,7 +194,7 @@ func pending(ctx context.Context, db DB, layout idgen.Layout, shards []int, vers
 // of the batch; after the batch commits, such schemas are finished one by
 // one on a session of db (applyOne). done is called after each committed
 // batch with the number of schemas in it.
-func applySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode, batch int,
+func applySchemas(ctx context.Context, db shardschema.DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode, batch int,
 	then func(ctx context.Context, tx pgx.Tx) error, done func(n int)) error {
 	for start := 0; start < len(shards); start += batch {
 		end := min(start+batch, len(shards))

@@ -61,7 +61,7 @@ func byStep(files []catalog.ShardSQL, err error) (map[stepKey]recorded, error) {
 	}
 	out := make(map[stepKey]recorded, len(files))
 	for _, f := range files {
-		out[stepKey{f.Version, Part(f.Part)}] = recorded{name: f.Name, body: f.Body, sum: f.SHA256}
+		out[stepKey{f.Version, filePart(f.Part)}] = recorded{name: f.Name, body: f.Body, sum: f.SHA256}
 	}
 	return out, nil
 }
@@ -100,17 +100,17 @@ func planRun(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, files []
 		newest = max(newest, k.version)
 	}
 	for _, v := range files {
-		if _, ok := have[stepKey{v.Number, PartTables}]; !ok && v.Number < newest {
+		if _, ok := have[stepKey{v.Number, partTables}]; !ok && v.Number < newest {
 			return runPlan{}, fmt.Errorf("shardkit: %w: %s is new but version %d is already applied; renumber it above %d",
 				ErrMigrationOrder, v.Name, newest, newest)
 		}
-		for _, p := range []Part{PartTables, PartIndexes} {
+		for _, p := range []filePart{partTables, partIndexes} {
 			if v.sql(p) == "" {
 				continue
 			}
 			k := stepKey{v.Number, p}
 			if r, ok := have[k]; ok {
-				if r.sum == v.Checksum(p) && r.name == v.fileName(p) {
+				if r.sum == v.checksum(p) && r.name == v.fileName(p) {
 					continue
 				}
 				used, err := appliedAnywhere(ctx, cat, k)
@@ -156,7 +156,7 @@ func planRun(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, files []
 func writeChanges(ctx context.Context, tx *catalog.Tx, plan runPlan) error {
 	for _, f := range plan.changes {
 		var err error
-		if plan.replace[stepKey{f.Version, Part(f.Part)}] {
+		if plan.replace[stepKey{f.Version, filePart(f.Part)}] {
 			err = tx.ReplaceShardSQL(ctx, f)
 		} else {
 			err = tx.AddShardSQL(ctx, f)
@@ -185,9 +185,9 @@ func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]
 	}
 	file := map[stepKey]Version{}
 	for _, v := range files {
-		file[stepKey{v.Number, PartTables}] = v
+		file[stepKey{v.Number, partTables}] = v
 		if v.Indexes != "" {
-			file[stepKey{v.Number, PartIndexes}] = v
+			file[stepKey{v.Number, partIndexes}] = v
 		}
 	}
 	for _, srv := range snap.Servers() {
@@ -205,7 +205,7 @@ func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]
 		var n int
 		if err == nil {
 			_, err = pgx.ForEachRow(rows, []any{&k.version, &part, &name, &sum, &n, &first}, func() error {
-				k.part = Part(part)
+				k.part = filePart(part)
 				if _, ok := have[k]; ok {
 					return nil
 				}
@@ -215,7 +215,7 @@ func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]
 						"by a migrate that failed, and is not among the files now; put it back as it was and run migrate again to finish it",
 						ErrMigrationIncomplete, name, k.version, n, srv.Name, first)
 				}
-				if sum != nil && *sum != v.Checksum(k.part) {
+				if sum != nil && *sum != v.checksum(k.part) {
 					return fmt.Errorf("shardkit: %w: %s differs from the %s a failed migrate applied as version %d to %d shard schemas of server %q (%s first); "+
 						"put that content back, fix what made it fail on the shard the failure named, and run migrate again; changes go in a new NNNN_name.sql",
 						ErrMigrationChanged, v.fileName(k.part), name, k.version, n, srv.Name, first)
@@ -250,11 +250,11 @@ func filesOf(have map[stepKey]recorded) fstest.MapFS {
 	return out
 }
 
-// CatalogSQL returns the application's per-shard SQL files as recorded in
-// the catalog by Provision and Migrate, as a file system for ApplyShard:
+// catalogSQL returns the application's per-shard SQL files as recorded in
+// the catalog by Provision and Migrate, as a file system for applyShard:
 // the shard mover creates a target schema from it without needing the
 // application's files. It returns nil (no files) when none are recorded.
-func CatalogSQL(ctx context.Context, cat *catalog.Catalog) (fs.FS, error) {
+func catalogSQL(ctx context.Context, cat *catalog.Catalog) (fs.FS, error) {
 	have, err := byStep(cat.ShardSQL(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: read per-shard SQL from the catalog: %w", err)
@@ -266,6 +266,6 @@ func CatalogSQL(ctx context.Context, cat *catalog.Catalog) (fs.FS, error) {
 }
 
 // record is part p of v as the catalog records it.
-func (v Version) record(p Part) catalog.ShardSQL {
-	return catalog.ShardSQL{Version: v.Number, Part: string(p), Name: v.fileName(p), Body: v.sql(p), SHA256: v.Checksum(p)}
+func (v Version) record(p filePart) catalog.ShardSQL {
+	return catalog.ShardSQL{Version: v.Number, Part: string(p), Name: v.fileName(p), Body: v.sql(p), SHA256: v.checksum(p)}
 }

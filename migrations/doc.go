@@ -26,8 +26,8 @@
 // applied it is refused ([ErrMigrationChanged]) — also when a failed run
 // applied it to some schemas only; such a file must come back unchanged
 // ([ErrMigrationIncomplete]) and finish. One that failed everywhere may be
-// fixed in place or dropped. [CatalogSQL] returns the recorded files to
-// tools that create a shard schema elsewhere (the shard mover). Versions are applied in order; a
+// fixed in place or dropped. The shard mover creates a shard's schema on
+// its target from the recorded files. Versions are applied in order; a
 // new version numbered below one already applied is refused
 // ([ErrMigrationOrder]). Functions in application SQL should use BEGIN ATOMIC
 // bodies or their own SET search_path, since callers' search_paths differ.
@@ -72,8 +72,8 @@
 //
 // # Objects on each shard server
 //
-// Schema shardkit (created once per server by [EnsureServer], versioned in
-// shardkit.server_migrations) holds server_layout (the catalog's ID layout,
+// Schema shardkit (created once per server by [Provision] or [Migrate],
+// versioned in shardkit.server_migrations) holds server_layout (the catalog's ID layout,
 // checked on every run: [ErrLayoutMismatch]), shard_migrations, and
 // shardkit.next_id(shard int, seq regclass), the in-database ID generator.
 // Each shard schema holds the sequence id_seq and a wrapper next_id() that
@@ -102,11 +102,10 @@
 //
 // # For the shard mover
 //
-// [ApplyShard](ctx, db, layout, shard, sqlFS, ApplyOptions{DeferIndexes: true})
-// creates a target schema (sequence, next_id(), tables without the
-// .indexes.sql parts); [ApplyIndexes] adds the deferred indexes after the
-// copy; [DropShard] drops a schema and forgets its records. The value to
-// carry from source to target is id_seq's last_value ([SequenceName]), which
-// is h, not an ID: setval(target, source_last_value + margin, true) keeps
-// target IDs above every source ID. [CatalogSQL] gives the files to apply.
+// The operations that only shardkit's own packages use (create one shard's
+// schema on a server with its indexes deferred, add them later, drop it)
+// live in internal/shardschema; this package implements them. The value a
+// move carries from source to target is id_seq's last_value, which is h,
+// not an ID: setval(target, source_last_value + margin, true) keeps target
+// IDs above every source ID.
 package migrations

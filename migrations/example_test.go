@@ -59,9 +59,3 @@ func ExampleReadVersions() {
 	// 1 0001_photos.sql true
 	// 2 0002_likes.sql false
 }
-
-// Ranges writes a server's shards the way Status reports them.
-func ExampleRanges() {
-	fmt.Println(migrations.Ranges([]int{0, 1, 2, 5, 7, 8}))
-	// Output: 0-2,5,7-8
-}

@@ -17,16 +17,18 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/catalogmove"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
 // MigrateOptions configure Migrate. The zero value migrates every
 // server, one schema at a time per server, with a 500 ms lock timeout.
 type MigrateOptions struct {
-	// Apply configures the per-schema work. Its BatchSize is Provision's:
-	// Migrate gives every schema a transaction of its own, so that it
-	// never holds one schema's locks while waiting for another's.
-	Apply ApplyOptions
+	// DeferIndexes skips the NNNN_name.indexes.sql parts. The zero value
+	// applies them. (Migrate has no batch size: it gives every schema a
+	// transaction of its own, so that it never holds one schema's locks
+	// while waiting for another's.)
+	DeferIndexes bool
 	// Progress, if not nil, is called after each schema and at each lock
 	// timeout, never concurrently.
 	Progress func(Progress)
@@ -183,7 +185,7 @@ func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.F
 			return err
 		}
 		mode := modeAll
-		if opts.Apply.DeferIndexes {
+		if opts.DeferIndexes {
 			mode = modeDeferIndexes
 		}
 		work, err := gatherWork(ctx, snap, only, plan.versions, mode, opts.DryRun)
@@ -267,7 +269,7 @@ func gatherWork(ctx context.Context, snap *router.Snapshot, only map[string]bool
 			}
 			w.conn = c
 			if !dry {
-				if err := EnsureServer(gctx, c, snap.Layout); err != nil {
+				if err := ensureServer(gctx, c, snap.Layout); err != nil {
 					return &ServerError{Server: w.srv.Name, Err: err}
 				}
 			}
@@ -317,7 +319,7 @@ func othersLacking(ctx context.Context, snap *router.Snapshot, only map[string]b
 
 // pendingSteps returns the steps each of shards still needs; a schema
 // of shardkit's not yet installed needs everything.
-func pendingSteps(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode) (map[int][]step, error) {
+func pendingSteps(ctx context.Context, db shardschema.DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode) (map[int][]step, error) {
 	var applied map[int]map[stepKey]bool
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
@@ -357,11 +359,12 @@ func (e *failedRun) Error() string {
 func (e *failedRun) Unwrap() []error { return []error{ErrMigrationFailed, e.err} }
 
 type migrateConfig struct {
-	apply    ApplyOptions
-	progress func(Progress)
-	only     map[string]bool // servers to work on; empty means all
-	versions []Version       // what to apply, when given; else the catalog's record
-	given    bool
+	batch        int  // schemas per transaction; 0 means defaultBatchSize
+	deferIndexes bool // skip the NNNN_name.indexes.sql parts
+	progress     func(Progress)
+	only         map[string]bool // servers to work on; empty means all
+	versions     []Version       // what to apply, when given; else the catalog's record
+	given        bool
 }
 
 // migrateAll brings every schema of the current shard map up to the
@@ -375,7 +378,7 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 	}
 	versions := cfg.versions
 	if !cfg.given {
-		catFS, err := CatalogSQL(ctx, cat)
+		catFS, err := catalogSQL(ctx, cat)
 		if err != nil {
 			return err
 		}
@@ -393,8 +396,12 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 	defer closeAll(own)
 	work := make([][]int, len(servers))
 	mode := modeAll
-	if cfg.apply.DeferIndexes {
+	if cfg.deferIndexes {
 		mode = modeDeferIndexes
+	}
+	batch := cfg.batch
+	if batch <= 0 {
+		batch = defaultBatchSize
 	}
 	// Phase 1: connect, install shardkit's objects, find what is pending.
 	g, gctx := errgroup.WithContext(ctx)
@@ -412,7 +419,7 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 				mu.Unlock()
 				conn = c
 			}
-			if err := EnsureServer(gctx, conn, snap.Layout); err != nil {
+			if err := ensureServer(gctx, conn, snap.Layout); err != nil {
 				return &ServerError{Server: srv.Name, Err: err}
 			}
 			p, err := pending(gctx, conn, snap.Layout, snap.ShardsOn(srv.Name), versions, mode)
@@ -451,7 +458,7 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 				doneAll += n
 				cfg.progress(Progress{Server: srv.Name, ServerDone: done, ServerTotal: len(shards), Done: doneAll, Total: total})
 			}
-			err := applySchemas(gctx, conn, snap.Layout, shards, versions, mode, cfg.apply.batch(), nil, report)
+			err := applySchemas(gctx, conn, snap.Layout, shards, versions, mode, batch, nil, report)
 			return withServer(srv.Name, err)
 		})
 	}
@@ -522,21 +529,6 @@ func closeAll(conns map[string]*pgx.Conn) {
 	for _, c := range conns {
 		_ = c.Close(context.Background())
 	}
-}
-
-// ConnectServer opens a connection to a server registered in the catalog.
-// A name the catalog does not hold is a *ServerError wrapping
-// router.ErrUnknownServer; an unreachable server wraps ErrServerUnreachable.
-func ConnectServer(ctx context.Context, cat *catalog.Catalog, name string) (*pgx.Conn, error) {
-	snap, err := cat.Load(ctx)
-	if err != nil {
-		return nil, err
-	}
-	srv, ok := snap.Server(name)
-	if !ok {
-		return nil, unknownServer(snap, name)
-	}
-	return connect(ctx, srv.Name, srv.Admin())
 }
 
 func unknownServer(snap *router.Snapshot, name string) error {

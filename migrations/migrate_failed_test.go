@@ -124,7 +124,7 @@ func TestPartlyFailedMigrateIsFinishedNotForked(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- Migrate(ctx, e.cat, v2, MigrateOptions{Apply: ApplyOptions{BatchSize: 1}}) }()
+	go func() { done <- Migrate(ctx, e.cat, v2, MigrateOptions{}) }()
 	for e.schemasWith(t, 0, 2) < 4 {
 		select {
 		case err := <-done:

@@ -18,7 +18,7 @@ func TestMigrateAddsVersionAndResumes(t *testing.T) {
 	// Interrupt the migration to version 2 part-way.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	err := Migrate(cctx, e.cat, testSQLv2, MigrateOptions{Apply: ApplyOptions{BatchSize: 5}, Progress: func(p Progress) {
+	err := Migrate(cctx, e.cat, testSQLv2, MigrateOptions{Progress: func(p Progress) {
 		if p.Done >= 30 {
 			cancel()
 		}
@@ -59,13 +59,13 @@ func TestMigrateAddsVersionAndResumes(t *testing.T) {
 		}
 	}
 	// The catalog gives the mover the files to create a schema elsewhere.
-	catFS, err := CatalogSQL(ctx, e.cat)
+	catFS, err := catalogSQL(ctx, e.cat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	vs, err := ReadVersions(catFS)
 	if err != nil || len(vs) != 2 || vs[0].Indexes == "" {
-		t.Fatalf("CatalogSQL: %d versions, err %v; want 2, the first with indexes", len(vs), err)
+		t.Fatalf("catalogSQL: %d versions, err %v; want 2, the first with indexes", len(vs), err)
 	}
 }
 
@@ -167,8 +167,8 @@ func TestRanges(t *testing.T) {
 		{[]int{0, 1, 2, 5, 7, 8}, "0-2,5,7-8"},
 	}
 	for _, tt := range tests {
-		if got := Ranges(tt.in); got != tt.want {
-			t.Errorf("Ranges(%v) = %q, want %q", tt.in, got, tt.want)
+		if got := shardRanges(tt.in); got != tt.want {
+			t.Errorf("shardRanges(%v) = %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }

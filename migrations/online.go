@@ -291,7 +291,7 @@ func planned(work []serverWork) []PlannedStep {
 			}
 		}
 		for _, k := range order {
-			out = append(out, PlannedStep{Server: w.srv.Name, File: k.name, NoTx: k.noTx, Schemas: len(shards[k]), Ranges: Ranges(shards[k])})
+			out = append(out, PlannedStep{Server: w.srv.Name, File: k.name, NoTx: k.noTx, Schemas: len(shards[k]), Ranges: shardRanges(shards[k])})
 		}
 	}
 	return out

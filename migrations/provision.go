@@ -73,8 +73,11 @@ type ProvisionOptions struct {
 	// ShardSQL holds the application's per-shard SQL files (see
 	// ReadVersions); nil creates only shardkit's own objects.
 	ShardSQL fs.FS
-	// Apply configures the per-schema work.
-	Apply ApplyOptions
+	// BatchSize is how many schemas share one transaction. 0 means 25.
+	BatchSize int
+	// DeferIndexes skips the NNNN_name.indexes.sql parts. The zero value
+	// applies them.
+	DeferIndexes bool
 	// Progress, if not nil, is called after each batch of schemas, never
 	// concurrently.
 	Progress func(Progress)
@@ -147,7 +150,7 @@ func Provision(ctx context.Context, cat *catalog.Catalog, opts ProvisionOptions)
 		}
 		return fmt.Errorf("shardkit: provision catalog: %w", err)
 	}
-	return migrateAll(ctx, cat, conns, migrateConfig{apply: opts.Apply, progress: opts.Progress})
+	return migrateAll(ctx, cat, conns, migrateConfig{batch: opts.BatchSize, deferIndexes: opts.DeferIndexes, progress: opts.Progress})
 }
 
 // registeredAdmins fills in the admin DSN of each server given without
@@ -286,7 +289,7 @@ func initMap(ctx context.Context, tx *catalog.Tx, shards int, servers []ServerSp
 	return tx.InitMap(ctx, names)
 }
 
-// ensureServers runs EnsureServer on every connection, in parallel, and
+// ensureServers runs ensureServer on every connection, in parallel, and
 // returns the first error by server name.
 func ensureServers(ctx context.Context, conns map[string]*pgx.Conn, layout idgen.Layout) error {
 	errs := make(map[string]error, len(conns))
@@ -294,7 +297,7 @@ func ensureServers(ctx context.Context, conns map[string]*pgx.Conn, layout idgen
 	var wg sync.WaitGroup
 	for name, conn := range conns {
 		wg.Go(func() {
-			if err := EnsureServer(ctx, conn, layout); err != nil {
+			if err := ensureServer(ctx, conn, layout); err != nil {
 				mu.Lock()
 				errs[name] = &ServerError{Server: name, Err: err}
 				mu.Unlock()

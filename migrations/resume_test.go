@@ -32,7 +32,7 @@ func TestProvisionResumesAfterCancel(t *testing.T) {
 	e := newEnv(t, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	opts := ProvisionOptions{Servers: e.servers, Shards: 200, ShardSQL: testSQL, Apply: ApplyOptions{BatchSize: 10},
+	opts := ProvisionOptions{Servers: e.servers, Shards: 200, ShardSQL: testSQL, BatchSize: 10,
 		Progress: func(p Progress) {
 			if p.Done >= 50 {
 				cancel()
@@ -97,7 +97,7 @@ func runChild() {
 		servers = append(servers, ServerSpec{Name: fmt.Sprintf("pg%d", i), DSN: dsn})
 	}
 	err = Provision(ctx, cat, ProvisionOptions{Servers: servers, Shards: 800, ShardSQL: testSQL,
-		Apply: ApplyOptions{BatchSize: 5}})
+		BatchSize: 5})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -175,7 +176,7 @@ func wrapStep(shard int, st step, err error) error {
 
 // withSession runs fn on one session of db: the connection itself, or one
 // acquired from a pool.
-func withSession(ctx context.Context, db DB, fn func(*pgx.Conn) error) error {
+func withSession(ctx context.Context, db shardschema.DB, fn func(*pgx.Conn) error) error {
 	switch d := db.(type) {
 	case *pgx.Conn:
 		return fn(d)

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/internal/sqlversions"
 )
 
@@ -25,12 +26,6 @@ const (
 	nextIDLockKey  int32 = 0x736b6964 // "skid": shardkit.next_id, per shard (session lock)
 	migrateLockKey int32 = 0x736b6d67 // "skmg": migrations, per shard or -1 (transaction lock)
 )
-
-// DB is what the provisioning functions need of a connection to a shard
-// server. *pgx.Conn, *pgxpool.Pool and *pgxpool.Conn satisfy it.
-type DB interface {
-	Begin(ctx context.Context) (pgx.Tx, error)
-}
 
 // Statements of the server-level migration machinery.
 const (
@@ -100,21 +95,12 @@ func serverMigrations() ([]serverMigration, error) {
 	return out, nil
 }
 
-// ServerVersion is the newest server-level schema version this shardkit installs.
-func ServerVersion() int {
-	ms, _ := serverMigrations()
-	if len(ms) == 0 {
-		return 0
-	}
-	return ms[len(ms)-1].version
-}
-
-// EnsureServer installs or updates shardkit's server-level objects (schema
+// ensureServer installs or updates shardkit's server-level objects (schema
 // shardkit: the layout row, the per-schema migration record and
 // shardkit.next_id) on one shard server, and checks that the server was
 // provisioned with layout. It is cheap when nothing is to do. Errors are
 // not yet wrapped in *ServerError; callers that know the server name do so.
-func EnsureServer(ctx context.Context, db DB, layout idgen.Layout) error {
+func ensureServer(ctx context.Context, db shardschema.DB, layout idgen.Layout) error {
 	if err := layout.Validate(); err != nil {
 		return fmt.Errorf("shardkit: %w", err)
 	}
@@ -164,7 +150,7 @@ var errNoServerSchema = errors.New("no shardkit schema on the server")
 
 // serverState returns the server-level version, checking the layout when
 // one is installed.
-func serverState(ctx context.Context, db DB, layout idgen.Layout) (int, error) {
+func serverState(ctx context.Context, db shardschema.DB, layout idgen.Layout) (int, error) {
 	var v int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, sqlServerVersion).Scan(&v); err != nil {

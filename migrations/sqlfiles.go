@@ -12,14 +12,14 @@ import (
 	"strings"
 )
 
-// Part is one half of a per-shard migration version.
-type Part string
+// filePart is one half of a per-shard migration version.
+type filePart string
 
 // Parts of a version: the tables file NNNN_name.sql, and the optional
 // secondary-index file NNNN_name.indexes.sql that a caller may defer.
 const (
-	PartTables  Part = "tables"
-	PartIndexes Part = "indexes"
+	partTables  filePart = "tables"
+	partIndexes filePart = "indexes"
 )
 
 // Version is one per-shard migration version, read from an application's
@@ -32,23 +32,23 @@ type Version struct {
 }
 
 // fileName returns the file name of a part.
-func (v Version) fileName(p Part) string {
-	if p == PartIndexes {
+func (v Version) fileName(p filePart) string {
+	if p == partIndexes {
 		return strings.TrimSuffix(v.Name, ".sql") + ".indexes.sql"
 	}
 	return v.Name
 }
 
 // sql returns the SQL of a part.
-func (v Version) sql(p Part) string {
-	if p == PartIndexes {
+func (v Version) sql(p filePart) string {
+	if p == partIndexes {
 		return v.Indexes
 	}
 	return v.Tables
 }
 
-// Checksum returns the hex SHA-256 of a part's SQL.
-func (v Version) Checksum(p Part) string {
+// checksum returns the hex SHA-256 of a part's SQL.
+func (v Version) checksum(p filePart) string {
 	sum := sha256.Sum256([]byte(v.sql(p)))
 	return hex.EncodeToString(sum[:])
 }
@@ -111,7 +111,7 @@ func ReadVersions(fsys fs.FS) ([]Version, error) {
 	for n, s := range indexes {
 		name, body, _ := strings.Cut(s, "\x00")
 		v, ok := byNum[n]
-		if !ok || v.fileName(PartIndexes) != name {
+		if !ok || v.fileName(partIndexes) != name {
 			return nil, fmt.Errorf("shardkit: %w: %q has no matching tables file", ErrBadMigrationFile, name)
 		}
 		v.Indexes = body

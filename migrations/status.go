@@ -11,6 +11,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/pgdsn"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -25,7 +26,7 @@ type Report struct {
 
 // ServerStatus is one server's line of a Report. Rows and Bytes cover the
 // tables of the shard schemas the map places on the server; Rows is the
-// planner's estimate (see Size).
+// planner's estimate (max of pg_class.reltuples and n_live_tup).
 type ServerStatus struct {
 	Name  string `json:"name"`
 	State string `json:"state"`
@@ -40,8 +41,8 @@ type ServerStatus struct {
 	Error    string `json:"error,omitempty"` // set when the server could not be read
 }
 
-// Size is the estimated size of a shard schema's tables.
-type Size struct {
+// shardSize is the estimated size of a shard schema's tables.
+type shardSize struct {
 	Rows  int64 `json:"rows"`  // max(pg_class.reltuples, pg_stat n_live_tup), summed
 	Bytes int64 `json:"bytes"` // pg_total_relation_size: heap, indexes and TOAST
 }
@@ -58,21 +59,21 @@ LEFT JOIN pg_catalog.pg_stat_user_tables s ON s.relid = c.oid
 WHERE c.relkind = 'r' AND n.nspname = ANY($1)
 GROUP BY n.nspname`
 
-// ShardSizes returns the estimated size of each given shard's schema on
+// shardSizes returns the estimated size of each given shard's schema on
 // one server; shards without a schema there are absent from the result.
-func ShardSizes(ctx context.Context, db DB, shards []int) (map[int]Size, error) {
+func shardSizes(ctx context.Context, db shardschema.DB, shards []int) (map[int]shardSize, error) {
 	names := make([]string, len(shards))
 	for i, s := range shards {
 		names[i] = router.SchemaName(s)
 	}
-	out := map[int]Size{}
+	out := map[int]shardSize{}
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, sqlShardSizes, names)
 		if err != nil {
 			return err
 		}
 		var schema string
-		var sz Size
+		var sz shardSize
 		_, err = pgx.ForEachRow(rows, []any{&schema, &sz.Rows, &sz.Bytes}, func() error {
 			shard, err := router.ParseSchemaName(schema)
 			if err != nil {
@@ -106,7 +107,7 @@ func Status(ctx context.Context, cat *catalog.Catalog) (*Report, error) {
 	for i, srv := range servers {
 		shards := snap.ShardsOn(srv.Name)
 		st := &r.Servers[i]
-		*st = ServerStatus{Name: srv.Name, State: srv.State, DSN: pgdsn.Redact(srv.DSN), Shards: len(shards), Ranges: Ranges(shards)}
+		*st = ServerStatus{Name: srv.Name, State: srv.State, DSN: pgdsn.Redact(srv.DSN), Shards: len(shards), Ranges: shardRanges(shards)}
 		if srv.AdminDSN != "" {
 			st.AdminDSN = pgdsn.Redact(srv.AdminDSN)
 		}
@@ -117,7 +118,7 @@ func Status(ctx context.Context, cat *catalog.Catalog) (*Report, error) {
 				return
 			}
 			defer conn.Close(context.Background())
-			sizes, err := ShardSizes(ctx, conn, shards)
+			sizes, err := shardSizes(ctx, conn, shards)
 			if err != nil {
 				st.Error = (&ServerError{Server: srv.Name, Err: classify(err, "")}).Error()
 				return
@@ -132,8 +133,8 @@ func Status(ctx context.Context, cat *catalog.Catalog) (*Report, error) {
 	return r, nil
 }
 
-// Ranges writes sorted shard numbers compactly: [0 1 2 5 7 8] → "0-2,5,7-8".
-func Ranges(shards []int) string {
+// shardRanges writes sorted shard numbers compactly: [0 1 2 5 7 8] → "0-2,5,7-8".
+func shardRanges(shards []int) string {
 	var b strings.Builder
 	for i := 0; i < len(shards); {
 		j := i

@@ -279,7 +279,7 @@ func (t *shardTx) status(server string, d twophase.Decision) string {
 // lacks.
 func hintDecisions(err error) error {
 	if isPgCode(err, "42P01") {
-		return fmt.Errorf("%w (the server lacks shardkit.tx_decisions: install it with migrations.EnsureServer or Migrate)", err)
+		return fmt.Errorf("%w (the server lacks shardkit.tx_decisions: install it with migrations.Migrate)", err)
 	}
 	return err
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -166,10 +166,10 @@ func (e *env) moveByHand(t *testing.T, shard int, tables ...string) (from, to st
 	to = otherServer(from)
 	schema := router.SchemaName(shard)
 	dst := pgtest.Connect(t, e.dsn[to])
-	if err := migrations.DropShard(ctx, dst, shard); err != nil {
+	if err := shardschema.DropShard(ctx, dst, shard); err != nil {
 		t.Fatal(err)
 	}
-	if err := migrations.ApplyShard(ctx, dst, e.r.Snapshot().Layout, shard, testSQL, migrations.ApplyOptions{}); err != nil {
+	if err := shardschema.ApplyShard(ctx, dst, e.r.Snapshot().Layout, shard, testSQL, shardschema.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	src := pgtest.Connect(t, e.dsn[from])
@@ -283,7 +283,7 @@ func TestWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 	// rolled-back copy was; the catalog has it back home, and the copy is
 	// gone.
 	e.staleOn(t, shard, other, home)
-	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), shard); err != nil {
+	if err := shardschema.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), shard); err != nil {
 		t.Fatal(err)
 	}
 	db := e.db.Session(&gorm.Session{SkipDefaultTransaction: true})
@@ -315,7 +315,7 @@ func TestWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 	}
 
 	// A table missing where the map still puts the shard: the error.
-	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[home]), shard); err != nil {
+	if err := shardschema.DropShard(ctx, pgtest.Connect(t, e.dsn[home]), shard); err != nil {
 		t.Fatal(err)
 	}
 	err := db.Create(&Photo{UserID: user}).Error

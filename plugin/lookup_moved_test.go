@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -172,7 +172,7 @@ func TestLookupWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 	home := e.serverOf(t, moved)
 	other := otherServer(home)
 	e.staleOn(t, moved, other, home)
-	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), moved); err != nil {
+	if err := shardschema.DropShard(ctx, pgtest.Connect(t, e.dsn[other]), moved); err != nil {
 		t.Fatal(err)
 	}
 	name := nameIn(t, "back", moved, e.shards)
@@ -191,7 +191,7 @@ func TestLookupWriteAfterARollbackDroppedTheSchema(t *testing.T) {
 		t.Fatalf("members %v, orphans %v", members, orphans)
 	}
 
-	if err := migrations.DropShard(ctx, pgtest.Connect(t, e.dsn[home]), moved); err != nil {
+	if err := shardschema.DropShard(ctx, pgtest.Connect(t, e.dsn[home]), moved); err != nil {
 		t.Fatal(err)
 	}
 	_, err = e.signUp(ctx, db, nameIn(t, "gone", moved, e.shards), keyOff)

@@ -9,7 +9,7 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -27,7 +27,7 @@ func TestReadsGoToReplicas(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, shard := range snap.ShardsOn("a") {
-			if err := migrations.ApplyShard(ctx, conn, snap.Layout, shard, testSQL, migrations.ApplyOptions{}); err != nil {
+			if err := shardschema.ApplyShard(ctx, conn, snap.Layout, shard, testSQL, shardschema.ApplyOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -18,7 +18,7 @@ import (
 	"github.com/shardkit/shardkit/internal/harness/benchout"
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 )
 
 // TestMoveFigures measures a move of a large shard with a writer running,
@@ -164,7 +164,7 @@ func dumpRestore(t testing.TB, e *env, layout idgen.Layout, from, into int) (tim
 	t.Helper()
 	ctx := context.Background()
 	dumpDB := pgtest.NewDatabase(t, into)
-	if err := migrations.EnsureServer(ctx, mustConn(t, dumpDB), layout); err != nil {
+	if err := shardschema.EnsureServer(ctx, mustConn(t, dumpDB), layout); err != nil {
 		t.Fatal(err)
 	}
 	bin, err := pglocal.BinDir()

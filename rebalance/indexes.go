@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardkit/shardkit/internal/inventory"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 )
 
 // sqlIndexSession prepares a transaction that builds indexes: the
@@ -44,7 +44,7 @@ func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
 	// applied, and the unique indexes of the keys.
 	jobs := []func(ctx context.Context, tx pgx.Tx) error{
 		func(ctx context.Context, tx pgx.Tx) error {
-			return migrations.ApplyIndexes(ctx, tx, mc.layout, mc.m.Shard, mv.cfg.ShardSQL)
+			return shardschema.ApplyIndexes(ctx, tx, mc.layout, mc.m.Shard, mv.cfg.ShardSQL)
 		},
 	}
 	var attach []string

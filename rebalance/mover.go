@@ -14,7 +14,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/catalogmove"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -24,7 +24,7 @@ type Config struct {
 	Catalog *catalog.Catalog
 	// ShardSQL is the application's per-shard SQL (migrations.ReadVersions),
 	// used to create the shard's schema on the target. nil means the files
-	// recorded in the catalog by migrations.Provision (migrations.CatalogSQL).
+	// recorded in the catalog by migrations.Provision and Migrate.
 	ShardSQL fs.FS
 	// CutoverTimeout bounds the wait for the target to apply the source's
 	// final LSN while writes are fenced; past it the cutover is aborted
@@ -271,7 +271,7 @@ func (mv *Mover) loadShardSQL(ctx context.Context) error {
 	if mv.cfg.ShardSQL != nil {
 		return nil
 	}
-	fsys, err := migrations.CatalogSQL(ctx, mv.cfg.Catalog)
+	fsys, err := shardschema.CatalogSQL(ctx, mv.cfg.Catalog)
 	if err != nil {
 		return err
 	}

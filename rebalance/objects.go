@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/internal/inventory"
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -140,7 +140,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := migrations.ApplyShard(ctx, tx, snap.Layout, r.Shard, mv.cfg.ShardSQL, migrations.ApplyOptions{}); err != nil {
+	if err := shardschema.ApplyShard(ctx, tx, snap.Layout, r.Shard, mv.cfg.ShardSQL, shardschema.ApplyOptions{}); err != nil {
 		return fmt.Errorf("shardkit: server %s: rehearse creating %s from the per-shard SQL: %w", r.Target, r.Schema, err)
 	}
 	ref, err := inventory.ReadIn(ctx, tx, r.Schema, barrierName)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -107,7 +107,7 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx) error {
 	if ok, err := schemaExists(ctx, mc.tgt, mc.schema); err != nil {
 		return err
 	} else if ok {
-		if err := migrations.DropShard(ctx, mc.tgt, mc.m.Shard); err != nil {
+		if err := shardschema.DropShard(ctx, mc.tgt, mc.m.Shard); err != nil {
 			return err
 		}
 	}
@@ -115,8 +115,8 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx) error {
 	// sqlTargetFenceFunc): a router whose map is older than this move may
 	// still place the shard here, from an earlier move.
 	fence := func(ctx context.Context, tx pgx.Tx) error { return fenceTarget(ctx, tx, mc.schema) }
-	if err := migrations.ApplyShard(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL,
-		migrations.ApplyOptions{DeferIndexes: true, Then: fence}); err != nil {
+	if err := shardschema.ApplyShard(ctx, mc.tgt, mc.layout, mc.m.Shard, mv.cfg.ShardSQL,
+		shardschema.ApplyOptions{DeferIndexes: true, Then: fence}); err != nil {
 		return err
 	}
 	// Then what the schema holds beyond its per-shard SQL (the preflight

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/inventory"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
@@ -35,7 +36,7 @@ var (
 	errShardSQLMismatch = ofKind(ErrPreflight, errors.New("the source's per-shard SQL versions differ from those the target would be created with: apply the pending versions (migrations.Migrate), or give Config.ShardSQL the files the source was made with"))
 	// errTargetSchemaExists reports a target that already holds the
 	// shard's schema while no move of the shard is unfinished.
-	errTargetSchemaExists = ofKind(ErrPreflight, errors.New("the shard's schema already exists on the target though no move of the shard is unfinished: check it holds nothing needed, then drop it (migrations.DropShard)"))
+	errTargetSchemaExists = ofKind(ErrPreflight, errors.New("the shard's schema already exists on the target though no move of the shard is unfinished: check it holds nothing needed, then drop it on the target (DROP SCHEMA … CASCADE, and its rows in shardkit.shard_migrations)"))
 	// errCannotCarry reports an object of the shard's schema, made outside
 	// its per-shard SQL, that a move cannot carry to the target.
 	errCannotCarry = ofKind(ErrPreflight, errors.New("the shard's schema holds an object a move cannot carry: drop or change it before the move (and make it again on the target after)"))
@@ -408,9 +409,9 @@ func (r *Report) checkVersions(ctx context.Context, src *pgxpool.Pool, shardSQL 
 	}
 	want := map[string]bool{"0 tables": true}
 	for _, v := range versions {
-		want[fmt.Sprintf("%d %s", v.Number, migrations.PartTables)] = true
+		want[fmt.Sprintf("%d %s", v.Number, shardschema.PartTables)] = true
 		if v.Indexes != "" {
-			want[fmt.Sprintf("%d %s", v.Number, migrations.PartIndexes)] = true
+			want[fmt.Sprintf("%d %s", v.Number, shardschema.PartIndexes)] = true
 		}
 	}
 	rows, err := src.Query(ctx, sqlAppliedVersions, r.Schema)

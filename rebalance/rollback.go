@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -123,7 +123,7 @@ func (mv *Mover) dropReplication(ctx context.Context, mc *moveCtx, onSource bool
 	if serving == side {
 		return fmt.Errorf("shard %d is served by %s; refusing to drop its schema there", mc.m.Shard, side)
 	}
-	return migrations.DropShard(ctx, drop, mc.m.Shard)
+	return shardschema.DropShard(ctx, drop, mc.m.Shard)
 }
 
 // rollbackCutover cuts a reversible move back over to its source.

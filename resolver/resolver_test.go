@@ -11,8 +11,9 @@ import (
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/internal/twophase"
-	"github.com/shardkit/shardkit/migrations"
+	_ "github.com/shardkit/shardkit/migrations" // implements shardschema's operations
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -34,7 +35,7 @@ func newCluster(t *testing.T) *cluster {
 		if name == "app" {
 			continue
 		}
-		if err := migrations.EnsureServer(ctx, pgtest.Connect(t, dsn), idgen.DefaultLayout()); err != nil {
+		if err := shardschema.EnsureServer(ctx, pgtest.Connect(t, dsn), idgen.DefaultLayout()); err != nil {
 			t.Fatal(err)
 		}
 	}
