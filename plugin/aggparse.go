@@ -271,23 +271,7 @@ func (ap *aggPlan) parseOrder(stmt *gorm.Statement, m *model) error {
 		return refuseAgg("this ORDER BY cannot be applied to rows merged across shards; order by selected columns")
 	}
 	for _, col := range ob.Columns {
-		text := col.Column.Name
-		if !col.Column.Raw {
-			name, table := col.Column.Name, col.Column.Table
-			if name == clause.PrimaryKey {
-				name = m.pk.DBName // First and Last order by the primary key
-			}
-			if table == clause.CurrentTable {
-				table = m.table
-			}
-			text = sqlcond.QuoteIdent(name)
-			if table != "" {
-				text = sqlcond.QuoteIdent(table) + "." + text
-			}
-			if col.Desc {
-				text += " DESC"
-			}
-		}
+		text := orderColumnText(m, col)
 		toks, _, ok := sqlcond.Lex(text, false, nil)
 		if !ok {
 			return refuseAgg("ORDER BY %q cannot be applied to rows merged across shards", text)

@@ -34,23 +34,7 @@ func hiddenOrderKeys(db *gorm.DB, m *model) ([]orderKey, error) {
 	}
 	var keys []orderKey
 	for _, col := range ob.Columns {
-		text := col.Column.Name
-		if !col.Column.Raw {
-			name, table := col.Column.Name, col.Column.Table
-			if name == clause.PrimaryKey {
-				name = m.pk.DBName
-			}
-			if table == clause.CurrentTable {
-				table = m.table
-			}
-			text = sqlcond.QuoteIdent(name)
-			if table != "" {
-				text = sqlcond.QuoteIdent(table) + "." + text
-			}
-			if col.Desc {
-				text += " DESC"
-			}
-		}
+		text := orderColumnText(m, col)
 		toks, _, ok := sqlcond.Lex(text, false, nil)
 		if !ok {
 			return nil, fmt.Errorf("%w: ORDER BY %q cannot be read to merge rows across shards", ErrUnroutableSQL, text)
@@ -165,4 +149,29 @@ func gormSelect(db *gorm.DB) clause.Clause {
 	stmt.Vars = nil
 	callbacks.BuildQuerySQL(db)
 	return stmt.Clauses["SELECT"]
+}
+
+// orderColumnText is an ORDER BY column as the SQL GORM writes for it: a
+// raw column's text as it is; a named one quoted, with its table (the
+// model's for the current table) and DESC. clause.PrimaryKey, which First
+// and Last order by, is the model's primary key.
+func orderColumnText(m *model, col clause.OrderByColumn) string {
+	if col.Column.Raw {
+		return col.Column.Name
+	}
+	name, table := col.Column.Name, col.Column.Table
+	if name == clause.PrimaryKey {
+		name = m.pk.DBName
+	}
+	if table == clause.CurrentTable {
+		table = m.table
+	}
+	text := sqlcond.QuoteIdent(name)
+	if table != "" {
+		text = sqlcond.QuoteIdent(table) + "." + text
+	}
+	if col.Desc {
+		text += " DESC"
+	}
+	return text
 }
