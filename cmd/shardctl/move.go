@@ -165,6 +165,24 @@ func (f *moveFlags) run(ctx context.Context, out io.Writer, mv *rebalance.Mover,
 // openMover opens the catalog and a mover on it, its progress drawn as
 // bars on the command's stderr when bars is set, its Config adjusted by
 // tune (if any); closeAll closes both.
+// openMoverFor opens a mover for the shards of a --shard spec, after
+// checking that each exists: what verify and rollback start with.
+func openMoverFor(cmd *cobra.Command, getCatalog func() (string, error), spec string) (*rebalance.Mover, []int, func(), error) {
+	shards, err := parseShardSpec(spec)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	mv, cat, closeAll, err := openMover(cmd, getCatalog, false)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if err := checkShardsExist(cmd.Context(), cat, shards); err != nil {
+		closeAll()
+		return nil, nil, nil, err
+	}
+	return mv, shards, closeAll, nil
+}
+
 func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool, tune ...func(*rebalance.Config)) (mv *rebalance.Mover, cat *catalog.Catalog, closeAll func(), err error) {
 	dsn, err := getCatalog()
 	if err != nil {

@@ -22,18 +22,11 @@ rollback is continued by running the command again.`,
 	getCatalog := catalogFlag(cmd)
 	cmd.Flags().StringVar(&spec, "shard", "", "shards: N, A-B or A,B,C")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		shards, err := parseShardSpec(spec)
-		if err != nil {
-			return err
-		}
-		mv, cat, closeAll, err := openMover(cmd, getCatalog, false)
+		mv, shards, closeAll, err := openMoverFor(cmd, getCatalog, spec)
 		if err != nil {
 			return err
 		}
 		defer closeAll()
-		if err := checkShardsExist(cmd.Context(), cat, shards); err != nil {
-			return err
-		}
 		for _, shard := range shards {
 			m, err := mv.Rollback(cmd.Context(), shard)
 			if err != nil {

@@ -22,18 +22,11 @@ func newVerifyCmd() *cobra.Command {
 	getCatalog := catalogFlag(cmd)
 	cmd.Flags().StringVar(&spec, "shard", "", "shards: N, A-B or A,B,C")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		shards, err := parseShardSpec(spec)
-		if err != nil {
-			return err
-		}
-		mv, cat, closeAll, err := openMover(cmd, getCatalog, false)
+		mv, shards, closeAll, err := openMoverFor(cmd, getCatalog, spec)
 		if err != nil {
 			return err
 		}
 		defer closeAll()
-		if err := checkShardsExist(cmd.Context(), cat, shards); err != nil {
-			return err
-		}
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "SHARD\tTABLE\tSOURCE ROWS\tTARGET ROWS\tSOURCE SUM\tTARGET SUM\tOK")
 		var errs []error
