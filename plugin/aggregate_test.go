@@ -231,10 +231,6 @@ func TestAggregatesAcrossShards(t *testing.T) {
 			var row map[string]any
 			return all(db).Select("sum(likes)").First(&row).Error
 		}},
-		{"scan across shards", func(db *gorm.DB) error {
-			var n int64
-			return all(db).Select("sum(likes)").Scan(&n).Error
-		}},
 	}
 	for _, c := range refused {
 		t.Run("refused/"+c.name, func(t *testing.T) {

@@ -37,8 +37,9 @@ func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 		query:  cb.Query().Get("gorm:query"),
 		update: cb.Update().Get("gorm:update"),
 		delete: cb.Delete().Get("gorm:delete"),
+		row:    cb.Row().Get("gorm:row"),
 	}
-	if p.orig.begin == nil || p.orig.create == nil || p.orig.query == nil || p.orig.update == nil || p.orig.delete == nil {
+	if p.orig.begin == nil || p.orig.create == nil || p.orig.query == nil || p.orig.update == nil || p.orig.delete == nil || p.orig.row == nil {
 		return errors.New("shardkit: GORM's default callbacks are missing; register the plugin on a gorm.DB from gorm.Open")
 	}
 	steps := []struct {
@@ -58,6 +59,7 @@ func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 		{"delete route", cb.Delete().After("gorm:before_delete").Before("gorm:delete").Register("shardkit:route", p.onRoute(opDelete))},
 		{"delete", cb.Delete().Replace("gorm:delete", p.onDelete)},
 		{"row route", cb.Row().Before("gorm:row").Register("shardkit:route", p.onRoute(opRow))},
+		{"row", cb.Row().Replace("gorm:row", p.onRow)},
 		{"raw route", cb.Raw().Before("gorm:raw").Register("shardkit:route", p.onRoute(opRaw))},
 		{"create lookup reserve", cb.Create().After("shardkit:assign_id").Before("shardkit:route").Register("shardkit:lookup_reserve", p.onLookupReserveCreate)},
 		{"update lookup reserve", cb.Update().After("gorm:before_update").Before("shardkit:route").Register("shardkit:lookup_reserve", p.onLookupReserveUpdate)},
@@ -142,6 +144,18 @@ func (p *Plugin) onQuery(db *gorm.DB) {
 	}
 	p.bounded(db, p.runQuery)
 	p.rerouteRead(db)
+}
+
+// onRow replaces gorm:row (Row, Rows, and Scan, which reads Rows): one
+// shard as GORM runs it, or a read of several shards planned, run and
+// merged as Find's, its merged rows served as *sql.Rows or *sql.Row
+// (rowsacross.go).
+func (p *Plugin) onRow(db *gorm.DB) {
+	if d := takePlan(db.Statement); d != nil {
+		p.rowsAcross(db, d)
+		return
+	}
+	p.orig.row(db)
 }
 
 // onUpdate replaces gorm:update (exec.go).

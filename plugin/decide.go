@@ -114,9 +114,6 @@ func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 		if d.tx != nil && !d.tx.spans() {
 			return true, fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(d.shards))
 		}
-		if o == opRow {
-			return true, fmt.Errorf("%w: Rows, Row and Scan read one shard at a time; scope them to one shard or use Find", ErrUnroutableSQL)
-		}
 	}
 	if cs.partial && o != opQuery {
 		return true, fmt.Errorf("%w: plugin.Partial applies to reads (Find, First, Take, Count, Pluck); a write either reaches every shard it names or fails", ErrUnroutableSQL)

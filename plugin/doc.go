@@ -73,7 +73,8 @@
 // sums of double precision, min, max and ORDER BY of text in a
 // linguistic collation) the shards' partial groups are finished by one
 // server of the read in one statement; RETURNING rows are collected
-// from every shard.
+// from every shard. Row, Rows and Scan read the merged rows Find would
+// scan, served from memory as *sql.Rows.
 // A read scoped with [Partial] returns what the reachable servers hold
 // and lists the shards it could not read in a [PartialResult].
 //
@@ -96,10 +97,10 @@
 //
 //   - [ErrMissingShardKey]: no shard key, ID or scope.
 //   - [ErrUnroutableSQL]: raw SQL naming a sharded table outside a pinned
-//     transaction; Row, Rows and Scan across shards; a merge that would
-//     not be exact (string_agg, array_agg and aggregates with no combine step,
-//     window functions not partitioned by the shard key, ORDER BY … USING);
-//     a Table() other than the model's.
+//     transaction; a merge that would not be exact (string_agg, array_agg
+//     and aggregates with no combine step, window functions not
+//     partitioned by the shard key, ORDER BY … USING), through Find, Row,
+//     Rows or Scan alike; a Table() other than the model's.
 //   - [ErrShardKeyChange]: an update that would move rows to another shard.
 //   - [ErrIDShardMismatch]: a caller-given ID whose shard bits disagree
 //     with the row's key.
@@ -161,7 +162,8 @@ package plugin
 //     statement per server batch), readrows.go and pagemerge.go (merging
 //     rows), hiddenorder.go (ORDER BY values the rows do not carry),
 //     windows.go (windows partitioned by the shard key), collmerge.go
-//     (rows ordered in Postgres); every merge orders values with
+//     (rows ordered in Postgres), rowsacross.go (Row, Rows and Scan: the
+//     merged rows served through internal/memrows); every merge orders values with
 //     internal/pgorder.
 //   - Aggregates: aggplan.go, aggparse.go, aggmerge.go (partials combined
 //     and served to GORM's scanning through internal/memrows), aggfinal.go

@@ -23,15 +23,26 @@ import (
 // (here, pagemerge.go and aggmerge.go: each answer scanned by GORM and
 // merged as it arrives). All but execute run on the caller's goroutine;
 // execute's goroutines never touch GORM state.
-func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) {
+func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) { p.readAcross(db, d, nil) }
+
+// readAcross is fanoutQuery's stages. With out set (Row, Rows, Scan), the
+// merged rows are not scanned into the statement's destination: they are
+// left in *out as the driver returned them, with their columns, in the
+// order and number Find would scan them (rowsacross.go).
+func (p *Plugin) readAcross(db *gorm.DB, d *decision, out **memrows.Rows) {
 	stmt := db.Statement
 	s := save(stmt)
 	defer s.restore(stmt)
-	rp, err := p.planRead(db, d, s)
+	plan := s
+	if out != nil {
+		plan.rv = reflect.ValueOf(new([][]any))
+	}
+	rp, err := p.planRead(db, d, plan)
 	if err != nil {
 		fail(db, d.m, -1, err)
 		return
 	}
+	rp.raw = out != nil
 	if rp.shape != shapeAggregate {
 		// each shard's empty answer is not the read's; the merge raises
 		// ErrRecordNotFound for the whole read
@@ -52,6 +63,9 @@ func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) {
 		}
 	}
 	p.mergeRead(db, rp, res, s)
+	if out != nil {
+		*out = res.out
+	}
 }
 
 // readResults are the units' answers, each at its unit's position in the
@@ -68,6 +82,8 @@ type readResults struct {
 	partial *PartialResult      // the read's Partial scope, nil without one
 	enough  atomic.Bool         // the page needs no more rows (see pageMerger.full)
 	served  []string            // the servers that answered, in order, none that failed after
+	cols    []*sql.ColumnType   // rp.raw: the columns of the rows, as the first answer gave them
+	out     *memrows.Rows       // rp.raw: the merged rows
 }
 
 func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResults {
@@ -128,6 +144,13 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 				return false
 			}
 			res.hk[u], res.raw[u] = append(res.hk[u], hk...), append(res.raw[u], raw...)
+		}
+		if rp.raw {
+			if res.cols == nil {
+				res.cols = rows.cols
+			}
+			res.rows[u] = appendRows(res.rows[u], reflect.ValueOf(rows.rows))
+			break
 		}
 		tmp := reflect.New(rp.sliceTyp)
 		if !p.scanAnswer(db, rows, tmp.Interface()) {
@@ -252,6 +275,10 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 			fail(db, rp.d.m, -1, err)
 			return
 		}
+		if rp.raw {
+			res.out = rows
+			return
+		}
 		stmt.Dest, stmt.ReflectValue = s.dest, s.rv
 		p.scanMerged(db, rows)
 		return
@@ -265,6 +292,10 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 		}
 	} else {
 		acc = res.page.page(rp.offset, rp.limit)
+	}
+	if rp.raw {
+		res.out = partials{cols: res.cols, rows: acc.Interface().([][]any)}.memRows()
+		return
 	}
 	db.RowsAffected = int64(acc.Len())
 	switch {

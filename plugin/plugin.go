@@ -43,7 +43,7 @@ type Plugin struct {
 
 // originals are GORM's own callbacks that the plugin wraps.
 type originals struct {
-	begin, create, query, update, delete func(*gorm.DB)
+	begin, create, query, update, delete, row func(*gorm.DB)
 }
 
 var _ gorm.Plugin = (*Plugin)(nil)

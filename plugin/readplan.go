@@ -46,6 +46,11 @@ type readPlan struct {
 	hiddenTypes []string
 
 	agg *aggPlan // shapeAggregate
+
+	// raw: the read serves its merged rows as the driver returned them
+	// (Row, Rows, Scan) instead of scanning them into a destination;
+	// shapeRows' rows are then [][]any, ordered by hidden keys.
+	raw bool
 }
 
 // planRead plans a multi-shard read of the statement saved in s.

@@ -33,6 +33,12 @@ func Query(ctx context.Context, r *Rows) (*sql.Rows, error) {
 	return db().QueryContext(ctx, "", r)
 }
 
+// QueryRow serves the first of r's rows as *sql.Row, as QueryRowContext
+// serves a server's.
+func QueryRow(ctx context.Context, r *Rows) *sql.Row {
+	return db().QueryRowContext(ctx, "", r)
+}
+
 // ErrRow returns a *sql.Row whose Scan returns err: a result for a caller
 // of Row() where the statement failed before it ran, so that Scan reports
 // why instead of panicking on a nil row.
