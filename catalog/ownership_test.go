@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 // createTableRE finds the tables a catalog migration creates.
@@ -101,24 +103,6 @@ func sqlFindings(fset *token.FileSet, f *ast.File, use *regexp.Regexp, tables ma
 	return out
 }
 
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the package directory")
-		}
-		dir = parent
-	}
-}
-
 // TestOnlyCatalogNamesCatalogTables: outside package catalog (and
 // internal/catalogmove, its part for moves), no non-test
 // Go file and no SQL file of the module names a catalog table in SQL. The
@@ -149,7 +133,7 @@ func TestOnlyCatalogNamesCatalogTables(t *testing.T) {
 		t.Fatalf("the scanner found %d uses in the probe, want 3: %q", len(got), got)
 	}
 
-	root := moduleRoot(t)
+	root := testkit.ModuleRoot(t)
 	var bad []string
 	scanned := 0
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {

@@ -300,15 +300,7 @@ func TestPreparedReadsThroughPoolerSurviveSchemaChange(t *testing.T) {
 	if _, err := read(e.db); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range e.servers {
-		e.rawExec(t, s, `DO $$
-DECLARE s text;
-BEGIN
-  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'shard\_%' LOOP
-    EXECUTE format('ALTER TABLE %I.photos ADD COLUMN note text DEFAULT ''new''', s);
-  END LOOP;
-END $$`)
-	}
+	e.addNoteColumn(t)
 	for i := range 3 {
 		out, err := read(e.db)
 		if err != nil {

@@ -129,15 +129,7 @@ func TestPreparedReadsSurviveSchemaChange(t *testing.T) {
 	if _, err := read(); err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range e.servers {
-		e.rawExec(t, s, `DO $$
-DECLARE s text;
-BEGIN
-  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'shard\_%' LOOP
-    EXECUTE format('ALTER TABLE %I.photos ADD COLUMN note text DEFAULT ''new''', s);
-  END LOOP;
-END $$`)
-	}
+	e.addNoteColumn(t)
 	for range 2 {
 		out, err := read()
 		if err != nil {
@@ -146,5 +138,21 @@ END $$`)
 		if len(out) != 2 || out[0]["note"] != "new" {
 			t.Fatalf("read after the column was added: %v", out)
 		}
+	}
+}
+
+// addNoteColumn adds a column to every shard's photos table on every
+// server, as a migration would: the schema change a prepared read's cached
+// statement must survive.
+func (e *env) addNoteColumn(t *testing.T) {
+	t.Helper()
+	for _, s := range e.servers {
+		e.rawExec(t, s, `DO $$
+DECLARE s text;
+BEGIN
+  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'shard\_%' LOOP
+    EXECUTE format('ALTER TABLE %I.photos ADD COLUMN note text DEFAULT ''new''', s);
+  END LOOP;
+END $$`)
 	}
 }

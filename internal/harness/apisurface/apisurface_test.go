@@ -8,30 +8,13 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
 const module = "github.com/shardkit/shardkit"
 
 var update = flag.Bool("update", false, "rewrite api/*.txt from the code")
-
-// moduleRoot is the directory of go.mod above the test's.
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test")
-		}
-		dir = parent
-	}
-}
 
 // fileName is the kept file of the package in dir: plugin/telemetry is
 // api/plugin_telemetry.txt.
@@ -42,7 +25,7 @@ func fileName(dir string) string { return strings.ReplaceAll(dir, "/", "_") + ".
 // API fails here until the files are regenerated with -update, so that it
 // shows in review as a diff of api/.
 func TestAPISurface(t *testing.T) {
-	root := moduleRoot(t)
+	root := testkit.ModuleRoot(t)
 	dirs, err := Library(root)
 	if err != nil {
 		t.Fatal(err)

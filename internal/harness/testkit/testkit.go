@@ -9,6 +9,8 @@ package testkit
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -74,4 +76,24 @@ func deadlineOf(t testing.TB) (time.Time, bool) {
 		return d.Deadline()
 	}
 	return time.Time{}, false
+}
+
+// ModuleRoot returns the directory of the go.mod above the test's package:
+// where tests that read the whole module (its packages, its docs) start.
+func ModuleRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's package directory")
+		}
+		dir = parent
+	}
 }
