@@ -20,7 +20,6 @@ import (
 	"gorm.io/plugin/dbresolver"
 
 	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
-	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
 // The differential test: random GORM statements run through the plugin on
@@ -388,15 +387,7 @@ func TestDifferentialPooled(t *testing.T) {
 // in an ICU collation on both sides, so that reads across shards ordered
 // by it are ordered in Postgres (collmerge.go).
 func TestDifferentialCollated(t *testing.T) {
-	d := newDiffEnvWith(t, func(o *envOpts) {
-		pins := o.before
-		o.before = func(e *env) {
-			pins(e)
-			icuCaptions(t, e, e.servers...)
-		}
-	})
-	pgtest.Exec(t, d.plainDSN, `ALTER TABLE photos ALTER COLUMN caption TYPE text COLLATE "und-x-icu"`)
-	d.conns = nil // their prepared reads of the plain table predate the change
+	d := newCollatedDiffEnv(t)
 	// Most ordered cases order by the caption, so that merges of rows in
 	// its collation are many.
 	collated := []string{"caption, id desc", "caption desc, id", "caption, likes, id", "likes desc, caption, id"}
