@@ -160,6 +160,13 @@ func pollPropagation(t *testing.T, cat, routersCat *Catalog, how string) {
 	var lat []time.Duration
 	maxConns := routersCat.pool.Stat().TotalConns()
 	for f := range flips {
+		// The routers of a process share one version check, so every
+		// flip reaches all of them at the same poll, and the flip before
+		// this one was seen just after a poll. A change made then waits a
+		// whole interval; a change's moment is anyone's, so the flips are
+		// made at phases spread over the interval (0.1, 0.3, ... of it
+		// after that poll), not all at its start.
+		time.Sleep(poll * time.Duration(2*f+1) / (2 * flips))
 		start := time.Now()
 		v, err := cat.PlaceShard(ctx, 7, testServers[f%2], router.StateActive)
 		if err != nil {
