@@ -521,3 +521,37 @@ func TestStaleFigure(t *testing.T) {
 		t.Errorf("a stale figure renders without saying so:\n%s\n%v", text, err)
 	}
 }
+
+// TestCommandRuns: the runs a table says it was taken in come from its
+// command when the command says, not from how many values a test wrote in
+// each run (the fence lease's seal is written once per cutover).
+func TestCommandRuns(t *testing.T) {
+	for _, c := range []struct {
+		cmd  string
+		want int
+	}{
+		{"go test ./idgen -run '^$' -bench . -count 3", 3},
+		{"go test -count=3 -run 'TestFenceLease$' ./rebalance/", 3},
+		{"SHARDKIT_MOVE_FIGURES=1000000 go test ./rebalance -run TestMoveFigures -count 3 -timeout 90m &&\ngo test ./rebalance -bench BenchmarkMoveCopy -benchtime 3x", 3},
+		{"for run in 1 2 3; do make demo >&2 || exit 1; done", 3},
+		{"go test ./plugin -run '^$' -bench BenchmarkExecModes -benchtime 2000x", 0},
+	} {
+		if got := commandRuns(c.cmd); got != c.want {
+			t.Errorf("commandRuns(%q) = %d, want %d", c.cmd, got, c.want)
+		}
+	}
+	res, err := ParseResults(strings.NewReader("goos: linux\ngoarch: amd64\ncpu: Test CPU\n" +
+		strings.Repeat("BenchmarkFenceLease/seal-2\t1\t1.5 seal-ms\n", 7)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fig := Figure{Name: "f", Command: "go test -count=3 ./rebalance", Columns: []string{"figure", "measured"},
+		Rows: []Row{{Label: "the seal", Bench: "BenchmarkFenceLease/seal", Cells: []string{"{. seal-ms} ms"}}}}
+	got, err := fig.Render(res, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "Taken by `make figures`: 3 runs on Test CPU") {
+		t.Errorf("seven values of three runs render as:\n%s", got)
+	}
+}

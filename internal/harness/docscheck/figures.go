@@ -141,6 +141,9 @@ func (fig Figure) Render(res *Results, stale bool) (string, error) {
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
+	if n := commandRuns(fig.Command); n > 0 {
+		runs = min(runs, n) // a test may write several values a run
+	}
 	machine := res.Config["cpu"]
 	if machine == "" {
 		machine = "an unnamed CPU"
@@ -292,4 +295,22 @@ func Between(page, name string) (string, bool) {
 		return "", false
 	}
 	return page[i+len(begin) : j], true
+}
+
+var (
+	countFlag = regexp.MustCompile(`-count[= ](\d+)`)
+	runLoop   = regexp.MustCompile(`for run in ([\d ]+);`)
+)
+
+// commandRuns is how many runs a figure's command makes, as its first
+// -count or its "for run in 1 2 3" loop says; 0 when it says neither.
+func commandRuns(cmd string) int {
+	if m := countFlag.FindStringSubmatch(cmd); m != nil {
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	if m := runLoop.FindStringSubmatch(cmd); m != nil {
+		return len(strings.Fields(m[1]))
+	}
+	return 0
 }
