@@ -234,8 +234,10 @@ func (a *API) reply(w http.ResponseWriter, r *http.Request, status int, v any, e
 	writeJSON(w, status, v)
 }
 
-// statusOf maps store and shardkit errors to HTTP statuses. A fenced shard
-// or an unavailable server is 503 with Retry-After: the client may retry.
+// statusOf maps store and shardkit errors to HTTP statuses. A fenced shard,
+// a shard moved under a transaction the store ran again as often as it
+// runs one, or an unavailable server is 503 with Retry-After: the client
+// may retry.
 func statusOf(err error) int {
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -244,7 +246,7 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, store.ErrInvalid), errors.Is(err, plugin.ErrMissingShardKey), errors.Is(err, idgen.ErrInvalidID):
 		return http.StatusBadRequest
-	case errors.Is(err, plugin.ErrShardFenced), errors.Is(err, plugin.ErrServerUnavailable):
+	case plugin.Retryable(err): // fenced or moved past the store's own retries, or a server down
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

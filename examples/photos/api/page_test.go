@@ -20,6 +20,7 @@ func TestStatusOf(t *testing.T) {
 		{fmt.Errorf("%w: name", store.ErrInvalid), http.StatusBadRequest},
 		{&plugin.ShardError{Shard: 3, Err: plugin.ErrMissingShardKey}, http.StatusBadRequest},
 		{&plugin.ShardError{Shard: 3, Server: "a", Err: plugin.ErrShardFenced}, http.StatusServiceUnavailable},
+		{fmt.Errorf("follow: %w", &plugin.ShardError{Shard: 485, Server: "pg1", Table: "follows", Err: plugin.ErrShardMoved}), http.StatusServiceUnavailable},
 		{errors.New("connection reset"), http.StatusInternalServerError},
 	}
 	for _, c := range cases {

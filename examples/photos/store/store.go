@@ -154,11 +154,14 @@ func (s *Store) shardTx(ctx context.Context, id int64, fn func(tx *gorm.DB) erro
 	return s.pinnedTx(ctx, plugin.ShardOfID(id), fn)
 }
 
-// pinnedTx is shardTx for any plugin scope naming one shard.
-func (s *Store) pinnedTx(ctx context.Context, shard clause.Expression, fn func(tx *gorm.DB) error) error {
+// pinnedTx is shardTx for any plugin scope of a transaction: one shard
+// named, or plugin.Atomic() for a transaction across shards, whose parts
+// all roll back when one shard's old server refuses a write (or its
+// PREPARE) after a move, so it too is run again whole.
+func (s *Store) pinnedTx(ctx context.Context, scope clause.Expression, fn func(tx *gorm.DB) error) error {
 	var err error
 	for range txAttempts {
-		err = s.db.WithContext(ctx).Clauses(shard).Transaction(fn)
+		err = s.db.WithContext(ctx).Clauses(scope).Transaction(fn)
 		if !errors.Is(err, plugin.ErrShardMoved) {
 			return err
 		}
@@ -250,7 +253,7 @@ func (s *Store) Follow(ctx context.Context, follower, followee int64) (Follow, e
 		}
 	}
 	f := Follow{FollowerID: follower, FolloweeID: followee}
-	err := s.db.WithContext(ctx).Clauses(plugin.Atomic()).Transaction(func(tx *gorm.DB) error {
+	err := s.pinnedTx(ctx, plugin.Atomic(), func(tx *gorm.DB) error {
 		if err := tx.Create(&f).Error; err != nil {
 			return err
 		}
@@ -271,7 +274,7 @@ func (s *Store) Unfollow(ctx context.Context, follower, followee int64) error {
 	if err := s.checkID("followee_id", followee); err != nil {
 		return err
 	}
-	return s.db.WithContext(ctx).Clauses(plugin.Atomic()).Transaction(func(tx *gorm.DB) error {
+	return s.pinnedTx(ctx, plugin.Atomic(), func(tx *gorm.DB) error {
 		res := tx.Where("follower_id = ? AND followee_id = ?", follower, followee).Delete(&Follow{})
 		if res.Error != nil {
 			return res.Error
