@@ -48,6 +48,9 @@ type serverConnector struct {
 
 	refused atomic.Bool // the server refused the plugin's statement_timeout
 	logOnce sync.Once
+	// dialing, when set (tests), is called by every attempt after it has
+	// chosen whether to send statement_timeout and before it connects.
+	dialing func()
 	plans   planGeneration // of the reads across shards run prepared on this server
 }
 
@@ -131,7 +134,10 @@ func (c *serverConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	defer release()
 	conn, err := c.dial(ctx)
-	if err != nil && c.without != nil && !c.refused.Load() && refusesParam(err, "statement_timeout") {
+	// Every attempt that sent the parameter and was refused dials again
+	// without it: attempts under way when the first refusal arrives sent
+	// it too, and must not fail for it.
+	if err != nil && c.without != nil && refusesParam(err, "statement_timeout") {
 		c.refused.Store(true)
 		c.logOnce.Do(func() {
 			c.log.Warn("shardkit: the server refuses statement_timeout as a startup parameter (a pooler such as PgBouncer); connecting without it. "+
@@ -179,6 +185,9 @@ func (c *serverConnector) dial(ctx context.Context) (driver.Conn, error) {
 	dc := c.with
 	if c.without != nil && c.refused.Load() {
 		dc = c.without
+	}
+	if c.dialing != nil {
+		c.dialing()
 	}
 	if _, ok := ctx.Deadline(); ok || c.startup <= 0 {
 		return dc.Connect(ctx)
