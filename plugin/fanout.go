@@ -43,6 +43,7 @@ func (p *Plugin) readAcross(db *gorm.DB, d *decision, out **memrows.Rows) {
 		return
 	}
 	rp.raw = out != nil
+	rp.late = rp.lateScan()
 	if rp.shape != shapeAggregate {
 		// each shard's empty answer is not the read's; the merge raises
 		// ErrRecordNotFound for the whole read
@@ -84,6 +85,12 @@ type readResults struct {
 	served  []string            // the servers that answered, in order, none that failed after
 	cols    []*sql.ColumnType   // rp.raw: the columns of the rows, as the first answer gave them
 	out     *memrows.Rows       // rp.raw: the merged rows
+	// rp.late: the column sets the answers came with, where each holds
+	// the ORDER BY keys (nil: not all found), and the keys (latescan.go)
+	colsets [][]*sql.ColumnType
+	keyCols [][]int
+	keys    []orderKey
+	kinds   []pgorder.Kind
 }
 
 func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResults {
@@ -103,8 +110,15 @@ func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResu
 			keep = -1 // every candidate, ordered in Postgres at the end (collmerge.go)
 		}
 		r.rows, r.page = make([]reflect.Value, n), newPageMerger(rp.sliceTyp, rp.keys, keep)
-		if rp.hidden {
+		switch {
+		case rp.hidden:
 			r.hk, r.raw = make([][][]pgorder.Value, n), make([][][]any, n)
+		case rp.late:
+			r.hk, r.keys = make([][][]pgorder.Value, n), rp.keys
+			for _, k := range rp.keys {
+				r.kinds = append(r.kinds, orderKind(k))
+			}
+			r.page = newPageMerger(lateRowsType, rp.keys, keep)
 		}
 	}
 	return r
@@ -152,6 +166,14 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 			res.rows[u] = appendRows(res.rows[u], reflect.ValueOf(rows.rows))
 			break
 		}
+		if rp.late {
+			lr, hk, ok := p.lateRows(db, rp, res, rows)
+			if !ok {
+				return false
+			}
+			res.rows[u], res.hk[u] = appendRows(res.rows[u], reflect.ValueOf(lr)), append(res.hk[u], hk...)
+			break
+		}
 		tmp := reflect.New(rp.sliceTyp)
 		if !p.scanAnswer(db, rows, tmp.Interface()) {
 			return false
@@ -164,10 +186,14 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 	}
 	if res.pending[u]--; res.pending[u] == 0 && res.page != nil {
 		// a unit whose server fails part-way adds none (Partial)
-		if rp.hidden {
+		switch {
+		case rp.hidden:
 			res.page.add(u, res.rows[u], res.hk[u], res.raw[u])
 			res.hk[u], res.raw[u] = nil, nil
-		} else {
+		case rp.late:
+			res.page.add(u, res.rows[u], res.hk[u], nil)
+			res.hk[u] = nil
+		default:
 			res.page.add(u, res.rows[u], nil, nil)
 		}
 		res.rows[u] = reflect.Value{}
@@ -222,7 +248,10 @@ func (r *readResults) drop(u int) {
 	default:
 		r.rows[u] = reflect.Value{}
 		if r.hk != nil {
-			r.hk[u], r.raw[u] = nil, nil
+			r.hk[u] = nil
+		}
+		if r.raw != nil {
+			r.raw[u] = nil
 		}
 	}
 }
@@ -292,6 +321,12 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 		}
 	} else {
 		acc = res.page.page(rp.offset, rp.limit)
+	}
+	if rp.late {
+		var ok bool
+		if acc, ok = p.scanPage(db, rp, res, acc.Interface().([]lateRow)); !ok {
+			return
+		}
 	}
 	if rp.raw {
 		res.out = partials{cols: res.cols, rows: acc.Interface().([][]any)}.memRows()

@@ -51,6 +51,9 @@ type readPlan struct {
 	// (Row, Rows, Scan) instead of scanning them into a destination;
 	// shapeRows' rows are then [][]any, ordered by hidden keys.
 	raw bool
+	// late: shapeRows' rows are merged as the driver returned them and
+	// only the page is scanned (latescan.go)
+	late bool
 }
 
 // planRead plans a multi-shard read of the statement saved in s.

@@ -74,6 +74,10 @@ type Value struct {
 // Null is the NULL value.
 func Null() Value { return Value{null: true} }
 
+// Kind is the value's kind: Other for a value of no known kind (and for
+// NULL, which has none).
+func (v Value) Kind() Kind { return v.kind }
+
 // IsNull reports whether v is NULL.
 func (v Value) IsNull() bool { return v.null }
 
