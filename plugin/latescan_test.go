@@ -58,18 +58,7 @@ const talliesDDL = `CREATE TABLE %s (id bigint PRIMARY KEY %s, user_id bigint NO
 // still answers as one table does.
 func TestLateScanScansOnlyThePage(t *testing.T) {
 	ctx := context.Background()
-	e := newEnv(t, envOpts{models: []any{&Tally{}}, serial: true, before: func(e *env) {
-		snap, err := e.cat.Load(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, pl := range snap.Placements() {
-			conn := pgtest.Connect(t, e.dsn[pl.Server])
-			if _, err := conn.Exec(ctx, fmt.Sprintf(talliesDDL, pgx.Identifier{pl.Schema, "tallies"}.Sanitize(), "DEFAULT "+pgx.Identifier{pl.Schema, "next_id"}.Sanitize()+"()")); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}})
+	e := newEnv(t, envOpts{models: []any{&Tally{}}, serial: true, before: shardTables(t, talliesDDL, "tallies")})
 	plain, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 0)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
 		t.Fatal(err)

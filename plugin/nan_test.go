@@ -25,23 +25,30 @@ type Score struct {
 
 const scoresDDL = `CREATE TABLE %s (id bigint PRIMARY KEY %s, user_id bigint NOT NULL, value double precision)`
 
-// TestFloatOrderAcrossShardsMatchesOneTable orders a float column holding
-// NaN, infinities, numbers and NULL across shards and compares the rows,
-// and their order, with plain GORM on one table holding the same rows.
-func TestFloatOrderAcrossShardsMatchesOneTable(t *testing.T) {
-	ctx := context.Background()
-	e := newEnv(t, envOpts{models: []any{&Score{}}, before: func(e *env) {
+// shardTables creates table in every shard of an env before its router
+// and plugin are made, from ddl: a format with the table's name and its
+// id column's DEFAULT (the shard's next_id) as its two verbs.
+func shardTables(t *testing.T, ddl, table string) func(*env) {
+	return func(e *env) {
+		ctx := context.Background()
 		snap, err := e.cat.Load(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, pl := range snap.Placements() {
 			conn := pgtest.Connect(t, e.dsn[pl.Server])
-			if _, err := conn.Exec(ctx, fmt.Sprintf(scoresDDL, pgx.Identifier{pl.Schema, "scores"}.Sanitize(), "DEFAULT "+pgx.Identifier{pl.Schema, "next_id"}.Sanitize()+"()")); err != nil {
+			if _, err := conn.Exec(ctx, fmt.Sprintf(ddl, pgx.Identifier{pl.Schema, table}.Sanitize(), "DEFAULT "+pgx.Identifier{pl.Schema, "next_id"}.Sanitize()+"()")); err != nil {
 				t.Fatal(err)
 			}
 		}
-	}})
+	}
+}
+
+// TestFloatOrderAcrossShardsMatchesOneTable orders a float column holding
+// NaN, infinities, numbers and NULL across shards and compares the rows,
+// and their order, with plain GORM on one table holding the same rows.
+func TestFloatOrderAcrossShardsMatchesOneTable(t *testing.T) {
+	e := newEnv(t, envOpts{models: []any{&Score{}}, before: shardTables(t, scoresDDL, "scores")})
 	plainDSN := pgtest.NewDatabase(t, 0)
 	plain, err := gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
