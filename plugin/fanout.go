@@ -43,7 +43,7 @@ func (p *Plugin) readAcross(db *gorm.DB, d *decision, out **memrows.Rows) {
 		return
 	}
 	rp.raw = out != nil
-	rp.late = rp.lateScan()
+	rp.kinds, rp.late = rp.lateScan()
 	if rp.shape != shapeAggregate {
 		// each shard's empty answer is not the read's; the merge raises
 		// ErrRecordNotFound for the whole read
@@ -85,12 +85,10 @@ type readResults struct {
 	served  []string            // the servers that answered, in order, none that failed after
 	cols    []*sql.ColumnType   // rp.raw: the columns of the rows, as the first answer gave them
 	out     *memrows.Rows       // rp.raw: the merged rows
-	// rp.late: the column sets the answers came with, where each holds
-	// the ORDER BY keys (nil: not all found), and the keys (latescan.go)
+	// rp.late: the column sets the answers came with, and where each
+	// holds the ORDER BY keys (nil: not all found) (latescan.go)
 	colsets [][]*sql.ColumnType
 	keyCols [][]int
-	keys    []orderKey
-	kinds   []pgorder.Kind
 }
 
 func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResults {
@@ -114,10 +112,7 @@ func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResu
 		case rp.hidden:
 			r.hk, r.raw = make([][][]pgorder.Value, n), make([][][]any, n)
 		case rp.late:
-			r.hk, r.keys = make([][][]pgorder.Value, n), rp.keys
-			for _, k := range rp.keys {
-				r.kinds = append(r.kinds, orderKind(k))
-			}
+			r.hk = make([][][]pgorder.Value, n)
 			r.page = newPageMerger(lateRowsType, rp.keys, keep)
 		}
 	}

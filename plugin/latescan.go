@@ -39,24 +39,28 @@ var lateRowsType = reflect.TypeOf([]lateRow(nil))
 // lateScan reports whether the planned read merges its rows unscanned: a
 // read of rows into structs, with a LIMIT, ordered by fields whose raw
 // values order them as their scanned values do (or unordered), merged in
-// Go.
-func (rp *readPlan) lateScan() bool {
+// Go. It returns with it the kind of each key's raw values.
+func (rp *readPlan) lateScan() ([]pgorder.Kind, bool) {
 	if rp.shape != shapeRows || rp.raw || rp.hidden || rp.pushed < 0 || rp.pgOrder() {
-		return false
+		return nil, false
 	}
 	elem := rp.sliceTyp.Elem()
 	for elem.Kind() == reflect.Pointer {
 		elem = elem.Elem()
 	}
 	if elem.Kind() != reflect.Struct {
-		return false
+		return nil, false
 	}
-	for _, k := range rp.keys {
-		if k.field == nil || k.scalar || orderKind(k) == pgorder.Other {
-			return false
+	kinds := make([]pgorder.Kind, len(rp.keys))
+	for j, k := range rp.keys {
+		if k.field == nil || k.scalar {
+			return nil, false
+		}
+		if kinds[j] = orderKind(k); kinds[j] == pgorder.Other {
+			return nil, false
 		}
 	}
-	return true
+	return kinds, true
 }
 
 // orderKind is the kind pgorder reads from a key's field; Other where a
@@ -77,20 +81,22 @@ func orderKind(k orderKey) pgorder.Kind {
 // values: read raw where every key column is found and holds values of
 // its key's kind, else scanned now (see above).
 func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, pt partials) ([]lateRow, [][]pgorder.Value, bool) {
-	c := res.colset(pt.cols)
+	c := res.colset(rp.keys, pt.cols)
 	out := make([]lateRow, len(pt.rows))
 	hk := make([][]pgorder.Value, len(pt.rows))
 	if at := res.keyCols[c]; at != nil || len(rp.keys) == 0 {
 		ok := true
+		nk := len(rp.keys)
+		block := make([]pgorder.Value, nk*len(pt.rows)) // every row's keys, in one allocation
 		for i, row := range pt.rows {
 			out[i] = lateRow{vals: row, cols: c}
-			if len(rp.keys) == 0 {
+			if nk == 0 {
 				continue
 			}
-			kv := make([]pgorder.Value, len(rp.keys))
+			kv := block[i*nk : (i+1)*nk : (i+1)*nk]
 			for j := range rp.keys {
 				v := pgorder.FromReflect(reflect.ValueOf(row[at[j]]))
-				if !v.IsNull() && v.Kind() != res.kinds[j] {
+				if !v.IsNull() && v.Kind() != rp.kinds[j] {
 					ok = false
 					break
 				}
@@ -122,14 +128,14 @@ func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, pt partia
 // with, adding it (and where its key columns are) if it is new. Answers
 // of one read have the same columns but while a schema change is under
 // way on some of its shards.
-func (r *readResults) colset(cols []*sql.ColumnType) int {
+func (r *readResults) colset(keys []orderKey, cols []*sql.ColumnType) int {
 	for i, have := range r.colsets {
 		if sameColumns(have, cols) {
 			return i
 		}
 	}
 	r.colsets = append(r.colsets, cols)
-	r.keyCols = append(r.keyCols, keyColumns(r.keys, cols))
+	r.keyCols = append(r.keyCols, keyColumns(keys, cols))
 	return len(r.colsets) - 1
 }
 

@@ -81,6 +81,15 @@ func (m *pageMerger) add(u int, part reflect.Value, hk [][]pgorder.Value, raw []
 	}
 	sort.SliceStable(idx, func(a, b int) bool { return compareKeys(pk[idx[a]], pk[idx[b]], m.keys) < 0 })
 	have := m.rows.Len()
+	if have == m.keep && have > 0 {
+		// A full page keeps its rows unless the unit's best row goes
+		// before its last one: most answers of a read of many shards
+		// change nothing, and are not copied.
+		c := compareKeys(m.kv[have-1], pk[idx[0]], m.keys)
+		if c < 0 || c == 0 && m.unit[have-1] < u {
+			return
+		}
+	}
 	size := min(m.keep, have+n)
 	rows := reflect.MakeSlice(m.rows.Type(), 0, max(size, m.rows.Cap()))
 	units := make([]int, 0, size)

@@ -259,15 +259,29 @@ func readAll(ctx context.Context, q interface {
 	if pt.cols, err = rows.ColumnTypes(); err != nil {
 		return pt, err
 	}
+	// Each row's values are a slice of a block shared by several rows (1,
+	// 2, 4, … up to 64), scanned through one set of pointers: a read of
+	// thousands of rows allocates per block, not twice per row, and a
+	// read of one row no more than before.
+	n := len(pt.cols)
+	one := make([]any, n)
+	ptrs := make([]any, n)
+	for i := range one {
+		ptrs[i] = &one[i]
+	}
+	var block []any
+	per := 1
 	for rows.Next() {
-		vals := make([]any, len(pt.cols))
-		ptrs := make([]any, len(pt.cols))
-		for i := range vals {
-			ptrs[i] = &vals[i]
-		}
 		if err := rows.Scan(ptrs...); err != nil {
 			return pt, err
 		}
+		if len(block) < n {
+			block = make([]any, n*per)
+			per = min(2*per, 64)
+		}
+		vals := block[:n:n]
+		block = block[n:]
+		copy(vals, one)
 		pt.rows = append(pt.rows, vals)
 	}
 	if err := rows.Err(); err != nil {

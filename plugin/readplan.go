@@ -6,6 +6,8 @@ import (
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
+
+	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
 // A read of several shards goes through three stages, each done once:
@@ -53,7 +55,8 @@ type readPlan struct {
 	raw bool
 	// late: shapeRows' rows are merged as the driver returned them and
 	// only the page is scanned (latescan.go)
-	late bool
+	late  bool
+	kinds []pgorder.Kind // late: the kind of each key's raw values
 }
 
 // planRead plans a multi-shard read of the statement saved in s.

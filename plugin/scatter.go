@@ -90,10 +90,13 @@ func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) bool {
 	for j, i := range idx {
 		u.names[j] = rp.d.m.quoted[rp.d.shards[i]]
 	}
-	u.b.Grow((len(branch) + 16) * len(idx))
-	u.write()
+	// The statement is written straight into the statement's builder
+	// (the branch's text stays valid: Reset drops the buffer, it does not
+	// overwrite it), so each statement's text is allocated once.
 	stmt.SQL.Reset()
-	stmt.SQL.WriteString(u.b.String())
+	stmt.SQL.Grow((len(branch) + 16) * len(idx))
+	u.b = &stmt.SQL
+	u.write()
 	return true
 }
 
@@ -157,7 +160,7 @@ func modelColumns(stmt *gorm.Statement, m *model) []string {
 
 // union writes the text of a one-statement read of several schemas.
 type union struct {
-	b      strings.Builder
+	b      *strings.Builder
 	pieces []string // the branch's text around the first schema's name
 	names  []string // the quoted schema of each branch
 	keys   []orderKey
@@ -241,9 +244,9 @@ func (u *union) orderLimit() {
 			u.b.WriteString(", ")
 		}
 		if k.hidden {
-			u.q.QuoteTo(&u.b, k.alias)
+			u.q.QuoteTo(u.b, k.alias)
 		} else {
-			u.q.QuoteTo(&u.b, k.name)
+			u.q.QuoteTo(u.b, k.name)
 		}
 		if k.desc {
 			u.b.WriteString(" DESC")
