@@ -330,25 +330,11 @@ func postmasterPID(dataDir string) (int, error) {
 // children (backends, background workers), in /proc's clock ticks of
 // 10 ms.
 func clustersCPU(postmasters []int) time.Duration {
-	entries, _ := os.ReadDir("/proc")
 	var ticks int64
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid … utime stime: fields after the comm's ')'
-		_, rest, ok := strings.Cut(string(raw), ") ")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(rest)
+	for _, pid := range processes() {
+		f := procStat(pid)
 		if len(f) < 13 {
-			continue
+			continue // gone meanwhile
 		}
 		ppid, _ := strconv.Atoi(f[1])
 		if !slices.Contains(postmasters, pid) && !slices.Contains(postmasters, ppid) {
@@ -359,6 +345,32 @@ func clustersCPU(postmasters []int) time.Duration {
 		ticks += ut + st
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// processes lists the IDs of this machine's processes, from /proc.
+func processes() []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// procStat returns the fields of /proc/<pid>/stat after the process's
+// name (state, ppid, … utime at 11, stime at 12), nil when it is gone.
+func procStat(pid int) []string {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return nil
+	}
+	_, rest, ok := strings.Cut(string(raw), ") ") // pid (comm) state ppid …
+	if !ok {
+		return nil
+	}
+	return strings.Fields(rest)
 }
 
 // rawFirstRead measures the floor under a fresh process's first read: the

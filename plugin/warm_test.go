@@ -72,31 +72,24 @@ func resetWhenAlone(t *testing.T, dsn string) {
 
 // parentPID is the parent of process pid, from /proc.
 func parentPID(pid int) (int, error) {
-	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, err
-	}
-	_, rest, ok := strings.Cut(string(raw), ") ") // pid (comm) state ppid …
-	if f := strings.Fields(rest); ok && len(f) > 1 {
+	if f := procStat(pid); len(f) > 1 {
 		return strconv.Atoi(f[1])
 	}
-	return 0, fmt.Errorf("/proc/%d/stat: no parent in %q", pid, raw)
+	return 0, fmt.Errorf("process %d: no parent in /proc/%d/stat", pid, pid)
 }
 
 // backendsOf lists the children of postmaster but self whose process
 // title names database db ("postgres: user db host(port) state").
 func backendsOf(postmaster int, db string, self int) []string {
-	entries, _ := os.ReadDir("/proc")
 	var out []string
-	for _, d := range entries {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil || pid == self {
+	for _, pid := range processes() {
+		if pid == self {
 			continue
 		}
 		if ppid, err := parentPID(pid); err != nil || ppid != postmaster {
 			continue
 		}
-		title, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		title, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		if err != nil {
 			continue // gone meanwhile
 		}
