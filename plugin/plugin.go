@@ -30,6 +30,7 @@ type Plugin struct {
 	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
 	atomics  atomicCounters
 	log      logger.Interface // the gorm.DB's, for what happens after a commit returns
+	unions   unionTexts       // texts of recent reads across shards' statements (scatter.go)
 
 	// unionBatch is the most shards one statement of a multi-shard read
 	// covers; 0: the package's unionBatch. Tests and benchmarks set it

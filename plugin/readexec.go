@@ -260,28 +260,26 @@ func readAll(ctx context.Context, q interface {
 		return pt, err
 	}
 	// Each row's values are a slice of a block shared by several rows (1,
-	// 2, 4, … up to 64), scanned through one set of pointers: a read of
-	// thousands of rows allocates per block, not twice per row, and a
-	// read of one row no more than before.
+	// 2, 4, … up to 64), scanned into through pointers into the block: a
+	// read of thousands of rows allocates per block, not twice per row,
+	// and a read of one row no more than before.
 	n := len(pt.cols)
-	one := make([]any, n)
 	ptrs := make([]any, n)
-	for i := range one {
-		ptrs[i] = &one[i]
-	}
 	var block []any
 	per := 1
 	for rows.Next() {
-		if err := rows.Scan(ptrs...); err != nil {
-			return pt, err
-		}
 		if len(block) < n {
 			block = make([]any, n*per)
 			per = min(2*per, 64)
 		}
 		vals := block[:n:n]
 		block = block[n:]
-		copy(vals, one)
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		if err := rows.Scan(ptrs...); err != nil {
+			return pt, err
+		}
 		pt.rows = append(pt.rows, vals)
 	}
 	if err := rows.Err(); err != nil {

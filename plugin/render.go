@@ -50,6 +50,13 @@ func (p *Plugin) renderRead(db *gorm.DB, rp *readPlan) ([]readStmt, error) {
 			}
 		}
 	}
+	// The statement's SQL is the last statement's, as a read that wrote
+	// every text itself leaves it (for GORM's log), when that text was
+	// kept from an earlier read.
+	if n := len(out); n > 0 && out[n-1].sql != "" && stmt.SQL.String() != out[n-1].sql {
+		stmt.SQL.Reset()
+		stmt.SQL.WriteString(out[n-1].sql)
+	}
 	return out, nil
 }
 
@@ -62,16 +69,20 @@ func (p *Plugin) render(db *gorm.DB, rp *readPlan, u, i int, union []int) (st re
 		st.err = shardFailure(d.m, d.shards[i], err)
 		return st, false, nil
 	}
-	unioned = union != nil && p.unionSQL(db, rp, union)
+	var text string
+	if union != nil {
+		text, unioned = p.unionSQL(db, rp, union)
+	}
 	if !unioned {
 		stmt.SQL.Reset()
 		stmt.Vars = nil
 		callbacks.BuildQuerySQL(db)
+		text = stmt.SQL.String()
 	}
 	if db.Error != nil {
 		return st, false, db.Error
 	}
-	st.sql, st.vars, st.conn = stmt.SQL.String(), slices.Clone(stmt.Vars), stmt.ConnPool
+	st.sql, st.vars, st.conn = text, slices.Clone(stmt.Vars), stmt.ConnPool
 	if unioned {
 		st.shards = make([]int, len(union))
 		for j, k := range union {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
@@ -58,7 +59,7 @@ func (d *decision) units(batch int) [][]int {
 	return units
 }
 
-// unionSQL builds the one-statement read of the shards d.shards[idx]:
+// unionSQL returns the one-statement read of the shards d.shards[idx]:
 // it builds the first shard's SELECT with GORM, then repeats it for the
 // other schemas. It returns false, with the statement untouched but for
 // its built SQL, when the text cannot be repeated safely (a literal that
@@ -72,7 +73,10 @@ func (d *decision) units(batch int) [][]int {
 // or Aggregate per branch; the groups keep planning time growing with
 // the branches instead of faster (see foldGroup). An aggregate's
 // branches are each the shard's whole statement.
-func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) bool {
+//
+// The text comes from p.unions when a read of the same shape and shards
+// wrote it before; else it is written into the statement's SQL and kept.
+func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) (string, bool) {
 	stmt := db.Statement
 	u := union{keys: rp.keys, limit: rp.pushed, count: rp.shape == shapeCount, q: stmt.DB.Dialector}
 	u.fold = rp.shape != shapeAggregate && (!u.count || countsRows(stmt))
@@ -83,7 +87,11 @@ func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) bool {
 	branch, ok := buildBranch(db, u.fold, u.count, cols)
 	first := rp.d.m.quoted[rp.d.shards[idx[0]]]
 	if !ok || strings.Contains(branch, "'") || strings.Contains(branch, "$$") || !strings.Contains(branch, first) {
-		return false
+		return "", false
+	}
+	key := u.key(branch)
+	if text, ok := p.unions.get(key, rp.d, idx); ok {
+		return text, true
 	}
 	u.pieces = strings.Split(branch, first)
 	u.names = make([]string, len(idx))
@@ -97,7 +105,67 @@ func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) bool {
 	stmt.SQL.Grow((len(branch) + 16) * len(idx))
 	u.b = &stmt.SQL
 	u.write()
-	return true
+	text := stmt.SQL.String()
+	p.unions.put(key, u.names, text)
+	return text, true
+}
+
+// unionTexts keeps the texts of recent statements of reads across
+// shards. A read of 2000 shards renders 20 statements of about 15 KB;
+// the same read again (an application has a few shapes of read across
+// shards, run many times) takes them from here instead of writing and
+// allocating them anew, and pgx finds its prepared statement by the same
+// string. A text is a function of its key (the branch GORM built for the
+// unit's first schema, whether the branches fold or count, the ORDER BY
+// and LIMIT) and the unit's schemas alone, and a hit compares both, so
+// it is exact. The cache empties itself when it would hold more than
+// maxUnionBytes.
+type unionTexts struct {
+	mu    sync.Mutex
+	m     map[string]unionText
+	bytes int
+}
+
+// unionText is one statement's text and the schemas it reads, in order.
+type unionText struct {
+	names []string
+	text  string
+}
+
+// maxUnionBytes bounds the texts a plugin keeps: about 500 statements
+// of 100 shards, 25 shapes of read of 2000 shards.
+const maxUnionBytes = 8 << 20
+
+// get returns the text kept for key if it reads the schemas of
+// d.shards[idx], in that order.
+func (c *unionTexts) get(key string, d *decision, idx []int) (string, bool) {
+	c.mu.Lock()
+	e, ok := c.m[key]
+	c.mu.Unlock()
+	if !ok || len(e.names) != len(idx) {
+		return "", false
+	}
+	for j, i := range idx {
+		if e.names[j] != d.m.quoted[d.shards[i]] {
+			return "", false
+		}
+	}
+	return e.text, true
+}
+
+// put keeps text for key and names (which it owns from then on).
+func (c *unionTexts) put(key string, names []string, text string) {
+	size := len(key) + len(text) + 16*len(names)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old, ok := c.m[key]; ok {
+		c.bytes -= len(key) + len(old.text) + 16*len(old.names)
+	}
+	if c.m == nil || c.bytes+size > maxUnionBytes {
+		c.m, c.bytes = map[string]unionText{}, 0
+	}
+	c.m[key] = unionText{names: names, text: text}
+	c.bytes += size
 }
 
 // buildBranch builds the statement's SELECT with GORM, as one shard
@@ -257,6 +325,28 @@ func (u *union) orderLimit() {
 		u.b.WriteString(" LIMIT ")
 		u.b.WriteString(strconv.Itoa(u.limit))
 	}
+}
+
+// key is what a statement's text depends on besides its schemas: the
+// branch, whether the branches fold and count, and the ORDER BY and
+// LIMIT the statement writes.
+func (u *union) key(branch string) string {
+	var b strings.Builder
+	b.Grow(len(branch) + 64)
+	b.WriteString(branch)
+	b.WriteByte(0)
+	flags := byte('0')
+	if u.fold {
+		flags |= 1
+	}
+	if u.count {
+		flags |= 2
+	}
+	b.WriteByte(flags)
+	k := *u
+	k.b = &b
+	k.orderLimit()
+	return b.String()
 }
 
 // countsRows reports whether a count reads count(*) of every row the
