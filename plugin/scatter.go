@@ -155,17 +155,24 @@ func (c *unionTexts) get(key string, d *decision, idx []int) (string, bool) {
 
 // put keeps text for key and names (which it owns from then on).
 func (c *unionTexts) put(key string, names []string, text string) {
-	size := len(key) + len(text) + 16*len(names)
+	e := unionText{names: names, text: text}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.m[key]; ok {
-		c.bytes -= len(key) + len(old.text) + 16*len(old.names)
+		c.bytes -= old.size(key)
 	}
-	if c.m == nil || c.bytes+size > maxUnionBytes {
+	if c.m == nil || c.bytes+e.size(key) > maxUnionBytes {
 		c.m, c.bytes = map[string]unionText{}, 0
 	}
-	c.m[key] = unionText{names: names, text: text}
-	c.bytes += size
+	c.m[key] = e
+	c.bytes += e.size(key)
+}
+
+// size is what the entry kept under key counts against maxUnionBytes:
+// its key, its text and a string header per schema name (the names
+// themselves are the model's, shared).
+func (e unionText) size(key string) int {
+	return len(key) + len(e.text) + 16*len(e.names)
 }
 
 // buildBranch builds the statement's SELECT with GORM, as one shard

@@ -116,3 +116,44 @@ func TestUnionTextsExact(t *testing.T) {
 		}
 	}
 }
+
+// TestUnionTextsBound: the bytes the cache counts are the bytes of the
+// entries it holds, through replacements, and it never holds more than
+// maxUnionBytes: a text that would pass the bound empties it first.
+func TestUnionTextsBound(t *testing.T) {
+	var c unionTexts
+	held := func() int {
+		n := 0
+		for k, e := range c.m {
+			n += e.size(k)
+		}
+		return n
+	}
+	names := []string{`"s0001"`, `"s0002"`}
+	text := strings.Repeat("x", 1<<20)
+	cases := []struct {
+		key     string
+		text    string
+		entries int
+	}{
+		{"a", "short", 1},
+		{"a", text, 1}, // replaced: the short text no longer counts
+		{"b", text, 2},
+		{"a", "short", 2},
+	}
+	for i, tc := range cases {
+		c.put(tc.key, names, tc.text)
+		if c.bytes != held() || len(c.m) != tc.entries {
+			t.Fatalf("step %d: counts %d bytes, holds %d in %d entries, want %d entries", i, c.bytes, held(), len(c.m), tc.entries)
+		}
+	}
+	for i := range 20 {
+		c.put(fmt.Sprint("k", i), names, text)
+		if c.bytes != held() || c.bytes > maxUnionBytes {
+			t.Fatalf("after %d more: counts %d bytes, holds %d, bound %d", i+1, c.bytes, held(), maxUnionBytes)
+		}
+	}
+	if len(c.m) >= 20 {
+		t.Fatalf("holds %d texts of 1 MB: the bound of %d bytes was not applied", len(c.m), maxUnionBytes)
+	}
+}
