@@ -100,47 +100,17 @@ FROM generate_series(1, %d) AS g`
 	all := e.db.Clauses(AllShards()).Session(&gorm.Session{}) // reusable: each read starts from this statement
 	// The first read of a fresh plugin (new pools: connections and
 	// prepared statements made on the way) against a warm one, and the
-	// plugin's start-up (Use, warm-up included).
+	// plugin's start-up (Use, warm-up included): with the default
+	// configuration, and with Config.WarmUp. The same through PgBouncer
+	// is measured with the poolers below.
 	for _, r := range reads {
 		b.Run("first_read/"+r.name, func(b *testing.B) {
-			var startup, first, warm, rawFirst, rawWarm time.Duration
-			for range b.N {
-				fresh, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-				if err != nil {
-					b.Fatal(err)
-				}
-				pl := Register(Config{Router: e.r}, &Photo{}, &Like{}, &Album{})
-				t0 := time.Now()
-				if err := fresh.Use(pl); err != nil {
-					b.Fatal(err)
-				}
-				startup += time.Since(t0)
-				t0 = time.Now()
-				if err := r.fn(fresh.Clauses(AllShards())); err != nil {
-					b.Fatal(err)
-				}
-				first += time.Since(t0)
-				t0 = time.Now()
-				for range 5 {
-					if err := r.fn(fresh.Clauses(AllShards())); err != nil {
-						b.Fatal(err)
-					}
-				}
-				warm += time.Since(t0) / 5
-				_ = pl.Close()
-				if db, err := fresh.DB(); err == nil {
-					_ = db.Close()
-				}
-				f, w := rawFirstRead(b, e, r.raw, r.sum)
-				rawFirst += f
-				rawWarm += w
-			}
-			n := float64(b.N)
-			b.ReportMetric(float64(rawFirst)/float64(rawWarm), "raw-first/warm")
-			b.ReportMetric(float64(first.Microseconds())/1e3/n, "first-ms/op")
-			b.ReportMetric(float64(warm.Microseconds())/1e3/n, "warm-ms/op")
-			b.ReportMetric(float64(first)/float64(warm), "first/warm")
-			b.ReportMetric(float64(startup.Microseconds())/1e3/n, "startup-ms/op")
+			firstReads(b, e.def, Config{Router: e.r}, r.fn, func() (time.Duration, time.Duration) {
+				return rawFirstRead(b, e, r.raw, r.sum)
+			})
+		})
+		b.Run("first_read_warmup/"+r.name, func(b *testing.B) {
+			firstReads(b, e.def, Config{Router: e.r, WarmUp: true, WarmUpTimeout: -1}, r.fn, nil)
 		})
 	}
 	for _, r := range reads {
@@ -179,7 +149,7 @@ FROM generate_series(1, %d) AS g`
 				continue
 			}
 		}
-		pooled := e.throughPoolers(b, pooler.opts, pooler.mode)
+		pooled, fixed := e.throughPoolers(b, pooler.opts, pooler.mode)
 		for _, r := range reads {
 			for range 3 {
 				_ = r.fn(pooled)
@@ -187,6 +157,11 @@ FROM generate_series(1, %d) AS g`
 			}
 			b.Run(r.name+"/"+pooler.name, func(b *testing.B) {
 				pairedReads(b, shards, func() error { return r.fn(pooled) }, func() error { return r.fn(plain) })
+			})
+			// A fresh process behind the same poolers: its first read
+			// meets server connections other processes warmed.
+			b.Run("first_read_"+pooler.name+"/"+r.name, func(b *testing.B) {
+				firstReads(b, e.def, Config{Router: fixed, PreparedReads: pooler.mode, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, r.fn, nil)
 			})
 		}
 	}
@@ -227,7 +202,7 @@ func pairedReads(b *testing.B, shards int, sharded, plain func() error) {
 // application DSNs go through PgBouncers started with opts in front of
 // the test clusters (their admin DSNs stay direct), reading with mode,
 // scoped to every shard. The PgBouncers stop when the benchmark ends.
-func (e *env) throughPoolers(b *testing.B, opts pgbouncer.Options, mode PreparedReads) *gorm.DB {
+func (e *env) throughPoolers(b *testing.B, opts pgbouncer.Options, mode PreparedReads) (*gorm.DB, *router.Router) {
 	b.Helper()
 	snap := e.r.Snapshot()
 	bouncers := map[string]*pgbouncer.Bouncer{}
@@ -264,7 +239,57 @@ func (e *env) throughPoolers(b *testing.B, opts pgbouncer.Options, mode Prepared
 			_ = sdb.Close()
 		}
 	})
-	return db.Clauses(AllShards()).Session(&gorm.Session{})
+	return db.Clauses(AllShards()).Session(&gorm.Session{}), fixed
+}
+
+// firstReads times, b.N times, a freshly opened plugin configured by
+// cfg on a gorm.DB opened on dsn: its start-up (Use), its first read across
+// shards and the mean of the five warm reads after it; raw, when given,
+// times the same in plain SQL on a fresh connection.
+func firstReads(b *testing.B, dsn string, cfg Config, read func(db *gorm.DB) error, raw func() (first, warm time.Duration)) {
+	b.Helper()
+	var startup, first, warm, rawFirst, rawWarm time.Duration
+	for range b.N {
+		fresh, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		pl := Register(cfg, &Photo{}, &Like{}, &Album{})
+		t0 := time.Now()
+		if err := fresh.Use(pl); err != nil {
+			b.Fatal(err)
+		}
+		startup += time.Since(t0)
+		t0 = time.Now()
+		if err := read(fresh.Clauses(AllShards())); err != nil {
+			b.Fatal(err)
+		}
+		first += time.Since(t0)
+		t0 = time.Now()
+		for range 5 {
+			if err := read(fresh.Clauses(AllShards())); err != nil {
+				b.Fatal(err)
+			}
+		}
+		warm += time.Since(t0) / 5
+		_ = pl.Close()
+		if db, err := fresh.DB(); err == nil {
+			_ = db.Close()
+		}
+		if raw != nil {
+			f, w := raw()
+			rawFirst += f
+			rawWarm += w
+		}
+	}
+	n := float64(b.N)
+	if raw != nil {
+		b.ReportMetric(float64(rawFirst)/float64(rawWarm), "raw-first/warm")
+	}
+	b.ReportMetric(float64(first.Microseconds())/1e3/n, "first-ms/op")
+	b.ReportMetric(float64(warm.Microseconds())/1e3/n, "warm-ms/op")
+	b.ReportMetric(float64(first)/float64(warm), "first/warm")
+	b.ReportMetric(float64(startup.Microseconds())/1e3/n, "startup-ms/op")
 }
 
 // namedReads makes the plugin's reads across shards run named or unnamed

@@ -149,14 +149,21 @@ func init() {
 			From:    "scatter",
 			Columns: []string{"first read of a freshly opened plugin", "first", "warm", "first / warm", "the same in plain SQL on a fresh connection to one server, first / warm", "the plugin's start-up (`db.Use`, warm-up included)"},
 			Rows: []Row{
-				firstReadRow("ordered (`LIMIT 50`)", "order_by_id_desc_limit_50"),
-				firstReadRow("`COUNT(*)`", "count"),
+				firstReadRow("ordered (`LIMIT 50`), direct, the default", "first_read/order_by_id_desc_limit_50", true),
+				firstReadRow("`COUNT(*)`, direct, the default", "first_read/count", true),
+				firstReadRow("ordered, direct, `WarmUp: true`", "first_read_warmup/order_by_id_desc_limit_50", false),
+				firstReadRow("`COUNT(*)`, direct, `WarmUp: true`", "first_read_warmup/count", false),
+				firstReadRow("ordered, through PgBouncer 1.24, prepared", "first_read_pgbouncer_prepared/order_by_id_desc_limit_50", false),
+				firstReadRow("`COUNT(*)`, through PgBouncer 1.24, prepared", "first_read_pgbouncer_prepared/count", false),
+				firstReadRow("ordered, through PgBouncer 1.18, unnamed", "first_read_pgbouncer_fallback/order_by_id_desc_limit_50", false),
+				firstReadRow("`COUNT(*)`, through PgBouncer 1.18, unnamed", "first_read_pgbouncer_fallback/count", false),
 			},
 			Notes: []string{"Start-up warms nothing unless `Config.WarmUp` asks (a fleet of processes starting at once is the cost it saves: " +
 				"[scale](scale.md)), so the first read opens a connection to each server, reads its shard tables' catalog entries for the first time " +
 				"and prepares its statements; warm reads reuse all three. The plain-SQL column is the floor under the first: a new server backend " +
 				"reads the catalog entries of each table it touches once, whatever the client sends, so on direct connections no client can bring a " +
-				"fresh process's first read within a few times a warm one; a warm backend can (`Config.WarmUp` at start-up, or a pooler's server connections, which outlive app processes)."},
+				"fresh process's first read within a few times a warm one; a warm backend can: `Config.WarmUp` at start-up (its cost moves into the start-up column), " +
+				"or a pooler's server connections, which outlive app processes (the pooled rows: a fresh process behind PgBouncers that earlier reads warmed)."},
 		},
 	)
 }
@@ -181,9 +188,15 @@ func scatterCPURow(label, read string) Row {
 	return row
 }
 
-func firstReadRow(label, read string) Row {
-	return Row{Label: label, Bench: "BenchmarkScatter/first_read/" + read, Cells: []string{
-		"{. first-ms/op} ms", "{. warm-ms/op} ms", "{. first/warm}×", "{. raw-first/warm}×", "{. startup-ms/op /1e3} s",
+// firstReadRow is a row of first reads measured by the sub-benchmark
+// sub; raw says whether it timed the same in plain SQL as well.
+func firstReadRow(label, sub string, raw bool) Row {
+	rawCell := "—"
+	if raw {
+		rawCell = "{. raw-first/warm}×"
+	}
+	return Row{Label: label, Bench: "BenchmarkScatter/" + sub, Cells: []string{
+		"{. first-ms/op} ms", "{. warm-ms/op} ms", "{. first/warm}×", rawCell, "{. startup-ms/op /1e3} s",
 	}}
 }
 
