@@ -169,9 +169,12 @@ FROM generate_series(1, %d) AS g`
 }
 
 // pairedReads times a read of every shard paired with the plain table's
-// in every iteration, and then the CPU each takes.
+// in every iteration, and then the CPU each takes. The ratio is of the
+// means; median-ratio is of the medians, which a few reads slowed by
+// whatever else the machine runs move less (the plain read, under a
+// millisecond, swings most).
 func pairedReads(b *testing.B, shards int, sharded, plain func() error) {
-	var ts, tp time.Duration
+	ts, tp := make([]time.Duration, b.N), make([]time.Duration, b.N)
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
 		if err := sharded(); err != nil {
@@ -181,11 +184,18 @@ func pairedReads(b *testing.B, shards int, sharded, plain func() error) {
 		if err := plain(); err != nil {
 			b.Fatal(err)
 		}
-		ts, tp = ts+t1.Sub(t0), tp+time.Since(t1)
+		ts[i], tp[i] = t1.Sub(t0), time.Since(t1)
 	}
-	b.ReportMetric(float64(ts.Microseconds())/float64(b.N), "sharded-µs/op")
-	b.ReportMetric(float64(tp.Microseconds())/float64(b.N), "plain-µs/op")
-	b.ReportMetric(float64(ts)/float64(tp), "ratio")
+	sum := func(d []time.Duration) (t time.Duration) {
+		for _, x := range d {
+			t += x
+		}
+		return t
+	}
+	b.ReportMetric(float64(sum(ts).Microseconds())/float64(b.N), "sharded-µs/op")
+	b.ReportMetric(float64(sum(tp).Microseconds())/float64(b.N), "plain-µs/op")
+	b.ReportMetric(float64(sum(ts))/float64(sum(tp)), "ratio")
+	b.ReportMetric(float64(median(ts))/float64(median(tp)), "median-ratio")
 	// CPU spent per read, by this process and by the test clusters'
 	// processes: the wall-clock ratio above swings with whatever else
 	// this machine runs, the CPU each side takes much less.
@@ -451,4 +461,15 @@ func rawFirstRead(b *testing.B, e *env, one func(schema string) string, sum stri
 		warm += run() / 5
 	}
 	return first, warm
+}
+
+// median is the middle of d (the mean of the two middle ones for an
+// even count); it sorts d.
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	n := len(d)
+	if n%2 == 1 {
+		return d[n/2]
+	}
+	return (d[n/2-1] + d[n/2]) / 2
 }
