@@ -53,6 +53,18 @@ var (
 	// taken as down: fix the server's DSN or the pooler's configuration,
 	// and the next statement uses it.
 	ErrServerConfig = errors.New("server refused the connection for a configuration reason")
+	// ErrServerLockSpace reports a read across shards that a server
+	// refused because its lock table was full ("out of shared memory",
+	// SQLSTATE 53200, with Postgres's hint to raise
+	// max_locks_per_transaction). Each statement of such a read locks the
+	// table and the index of every shard it reads until it ends, about 200
+	// locks for a statement of 100 shards, and a server's lock table holds
+	// about max_locks_per_transaction × (max_connections +
+	// max_prepared_transactions) locks for all its sessions at once. The
+	// error names the server and wraps the driver's. Raise
+	// max_locks_per_transaction on the server (it takes a restart), or run
+	// fewer reads across shards at once; retrying later may succeed.
+	ErrServerLockSpace = errors.New("server's lock table is full: raise max_locks_per_transaction on the server, or run fewer reads across shards at once")
 	// ErrNotInitialized reports a statement on a gorm.DB whose plugin
 	// failed to initialize: db.Use returned an error (wrapped here) that
 	// was not handled. Fix the cause and check db.Use's error.

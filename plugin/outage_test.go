@@ -27,8 +27,14 @@ import (
 // it with the envOpts.dsnOf that places b there.
 func ownClusterForB(t *testing.T) (*pglocal.Cluster, func(string) string) {
 	t.Helper()
+	return ownClusterForBWith(t, pglocal.Options{})
+}
+
+// ownClusterForBWith is ownClusterForB with the cluster started by opts.
+func ownClusterForBWith(t *testing.T, opts pglocal.Options) (*pglocal.Cluster, func(string) string) {
+	t.Helper()
 	set := pgtest.Set(t)
-	c, err := set.Add(context.Background(), pglocal.Options{})
+	c, err := set.Add(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,7 +191,19 @@ func (p *Plugin) runStmt(parent context.Context, st *readStmt, table string) (pa
 			err = &ServerError{Server: st.server, Shards: slices.Clone(st.shards), Table: table, Err: fmt.Errorf("no answer within %v: %w", limit, err)}
 		}
 	}
+	if lockSpace(err) {
+		err = fmt.Errorf("shardkit: server %s: a statement reading %d shards of %s: %w: %w", st.server, len(st.shards), table, ErrServerLockSpace, err)
+	}
 	return rows, err
+}
+
+// lockSpace reports whether err is a server's refusal of a lock for want
+// of room in its lock table: "out of shared memory" (53200) with the hint
+// Postgres gives then. The same code with another hint (predicate locks,
+// say) is some other shortage, left as it is.
+func lockSpace(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "53200" && strings.Contains(pe.Hint, "max_locks_per_transaction")
 }
 
 // statementBound returns the context a statement runs under: parent,
