@@ -465,7 +465,7 @@ func rawFirstRead(b *testing.B, e *env, one func(schema string) string, sum stri
 
 // median is the middle of d (the mean of the two middle ones for an
 // even count); it sorts d.
-func median(d []time.Duration) time.Duration {
+func median[T ~int64 | ~float64](d []T) T {
 	slices.Sort(d)
 	n := len(d)
 	if n%2 == 1 {

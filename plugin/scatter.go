@@ -156,16 +156,17 @@ func (c *unionTexts) get(key string, d *decision, idx []int) (string, bool) {
 // put keeps text for key and names (which it owns from then on).
 func (c *unionTexts) put(key string, names []string, text string) {
 	e := unionText{names: names, text: text}
+	size := e.size(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old, ok := c.m[key]; ok {
 		c.bytes -= old.size(key)
 	}
-	if c.m == nil || c.bytes+e.size(key) > maxUnionBytes {
+	if c.m == nil || c.bytes+size > maxUnionBytes {
 		c.m, c.bytes = map[string]unionText{}, 0
 	}
 	c.m[key] = e
-	c.bytes += e.size(key)
+	c.bytes += size
 }
 
 // size is what the entry kept under key counts against maxUnionBytes:
