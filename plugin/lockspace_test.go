@@ -36,10 +36,13 @@ func TestLockSpacePredicate(t *testing.T) {
 
 // TestReadAcrossShardsLockSpace fills server b's lock table (advisory locks
 // held by another session, Postgres's smallest max_locks_per_transaction)
-// and reads every shard: the read fails with ErrServerLockSpace naming the
-// server, wrapping Postgres's own error, while a read of one of b's shards
-// (a few locks, which a backend takes without the shared table) still
-// runs; with the locks released the same read across shards runs again.
+// but for a few entries, and reads every shard: the read, whose statement
+// on b needs more entries than are left, fails with ErrServerLockSpace
+// naming the server and wrapping Postgres's own error, while a read of one
+// of b's shards, which needs few, still runs in the room left; with the
+// locks released the same read across shards runs again. (A table full to
+// the last entry fails nearly everything on the server, new connections
+// and reads of one table too: docs/operations.md.)
 func TestReadAcrossShardsLockSpace(t *testing.T) {
 	ctx := context.Background()
 	_, dsnOf := ownClusterForBWith(t, pglocal.Options{Settings: map[string]string{
