@@ -144,7 +144,9 @@ func init() {
 			Notes: []string{"Each ratio is of the mean clock times of 20 reads of each side, paired read by read; in brackets, of their medians, " +
 				"which the few reads slowed by whatever else the machine runs move less (the plain read, under a millisecond, swings most).",
 				"A warm read by the default batching costs {BenchmarkScatter/order_by_id_desc_limit_50/union_100 server-cpu-µs/shard} µs " +
-					"(ordered) and {BenchmarkScatter/count/union_100 server-cpu-µs/shard} µs (`COUNT(*)`) of server CPU per shard, Postgres's own per-table work."},
+					"(ordered) and {BenchmarkScatter/count/union_100 server-cpu-µs/shard} µs (`COUNT(*)`) of server CPU per shard, Postgres's own per-table work.",
+				"The unnamed column runs on new server connections, as a deployment that never prepares has them: a backend that held named plans " +
+					"first plans each unnamed statement of 100 tables with 1.4–5× the CPU, by what a page fault costs the machine ([operations](operations.md#server-settings-for-thousands-of-schemas), glibc's heap trimming)."},
 		},
 		Figure{
 			Name:    "scatter-first-read",
