@@ -134,6 +134,15 @@ func (p *holdProxy) close() {
 	}
 }
 
+// heldConnectTimeout is the ConnectTimeout of the tests that hold b's
+// startups. Their every statement dials anew (MaxIdleConns -1), a's too,
+// and only b's held startups may outlast the bound. At 100 ms a dial of
+// a's 127.0.0.1 port timed out once in the setup, while make test ran the
+// plugin's plain and race suites beside a busy loop on two cores; the
+// kernel counted no listen overflow or drop, so the connection was made
+// and the test process saw it late.
+const heldConnectTimeout = time.Second
+
 // TestSlowStartupIsBackpressure puts server b behind a proxy that accepts
 // its connections and holds their startup for longer than ConnectTimeout,
 // as a server saturated by a fleet's session starts does, and checks what
@@ -145,7 +154,7 @@ func (p *holdProxy) close() {
 // throughout. Then the proxy's port closes (refused, as a stopped
 // server's): that is an outage, reported at once and taking b down.
 func TestSlowStartupIsBackpressure(t *testing.T) {
-	const connectTimeout = 100 * time.Millisecond
+	const connectTimeout = heldConnectTimeout
 	const maxConnecting = 2
 	var proxy *holdProxy
 	e := newEnv(t, envOpts{
@@ -268,7 +277,7 @@ func TestFrozenStartupIsAnOutage(t *testing.T) {
 			e := newEnv(t, envOpts{
 				appDSN: holdB(t, &proxy),
 				cfg: func(c *Config) {
-					c.ConnectTimeout = 100 * time.Millisecond
+					c.ConnectTimeout = heldConnectTimeout
 					c.StatementTimeout = tt.statementTimeout
 					c.unboundedStartup = tt.startupBound
 					c.ServerRetry = time.Hour // no retry within the test
