@@ -309,13 +309,23 @@ func firstReads(b *testing.B, dsn string, cfg Config, read func(db *gorm.DB) err
 // on every server, as PreparedReads would.
 func (e *env) namedReads(t testing.TB, on bool) {
 	t.Helper()
+	for _, srv := range e.serverPools(t) {
+		srv.named = on
+	}
+}
+
+// serverPools returns the plugin's pool of each of the env's servers.
+func (e *env) serverPools(t testing.TB) []*serverDB {
+	t.Helper()
+	var out []*serverDB
 	for _, s := range e.servers {
 		srv, err := e.p.pools.get(e.r.Snapshot(), s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		srv.named = on
+		out = append(out, srv)
 	}
+	return out
 }
 
 // freshConns closes the idle connections of the plugin's server pools,
@@ -328,11 +338,7 @@ func (e *env) namedReads(t testing.TB, on bool) {
 // (docs/operations.md), which is not what such a deployment pays.
 func (e *env) freshConns(t testing.TB) {
 	t.Helper()
-	for _, s := range e.servers {
-		srv, err := e.p.pools.get(e.r.Snapshot(), s)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, srv := range e.serverPools(t) {
 		srv.SetMaxIdleConns(0)
 		srv.SetMaxIdleConns(max(e.p.cfg.MaxIdleConns, 0))
 	}
