@@ -41,20 +41,8 @@ func BenchmarkScatter(b *testing.B) {
 	const shards, perShard = 2000, 20
 	e := newEnv(b, envOpts{shards: shards, four: true, noIDs: true})
 	ctx := context.Background()
-	layout := e.r.Snapshot().Layout
-	// Seed: perShard rows in each shard (users shard+2000k), IDs composed
-	// as the plugin would; the plain table gets the same rows.
-	const rowsSQL = `SELECT ((%d::bigint + g) << 23) | (%d::bigint << 10) | 1, %d::bigint + 2000 * g, 'c' || g, g %% 7
-FROM generate_series(1, %d) AS g`
-	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() - layout.EpochMs
-	snap := e.r.Snapshot()
-	for s := 0; s < shards; s++ {
-		pl, _ := snap.Placement(s)
-		e.rawExec(b, pl.Server, fmt.Sprintf("INSERT INTO %s.photos (id, user_id, caption, likes) "+rowsSQL, router.SchemaName(s), base, s, s, perShard))
-	}
-	for _, name := range e.servers {
-		e.rawExec(b, name, "ANALYZE")
-	}
+	base := seedScatter(b, e, perShard)
+	// The plain table gets the same rows.
 	plainDSN := pgtest.NewDatabase(b, 0)
 	pgtest.Exec(b, plainDSN, `CREATE TABLE photos (id bigint PRIMARY KEY, user_id bigint NOT NULL, caption text NOT NULL DEFAULT '',
 		likes integer NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now());
@@ -169,6 +157,25 @@ FROM generate_series(1, %d) AS g`
 		}
 	}
 	_ = ctx
+}
+
+// seedScatter puts perShard photos in each of the env's shards (users
+// shard+2000k, IDs composed as the plugin would: time base+1 … base+perShard)
+// and analyzes the servers. It returns base.
+func seedScatter(b *testing.B, e *env, perShard int) int64 {
+	b.Helper()
+	snap := e.r.Snapshot()
+	const rowsSQL = `SELECT ((%d::bigint + g) << 23) | (%d::bigint << 10) | 1, %d::bigint + 2000 * g, 'c' || g, g %% 7
+FROM generate_series(1, %d) AS g`
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixMilli() - snap.Layout.EpochMs
+	for s := 0; s < e.shards; s++ {
+		pl, _ := snap.Placement(s)
+		e.rawExec(b, pl.Server, fmt.Sprintf("INSERT INTO %s.photos (id, user_id, caption, likes) "+rowsSQL, router.SchemaName(s), base, s, s, perShard))
+	}
+	for _, name := range e.servers {
+		e.rawExec(b, name, "ANALYZE")
+	}
+	return base
 }
 
 // pairedReads times a read of every shard paired with the plain table's
