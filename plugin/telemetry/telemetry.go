@@ -204,6 +204,7 @@ const (
 	TypeServerUnavailable = "server_unavailable" // plugin.ErrServerUnavailable
 	TypeShardMoved        = "shard_moved"        // plugin.ErrShardMoved
 	TypeFenceTimeout      = "fence_timeout"      // plugin.ErrShardFenced
+	TypeServerLockSpace   = "server_lock_space"  // plugin.ErrServerLockSpace: raise the server's max_locks_per_transaction
 	TypeRefused           = "refused"            // the plugin refused the statement
 	TypeOther             = "other"
 )
@@ -220,6 +221,8 @@ func ErrorType(err error) string {
 		return TypeShardMoved
 	case errors.Is(err, plugin.ErrShardFenced):
 		return TypeFenceTimeout
+	case errors.Is(err, plugin.ErrServerLockSpace):
+		return TypeServerLockSpace
 	case errors.Is(err, plugin.ErrMissingShardKey), errors.Is(err, plugin.ErrCrossShard),
 		errors.Is(err, plugin.ErrUnroutableSQL), errors.Is(err, plugin.ErrIDShardMismatch),
 		errors.Is(err, plugin.ErrShardKeyChange), errors.Is(err, plugin.ErrNotInitialized):

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -35,6 +36,9 @@ func TestErrorType(t *testing.T) {
 		{"missing key", &plugin.ShardError{Shard: -1, Err: plugin.ErrMissingShardKey}, TypeRefused},
 		{"unroutable", plugin.ErrUnroutableSQL, TypeRefused},
 		{"cross shard", plugin.ErrCrossShard, TypeRefused},
+		{"lock space", fmt.Errorf("shardkit: server a: a statement reading 100 shards of photos: %w: %w", plugin.ErrServerLockSpace,
+			&pgconn.PgError{Code: "53200", Message: "out of shared memory", Hint: "You might need to increase max_locks_per_transaction."}), TypeServerLockSpace},
+		{"out of shared memory, no hint", &pgconn.PgError{Code: "53200", Message: "out of shared memory"}, TypeOther},
 		{"other", errors.New("duplicate key"), TypeOther},
 	}
 	for _, c := range cases {
