@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -31,14 +30,20 @@ import (
 //     transaction: every statement's locks held until the last ends, as
 //     a pgx Batch does).
 //
-// Each reports clock, client and server CPU per read; the modes run in
-// three interleaved rounds.
+// Each is paired read by read with the same read of one unsharded table
+// of the same rows (plain GORM), as BenchmarkScatter's are, and reports
+// the same metrics: the ratio of clock times, client and server CPU per
+// read. The modes run in three interleaved rounds.
 //
 //	go test ./plugin -run '^$' -bench BenchmarkScatterLayers -benchtime 100x
 func BenchmarkScatterLayers(b *testing.B) {
 	const shards, perShard, limit = 2000, 20, 50
 	e := newEnv(b, envOpts{shards: shards, four: true, noIDs: true})
-	seedScatter(b, e, perShard)
+	plain := seedScatter(b, e, perShard)
+	plainRead := func() error {
+		var ps []Photo
+		return plain.Order("id desc").Limit(limit).Find(&ps).Error
+	}
 	ctx := context.Background()
 	all := e.db.Clauses(AllShards()).Session(&gorm.Session{})
 	read := func() error {
@@ -215,21 +220,13 @@ func BenchmarkScatterLayers(b *testing.B) {
 			if err := m.fn(); err != nil {
 				b.Fatalf("%s: %v", m.name, err)
 			}
+			_ = plainRead()
 		}
 	}
 	for round := range 3 {
 		for _, m := range modes {
 			b.Run(fmt.Sprintf("%s/round_%d", m.name, round), func(b *testing.B) {
-				t0 := time.Now()
-				for range b.N {
-					if err := m.fn(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(float64(time.Since(t0).Microseconds())/float64(b.N), "µs/read")
-				c := measureCPU(b, cpuReads, m.fn)
-				b.ReportMetric(float64(c.client.Microseconds()), "client-cpu-µs/read")
-				b.ReportMetric(float64(c.server.Microseconds()), "server-cpu-µs/read")
+				pairedReads(b, shards, m.fn, plainRead)
 			})
 		}
 	}

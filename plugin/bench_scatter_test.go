@@ -41,19 +41,7 @@ func BenchmarkScatter(b *testing.B) {
 	const shards, perShard = 2000, 20
 	e := newEnv(b, envOpts{shards: shards, four: true, noIDs: true})
 	ctx := context.Background()
-	base := seedScatter(b, e, perShard)
-	// The plain table gets the same rows.
-	plainDSN := pgtest.NewDatabase(b, 0)
-	pgtest.Exec(b, plainDSN, `CREATE TABLE photos (id bigint PRIMARY KEY, user_id bigint NOT NULL, caption text NOT NULL DEFAULT '',
-		likes integer NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now());
-		CREATE INDEX photos_user_id ON photos (user_id, id DESC)`)
-	pgtest.Exec(b, plainDSN, fmt.Sprintf(`INSERT INTO photos (id, user_id, caption, likes)
-		SELECT ((%d::bigint + g) << 23) | (s::bigint << 10) | 1, s + 2000 * g, 'c' || g, g %% 7
-		FROM generate_series(0, %d) AS s, generate_series(1, %d) AS g; ANALYZE photos`, base, shards-1, perShard))
-	plain, err := gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	plain := seedScatter(b, e, perShard)
 	reads := []struct {
 		name string
 		fn   func(db *gorm.DB) error
@@ -161,8 +149,9 @@ func BenchmarkScatter(b *testing.B) {
 
 // seedScatter puts perShard photos in each of the env's shards (users
 // shard+2000k, IDs composed as the plugin would: time base+1 … base+perShard)
-// and analyzes the servers. It returns base.
-func seedScatter(b *testing.B, e *env, perShard int) int64 {
+// and analyzes the servers, and returns plain GORM on one unsharded table
+// of the same rows, in a database of its own on the first cluster.
+func seedScatter(b *testing.B, e *env, perShard int) *gorm.DB {
 	b.Helper()
 	snap := e.r.Snapshot()
 	const rowsSQL = `SELECT ((%d::bigint + g) << 23) | (%d::bigint << 10) | 1, %d::bigint + 2000 * g, 'c' || g, g %% 7
@@ -175,7 +164,18 @@ FROM generate_series(1, %d) AS g`
 	for _, name := range e.servers {
 		e.rawExec(b, name, "ANALYZE")
 	}
-	return base
+	plainDSN := pgtest.NewDatabase(b, 0)
+	pgtest.Exec(b, plainDSN, `CREATE TABLE photos (id bigint PRIMARY KEY, user_id bigint NOT NULL, caption text NOT NULL DEFAULT '',
+		likes integer NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now());
+		CREATE INDEX photos_user_id ON photos (user_id, id DESC)`)
+	pgtest.Exec(b, plainDSN, fmt.Sprintf(`INSERT INTO photos (id, user_id, caption, likes)
+		SELECT ((%d::bigint + g) << 23) | (s::bigint << 10) | 1, s + 2000 * g, 'c' || g, g %% 7
+		FROM generate_series(0, %d) AS s, generate_series(1, %d) AS g; ANALYZE photos`, base, e.shards-1, perShard))
+	plain, err := gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return plain
 }
 
 // pairedReads times a read of every shard paired with the plain table's
