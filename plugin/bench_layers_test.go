@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"golang.org/x/sync/errgroup"
 	"gorm.io/gorm"
 )
 
@@ -101,22 +102,23 @@ func BenchmarkScatterLayers(b *testing.B) {
 		b.Cleanup(func() { _ = db.Close() })
 		dbs[j] = db
 	}
-	// perServer runs fn for each server at once and returns the rows
-	// they read.
+	// perServer runs fn for each server at once and checks that they
+	// read every row the statements return.
 	perServer := func(fn func(j int) (int, error)) error {
-		var wg sync.WaitGroup
+		var g errgroup.Group
 		rows := make([]int, len(servers))
-		errs := make([]error, len(servers))
 		for j := range servers {
-			wg.Go(func() { rows[j], errs[j] = fn(j) })
+			g.Go(func() (err error) {
+				rows[j], err = fn(j)
+				return err
+			})
 		}
-		wg.Wait()
+		if err := g.Wait(); err != nil {
+			return err
+		}
 		n := 0
-		for j := range servers {
-			if errs[j] != nil {
-				return errs[j]
-			}
-			n += rows[j]
+		for _, k := range rows {
+			n += k
 		}
 		if n != wantRows {
 			return fmt.Errorf("%d rows, want %d", n, wantRows)

@@ -40,7 +40,6 @@ import (
 func BenchmarkScatter(b *testing.B) {
 	const shards, perShard = 2000, 20
 	e := newEnv(b, envOpts{shards: shards, four: true, noIDs: true})
-	ctx := context.Background()
 	plain := seedScatter(b, e, perShard)
 	reads := []struct {
 		name string
@@ -144,7 +143,6 @@ func BenchmarkScatter(b *testing.B) {
 			})
 		}
 	}
-	_ = ctx
 }
 
 // seedScatter puts perShard photos in each of the env's shards (users
