@@ -29,8 +29,9 @@ type Plugin struct {
 	observed atomic.Bool  // keep routing decisions for Routed (see Observe)
 	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
 	atomics  atomicCounters
-	log      logger.Interface // the gorm.DB's, for what happens after a commit returns
-	unions   unionTexts       // texts of recent reads across shards' statements (scatter.go)
+	log      logger.Interface          // the gorm.DB's, for what happens after a commit returns
+	unions   unionTexts                // texts of recent reads across shards' statements (scatter.go)
+	every    atomic.Pointer[placedAll] // the last snapshot's shards, placed, for reads of every shard (decide.go)
 
 	// unionBatch is the most shards one statement of a multi-shard read
 	// covers; 0: the package's unionBatch. Tests and benchmarks set it
