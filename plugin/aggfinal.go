@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -85,7 +84,7 @@ func (ap *aggPlan) finishReason(kinds []pgorder.Kind) string {
 // server of the read (see onOneServer) and returns the answer's rows.
 func (p *Plugin) finishInPostgres(ctx context.Context, rp *readPlan, parts []partials, served []string) (*memrows.Rows, error) {
 	ap := rp.agg
-	var cols []*sql.ColumnType
+	var cols []memrows.Column
 	var rows [][]any
 	for _, pt := range parts {
 		if cols == nil {
@@ -117,10 +116,10 @@ func (p *Plugin) finishInPostgres(ctx context.Context, rp *readPlan, parts []par
 	return out.memRows(), nil
 }
 
-func (ap *aggPlan) kinds(cols []*sql.ColumnType) []pgorder.Kind {
+func (ap *aggPlan) kinds(cols []memrows.Column) []pgorder.Kind {
 	kinds := make([]pgorder.Kind, len(cols))
 	for i, c := range cols {
-		kinds[i] = pgorder.KindOf(c.DatabaseTypeName())
+		kinds[i] = pgorder.KindOf(c.DBType)
 	}
 	return kinds
 }
@@ -130,7 +129,7 @@ func (ap *aggPlan) kinds(cols []*sql.ColumnType) []pgorder.Kind {
 // expression's only where every text column of the table is in byte
 // order, since the plugin does not know which collation Postgres derives
 // for it.
-func (ap *aggPlan) collations(ctx context.Context, m *model, cols []*sql.ColumnType) ([]*collation, error) {
+func (ap *aggPlan) collations(ctx context.Context, m *model, cols []memrows.Column) ([]*collation, error) {
 	out := make([]*collation, len(cols))
 	kinds := ap.kinds(cols)
 	of := func(i int, col, expr string) error {
@@ -173,10 +172,10 @@ func (ap *aggPlan) collations(ctx context.Context, m *model, cols []*sql.ColumnT
 //	SELECT [DISTINCT] items FROM (SELECT c0 [COLLATE …] AS c0, … FROM
 //	unnest($1::T0[], …) AS u(c0, …)) AS t [GROUP BY keys] [HAVING …]
 //	[ORDER BY …] [LIMIT n] [OFFSET m]
-func (ap *aggPlan) finishStatement(cols []*sql.ColumnType, rows [][]any, colls []*collation) (string, []any, error) {
+func (ap *aggPlan) finishStatement(cols []memrows.Column, rows [][]any, colls []*collation) (string, []any, error) {
 	nk := len(ap.keys) + len(ap.dkeys)
 	for _, it := range ap.items {
-		if (it.fn == aggSum || it.fn == aggAvg) && cols[nk+it.part].DatabaseTypeName() == "FLOAT4" {
+		if (it.fn == aggSum || it.fn == aggAvg) && cols[nk+it.part].DBType == "FLOAT4" {
 			// Each shard's partial sum is rounded to real's 24 bits, which
 			// one table's avg (accumulated in double precision) is not.
 			return "", nil, refuseAgg("%s of real across shards: each shard's partial sum is rounded to real's precision (about 1e-7), one table's is not; cast the column to double precision (%s(col::float8)), or scope the query to one shard", it.name, it.name)
@@ -186,9 +185,9 @@ func (ap *aggPlan) finishStatement(cols []*sql.ColumnType, rows [][]any, colls [
 	args := make([]any, 0, len(cols)+4)
 	var inner, arrays, names []string
 	for i, ct := range cols {
-		arr, typ, err := columnArray(ct.DatabaseTypeName(), rows, i)
+		arr, typ, err := columnArray(ct.DBType, rows, i)
 		if err != nil {
-			return "", nil, refuseAgg("column %s of type %s cannot be finished in Postgres across shards: %v; scope the query to one shard", ct.Name(), ct.DatabaseTypeName(), err)
+			return "", nil, refuseAgg("column %s of type %s cannot be finished in Postgres across shards: %v; scope the query to one shard", ct.Name, ct.DBType, err)
 		}
 		args = append(args, arr)
 		c := "c" + strconv.Itoa(i)
@@ -278,7 +277,7 @@ func (ap *aggPlan) finishStatement(cols []*sql.ColumnType, rows [][]any, colls [
 // integer sums a bigint (a numeric's and a float's keep their type), an
 // average the sum of sums over the sum of counts (numeric, or double
 // precision for floats), as Postgres's own final functions compute it.
-func (ap *aggPlan) finalSQL(i int, cols []*sql.ColumnType) string {
+func (ap *aggPlan) finalSQL(i int, cols []memrows.Column) string {
 	it := ap.items[i]
 	nk := len(ap.keys) + len(ap.dkeys)
 	c := func(j int) string { return "t.c" + strconv.Itoa(j) }
@@ -292,7 +291,7 @@ func (ap *aggPlan) finalSQL(i int, cols []*sql.ColumnType) string {
 		}
 		return "COALESCE(sum(" + c(p) + "), 0)::int8"
 	case aggSum:
-		if cols[p].DatabaseTypeName() == "INT8" {
+		if cols[p].DBType == "INT8" {
 			return "sum(" + c(p) + ")::int8"
 		}
 		return "sum(" + c(p) + ")"
@@ -301,7 +300,7 @@ func (ap *aggPlan) finalSQL(i int, cols []*sql.ColumnType) string {
 	case aggMax:
 		return "max(" + c(p) + ")"
 	case aggAvg:
-		if pgorder.KindOf(cols[p].DatabaseTypeName()) == pgorder.Float {
+		if pgorder.KindOf(cols[p].DBType) == pgorder.Float {
 			return "(sum(" + c(p) + ") / NULLIF(sum(" + c(p+1) + "), 0)::float8)"
 		}
 		return "(sum(" + c(p) + ")::numeric / NULLIF(sum(" + c(p+1) + "), 0))"

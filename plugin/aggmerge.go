@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
@@ -22,17 +21,14 @@ import (
 
 // partials are one unit's partial rows, as the driver returned them.
 type partials struct {
-	cols []*sql.ColumnType
+	cols []memrows.Column // as the driver describes them to database/sql
 	rows [][]any
 }
 
 // memRows serves the rows as a server's: each column as the driver
 // described it.
 func (pt partials) memRows() *memrows.Rows {
-	r := &memrows.Rows{Cols: make([]memrows.Column, len(pt.cols)), Data: make([][]driver.Value, len(pt.rows))}
-	for i, ct := range pt.cols {
-		r.Cols[i] = memrows.Column{Name: ct.Name(), DBType: ct.DatabaseTypeName(), Scan: ct.ScanType()}
-	}
+	r := &memrows.Rows{Cols: pt.cols, Data: make([][]driver.Value, len(pt.rows))}
 	for i, row := range pt.rows {
 		vals := make([]driver.Value, len(row))
 		for j, v := range row {
@@ -57,7 +53,7 @@ type aggGroup struct {
 // that each column combines exactly, groups, finishes each group's
 // values, applies DISTINCT, ORDER BY, OFFSET and LIMIT.
 func (ap *aggPlan) merge(parts []partials) (*memrows.Rows, error) {
-	var cols []*sql.ColumnType
+	var cols []memrows.Column
 	for _, pt := range parts {
 		if pt.cols != nil {
 			cols = pt.cols
@@ -70,7 +66,7 @@ func (ap *aggPlan) merge(parts []partials) (*memrows.Rows, error) {
 	}
 	kinds := make([]pgorder.Kind, len(cols))
 	for i, c := range cols {
-		kinds[i] = pgorder.KindOf(c.DatabaseTypeName())
+		kinds[i] = pgorder.KindOf(c.DBType)
 	}
 	if err := ap.checkKinds(cols, kinds); err != nil {
 		return nil, err
@@ -104,18 +100,18 @@ func (ap *aggPlan) merge(parts []partials) (*memrows.Rows, error) {
 
 // checkKinds refuses the partial columns whose values the plugin cannot
 // group, add or compare as Postgres would.
-func (ap *aggPlan) checkKinds(cols []*sql.ColumnType, kinds []pgorder.Kind) error {
+func (ap *aggPlan) checkKinds(cols []memrows.Column, kinds []pgorder.Kind) error {
 	nk := len(ap.keys)
 	for i := range ap.keys {
 		if kinds[i] == pgorder.Other {
-			return refuseAgg("column %s (type %s) cannot be grouped or made distinct across shards: the plugin compares integer, numeric, float, text, time, bool and bytea values", ap.keys[i], cols[i].DatabaseTypeName())
+			return refuseAgg("column %s (type %s) cannot be grouped or made distinct across shards: the plugin compares integer, numeric, float, text, time, bool and bytea values", ap.keys[i], cols[i].DBType)
 		}
 	}
 	for _, it := range ap.items {
 		if it.fn == aggNone {
 			continue
 		}
-		k, name := kinds[nk+it.part], cols[nk+it.part].DatabaseTypeName()
+		k, name := kinds[nk+it.part], cols[nk+it.part].DBType
 		switch it.fn {
 		case aggSum, aggAvg:
 			if k != pgorder.Int && k != pgorder.Numeric {
@@ -183,22 +179,18 @@ func (ap *aggPlan) newGroup(keys []any) *aggGroup {
 // outColumns describes the answer's columns as Postgres would: a grouped
 // column's and an aggregate's type as the shards reported it, avg's as
 // numeric.
-func (ap *aggPlan) outColumns(cols []*sql.ColumnType) *memrows.Rows {
+func (ap *aggPlan) outColumns(cols []memrows.Column) *memrows.Rows {
 	out := &memrows.Rows{}
 	nk := len(ap.keys)
 	for _, it := range ap.items {
 		var c memrows.Column
-		var ct *sql.ColumnType
 		switch it.fn {
 		case aggNone:
-			ct = cols[it.key]
+			c = cols[it.key]
 		case aggAvg:
 			c = numericCol
 		default:
-			ct = cols[nk+it.part]
-		}
-		if ct != nil {
-			c = memrows.Column{DBType: ct.DatabaseTypeName(), Scan: ct.ScanType()}
+			c = cols[nk+it.part]
 		}
 		c.Name = it.name
 		out.Cols = append(out.Cols, c)

@@ -22,9 +22,11 @@ func partialsOf(t *testing.T, cols []memrows.Column, data ...[]driver.Value) par
 	}
 	defer rows.Close()
 	var pt partials
-	if pt.cols, err = rows.ColumnTypes(); err != nil {
+	cts, err := rows.ColumnTypes()
+	if err != nil {
 		t.Fatal(err)
 	}
+	pt.cols = columnsOf(cts)
 	for rows.Next() {
 		vals := make([]any, len(cols))
 		ptrs := make([]any, len(cols))

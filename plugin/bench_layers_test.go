@@ -19,9 +19,11 @@ import (
 // statements, taken from the plugin as it sent them, run four ways, one
 // goroutine per server and the servers at once as the plugin runs them:
 //
+//   - readnamed: the plugin's execute stage without planning, merging or
+//     scanning (readNamed: on the pool's pgx connection, each value
+//     converted as pgx's database/sql driver converts it);
 //   - sql_readall: through database/sql and pgx's driver with the
-//     plugin's readAll, the plugin's execute stage without planning,
-//     merging or scanning;
+//     plugin's readAll, the plugin's execute stage before readNamed;
 //   - pgconn: through pgconn, one statement after another, every value's
 //     bytes copied;
 //   - pgconn_pipeline: the same sent as one pipeline per server, a Sync
@@ -136,6 +138,19 @@ func BenchmarkScatterLayers(b *testing.B) {
 		_, err := rr.Close()
 		return n, err
 	}
+	viaNamed := func() error {
+		return perServer(func(j int) (int, error) {
+			n := 0
+			for _, q := range texts[servers[j]] {
+				pt, err := readNamed(ctx, dbs[j], q, nil, nil, 0)
+				if err != nil {
+					return n, err
+				}
+				n += len(pt.rows)
+			}
+			return n, nil
+		})
+	}
 	viaSQL := func() error {
 		return perServer(func(j int) (int, error) {
 			n := 0
@@ -212,6 +227,7 @@ func BenchmarkScatterLayers(b *testing.B) {
 		fn   func() error
 	}{
 		{"plugin", read},
+		{"readnamed", viaNamed},
 		{"sql_readall", viaSQL},
 		{"pgconn", viaPgconn},
 		{"pgconn_pipeline", pipelined(true)},

@@ -149,7 +149,7 @@ func BenchmarkScatter(b *testing.B) {
 // shard+2000k, IDs composed as the plugin would: time base+1 … base+perShard)
 // and analyzes the servers, and returns plain GORM on one unsharded table
 // of the same rows, in a database of its own on the first cluster.
-func seedScatter(b *testing.B, e *env, perShard int) *gorm.DB {
+func seedScatter(b testing.TB, e *env, perShard int) *gorm.DB {
 	b.Helper()
 	snap := e.r.Snapshot()
 	const rowsSQL = `SELECT ((%d::bigint + g) << 23) | (%d::bigint << 10) | 1, %d::bigint + 2000 * g, 'c' || g, g %% 7

@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
@@ -56,6 +55,13 @@ func (p *Plugin) readAcross(db *gorm.DB, d *decision, out **memrows.Rows) {
 		return
 	}
 	res := newReadResults(rp, stmts, partialOf(stmt))
+	if f := res.pageFilter(rp, &p.cutRows); f != nil {
+		for k := range stmts {
+			if stmts[k].named {
+				stmts[k].filter = f
+			}
+		}
+	}
 	if !db.DryRun {
 		x := newReadExec(p, stmt.Context, d.m.table, stmts, &res.enough)
 		x.run(d.tx != nil, func(k int) bool { return p.take(db, rp, res, x, k) })
@@ -83,11 +89,11 @@ type readResults struct {
 	partial *PartialResult      // the read's Partial scope, nil without one
 	enough  atomic.Bool         // the page needs no more rows (see pageMerger.full)
 	served  []string            // the servers that answered, in order, none that failed after
-	cols    []*sql.ColumnType   // rp.raw: the columns of the rows, as the first answer gave them
+	cols    []memrows.Column    // rp.raw: the columns of the rows, as the first answer gave them
 	out     *memrows.Rows       // rp.raw: the merged rows
 	// rp.late: the column sets the answers came with, and where each
 	// holds the ORDER BY keys (nil: not all found) (latescan.go)
-	colsets [][]*sql.ColumnType
+	colsets [][]memrows.Column
 	keyCols [][]int
 }
 
@@ -162,7 +168,7 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 			break
 		}
 		if rp.late {
-			lr, hk, ok := p.lateRows(db, rp, res, rows)
+			lr, hk, ok := p.lateRows(db, rp, res, u, rows)
 			if !ok {
 				return false
 			}
@@ -342,7 +348,7 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 
 // firstCols returns the columns of the first unit that answered, nil if
 // none did.
-func firstCols(parts []partials) []*sql.ColumnType {
+func firstCols(parts []partials) []memrows.Column {
 	for _, pt := range parts {
 		if pt.cols != nil {
 			return pt.cols
@@ -364,7 +370,7 @@ func (p *Plugin) hiddenValues(db *gorm.DB, rp *readPlan, pt partials) (partials,
 	if rp.hiddenTypes == nil {
 		types := make([]string, nk)
 		for j, k := range rp.keys {
-			types[j] = pt.cols[w+j].DatabaseTypeName()
+			types[j] = pt.cols[w+j].DBType
 			switch kind := pgorder.KindOf(types[j]); {
 			case kind == pgorder.Other:
 				return pt, nil, nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin does not order values of type %s; order by integer, numeric, float, text, time, bool or bytea values", ErrUnroutableSQL, k.name, types[j])

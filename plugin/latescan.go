@@ -1,11 +1,13 @@
 package plugin
 
 import (
-	"database/sql"
 	"reflect"
+	"slices"
+	"sync/atomic"
 
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/internal/memrows"
 	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
@@ -77,38 +79,60 @@ func orderKind(k orderKey) pgorder.Kind {
 	return pgorder.FromReflect(reflect.Zero(t)).Kind()
 }
 
-// lateRows keeps an answer's rows for the merge with their ORDER BY
-// values: read raw where every key column is found and holds values of
-// its key's kind, else scanned now (see above).
-func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, pt partials) ([]lateRow, [][]pgorder.Value, bool) {
+// lateRows keeps the rows of an answer of unit u that can still enter
+// the page, for the merge, with their ORDER BY values: read raw where
+// every key column is found and holds values of its key's kind, else
+// scanned now (see above). Once the page is full, a row that its last
+// row goes before cannot enter it (the page only gains rows that go
+// before it), and is not kept: of a read of 2000 shards' 20 answers of
+// a page each, most rows are dropped here instead of in the merge.
+func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, u int, pt partials) ([]lateRow, [][]pgorder.Value, bool) {
 	c := res.colset(rp.keys, pt.cols)
-	out := make([]lateRow, len(pt.rows))
-	hk := make([][]pgorder.Value, len(pt.rows))
-	if at := res.keyCols[c]; at != nil || len(rp.keys) == 0 {
+	nk := len(rp.keys)
+	last, lastUnit, full := res.page.last()
+	out := func(kv []pgorder.Value) bool { // whether a row of these keys cannot enter the page
+		if !full || nk == 0 {
+			return false
+		}
+		c := compareKeys(last, kv, rp.keys)
+		return c < 0 || c == 0 && lastUnit < u
+	}
+	if at := res.keyCols[c]; at != nil || nk == 0 {
+		var rows []lateRow
+		var hk [][]pgorder.Value
+		if !full {
+			rows, hk = make([]lateRow, 0, len(pt.rows)), make([][]pgorder.Value, 0, len(pt.rows))
+		}
+		scratch := make([]pgorder.Value, nk)
+		var block []pgorder.Value // kept rows' keys, a few rows' to an allocation
 		ok := true
-		nk := len(rp.keys)
-		block := make([]pgorder.Value, nk*len(pt.rows)) // every row's keys, in one allocation
-		for i, row := range pt.rows {
-			out[i] = lateRow{vals: row, cols: c}
-			if nk == 0 {
-				continue
-			}
-			kv := block[i*nk : (i+1)*nk : (i+1)*nk]
+		for _, row := range pt.rows {
 			for j := range rp.keys {
 				v := pgorder.FromReflect(reflect.ValueOf(row[at[j]]))
 				if !v.IsNull() && v.Kind() != rp.kinds[j] {
 					ok = false
 					break
 				}
-				kv[j] = v
+				scratch[j] = v
 			}
 			if !ok {
 				break
 			}
-			hk[i] = kv
+			if out(scratch) {
+				continue
+			}
+			var kv []pgorder.Value
+			if nk > 0 {
+				if len(block) < nk {
+					block = make([]pgorder.Value, nk*min(len(pt.rows), 16))
+				}
+				kv, block = block[:nk:nk], block[nk:]
+				copy(kv, scratch)
+			}
+			rows, hk = append(rows, lateRow{vals: row, cols: c}), append(hk, kv)
 		}
 		if ok {
-			return out, hk, true
+			return rows, hk, true
 		}
 	}
 	tmp := reflect.New(rp.sliceTyp)
@@ -116,21 +140,23 @@ func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, pt partia
 		return nil, nil, false
 	}
 	scanned := tmp.Elem()
-	out, hk = out[:scanned.Len()], hk[:scanned.Len()]
-	for i := range out {
-		out[i] = lateRow{cols: -1, row: scanned.Index(i)}
-		hk[i] = rowKeys(out[i].row, rp.keys)
+	rows, hk := make([]lateRow, 0, scanned.Len()), make([][]pgorder.Value, 0, scanned.Len())
+	for i := range scanned.Len() {
+		kv := rowKeys(scanned.Index(i), rp.keys)
+		if !out(kv) {
+			rows, hk = append(rows, lateRow{cols: -1, row: scanned.Index(i)}), append(hk, kv)
+		}
 	}
-	return out, hk, true
+	return rows, hk, true
 }
 
 // colset returns the index of cols among the column sets answers came
 // with, adding it (and where its key columns are) if it is new. Answers
 // of one read have the same columns but while a schema change is under
 // way on some of its shards.
-func (r *readResults) colset(keys []orderKey, cols []*sql.ColumnType) int {
+func (r *readResults) colset(keys []orderKey, cols []memrows.Column) int {
 	for i, have := range r.colsets {
-		if sameColumns(have, cols) {
+		if slices.Equal(have, cols) {
 			return i
 		}
 	}
@@ -139,29 +165,27 @@ func (r *readResults) colset(keys []orderKey, cols []*sql.ColumnType) int {
 	return len(r.colsets) - 1
 }
 
-func sameColumns(a, b []*sql.ColumnType) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Name() != b[i].Name() || a[i].DatabaseTypeName() != b[i].DatabaseTypeName() {
-			return false
-		}
-	}
-	return true
-}
-
 // keyColumns finds each key's column by its field's name; nil if one is
 // missing or named twice.
-func keyColumns(keys []orderKey, cols []*sql.ColumnType) []int {
-	if len(keys) == 0 {
+func keyColumns(keys []orderKey, cols []memrows.Column) []int {
+	names := make([]string, len(keys))
+	for j, k := range keys {
+		names[j] = k.field.DBName
+	}
+	return columnsNamed(names, cols)
+}
+
+// columnsNamed finds each name's column; nil if one is missing or named
+// twice (or there are no names).
+func columnsNamed(names []string, cols []memrows.Column) []int {
+	if len(names) == 0 {
 		return nil
 	}
-	at := make([]int, len(keys))
-	for j, k := range keys {
+	at := make([]int, len(names))
+	for j, name := range names {
 		at[j] = -1
 		for i, c := range cols {
-			if c.Name() != k.field.DBName {
+			if c.Name != name {
 				continue
 			}
 			if at[j] >= 0 {
@@ -174,6 +198,111 @@ func keyColumns(keys []orderKey, cols []*sql.ColumnType) []int {
 		}
 	}
 	return at
+}
+
+// pageFilter is what the goroutine that reads a statement's rows needs
+// to drop, as they arrive, the rows that cannot enter the page of a read
+// merged in Go (lateRows drops them too, later and after converting every
+// value): the page, whose last row it reads under the page's lock, and
+// the ORDER BY keys' columns, kinds and orders. It holds no GORM state.
+type pageFilter struct {
+	page    *pageMerger
+	names   []string
+	kinds   []pgorder.Kind
+	ords    []pgorder.Order
+	dropped *atomic.Int64 // counts the rows dropped (Plugin.cutRows)
+}
+
+// pageFilter returns the read's pageFilter; nil for a read that has none
+// (no ORDER BY, no LIMIT, not merged late).
+func (r *readResults) pageFilter(rp *readPlan, dropped *atomic.Int64) *pageFilter {
+	if !rp.late || len(rp.keys) == 0 || r.page == nil || r.page.keep <= 0 {
+		return nil
+	}
+	f := &pageFilter{page: r.page, kinds: rp.kinds, dropped: dropped}
+	for _, k := range rp.keys {
+		f.names, f.ords = append(f.names, k.field.DBName), append(f.ords, k.ord())
+	}
+	return f
+}
+
+// pageCut is a pageFilter applied to one statement's rows of unit u.
+type pageCut struct {
+	f     *pageFilter
+	u     int
+	at    []int       // the key columns
+	conv  []valueFunc // of every column
+	kv    []pgorder.Value
+	n     int // rows dropped
+	seen  int // rows looked at: the page's last row is read again every 16
+	last  []pgorder.Value
+	lastU int
+	full  bool
+	stop  bool // a key value did not convert or is of another kind: keep every row
+}
+
+// cut returns the pageCut of a statement of unit u whose rows come with
+// cols and are converted by conv; nil where the key columns are not all
+// found once by name (every row is kept, as lateRows then scans them).
+func (f *pageFilter) cut(cols []memrows.Column, conv []valueFunc, u int) *pageCut {
+	at := columnsNamed(f.names, cols)
+	if at == nil {
+		return nil
+	}
+	return &pageCut{f: f, u: u, at: at, conv: conv, kv: make([]pgorder.Value, len(at))}
+}
+
+// drop reports whether a row (its values on the wire) cannot enter the
+// page: the page is full and its last row goes before this one. The page
+// only gains rows that go before its last, so a row dropped on a page
+// read earlier is one the page would drop now. A key value that does not
+// convert, or is not of its key's kind, stops the cut: the row and every
+// later one are kept, for lateRows to handle as it does every row.
+func (c *pageCut) drop(raw [][]byte) bool {
+	if c.out(raw) {
+		c.n++
+		return true
+	}
+	return false
+}
+
+// done counts the statement's dropped rows.
+func (c *pageCut) done() {
+	c.f.dropped.Add(int64(c.n))
+}
+
+func (c *pageCut) out(raw [][]byte) bool {
+	if c.stop {
+		return false
+	}
+	if c.seen%16 == 0 {
+		c.last, c.lastU, c.full = c.f.page.last()
+	}
+	c.seen++
+	if !c.full {
+		return false
+	}
+	for j, i := range c.at {
+		var v any
+		if raw[i] != nil {
+			var err error
+			if v, err = c.conv[i](raw[i]); err != nil {
+				c.stop = true // the row's conversion fails where it is kept
+				return false
+			}
+		}
+		c.kv[j] = pgorder.FromReflect(reflect.ValueOf(v))
+		if !c.kv[j].IsNull() && c.kv[j].Kind() != c.f.kinds[j] {
+			c.stop = true
+			return false
+		}
+	}
+	for j, o := range c.f.ords {
+		if d := pgorder.Compare(c.last[j], c.kv[j], o); d != 0 {
+			return d < 0
+		}
+	}
+	return c.lastU < c.u
 }
 
 // scanPage scans the merged page's rows into a slice of the read's

@@ -9,11 +9,15 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/memrows"
+	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
 // tallyScans counts the values GORM scans into tallied fields.
@@ -142,5 +146,135 @@ func TestLateScanScansOnlyThePage(t *testing.T) {
 	}
 	for _, r := range reads {
 		t.Run("columns differ/"+r.name, func(t *testing.T) { check(t, r) })
+	}
+}
+
+// TestPageCutDropsOnlyWhatCannotEnter: a statement's rows, dropped as
+// they arrive by the cut of a full page, are exactly those the page's
+// merge would drop: checked against merging each row on its own into a
+// copy of the page, for rows before, tied with and after the page's last
+// row, from units before and after the last row's, NULLs, and a key
+// value of another kind (which stops the cut: that row and every later
+// one are kept).
+func TestPageCutDropsOnlyWhatCannotEnter(t *testing.T) {
+	keys := []orderKey{{name: "id", desc: true}}
+	m := pgtype.NewMap()
+	fds := []pgconn.FieldDescription{{Name: "id", DataTypeOID: pgtype.Int8OID, Format: pgx.BinaryFormatCode}}
+	cols, conv := describeColumns(m, fds)
+	wire := func(v int64) []byte {
+		b, err := m.Encode(pgtype.Int8OID, pgx.BinaryFormatCode, v, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	// A page of 3 rows (ids 90, 80, 70 descending), the last from unit 2.
+	page := func() *pageMerger {
+		pm := newPageMerger(lateRowsType, keys, 3)
+		rows := []lateRow{{cols: 0}, {cols: 0}, {cols: 0}}
+		hk := [][]pgorder.Value{{pgorder.Of(pgorder.Int, int64(90))}, {pgorder.Of(pgorder.Int, int64(80))}, {pgorder.Of(pgorder.Int, int64(70))}}
+		pm.add(2, reflect.ValueOf(rows), hk, nil)
+		return pm
+	}
+	f := &pageFilter{page: page(), names: []string{"id"}, kinds: []pgorder.Kind{pgorder.Int}, ords: []pgorder.Order{keys[0].ord()}, dropped: new(atomic.Int64)}
+	for _, c := range []struct {
+		name string
+		unit int
+		raw  []byte // nil: NULL
+	}{
+		{"before the last", 5, wire(75)},
+		{"after the last", 5, wire(60)},
+		{"tied, later unit", 5, wire(70)},
+		{"tied, earlier unit", 1, wire(70)},
+		{"NULL (first in DESC)", 5, nil},
+		{"best of all", 0, wire(100)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cut := f.cut(cols, conv, c.unit)
+			if cut == nil {
+				t.Fatal("no cut for a statement with its key column")
+			}
+			got := cut.drop([][]byte{c.raw})
+			// The page's own verdict: merge the row into a copy and see
+			// whether it stays.
+			pm := page()
+			var v any
+			if c.raw != nil {
+				v, _ = conv[0](c.raw)
+			}
+			kv := []pgorder.Value{pgorder.FromReflect(reflect.ValueOf(v))}
+			mark := []lateRow{{cols: 99}}
+			pm.add(c.unit, reflect.ValueOf(mark), [][]pgorder.Value{kv}, nil)
+			stays := false
+			for _, r := range pm.page(0, -1).Interface().([]lateRow) {
+				stays = stays || r.cols == 99
+			}
+			if got != !stays {
+				t.Fatalf("drop = %v, but the merge keeps the row: %v", got, stays)
+			}
+		})
+	}
+	// A key of another kind stops the cut for the rest of the statement.
+	tcols, tconv := describeColumns(m, []pgconn.FieldDescription{{Name: "id", DataTypeOID: pgtype.TextOID, Format: pgx.TextFormatCode}})
+	cut := f.cut(tcols, tconv, 5)
+	if cut.drop([][]byte{[]byte("1")}) || !cut.stop {
+		t.Fatal("a text key of an integer field was not kept, or did not stop the cut")
+	}
+	if cut.drop([][]byte{[]byte("0")}) {
+		t.Fatal("a row after the cut stopped was dropped")
+	}
+	// No key column: no cut.
+	if f.cut([]memrows.Column{{Name: "other"}}, conv, 5) != nil {
+		t.Fatal("a cut without the key column")
+	}
+	// A page not yet full drops nothing.
+	open := &pageFilter{page: newPageMerger(lateRowsType, keys, 3), names: f.names, kinds: f.kinds, ords: f.ords, dropped: f.dropped}
+	if open.cut(cols, conv, 5).drop([][]byte{wire(1)}) {
+		t.Fatal("a row dropped before the page was full")
+	}
+}
+
+// TestPageCutAgainstOneTable reads every shard ordered, with LIMIT and
+// OFFSET, in statements of two shards each, so that most statements
+// answer after the page is full and drop rows as they arrive: each read
+// must give what plain GORM reads from one table of the same rows, and
+// the reads together must have dropped rows (or the test checks nothing
+// of the cut).
+func TestPageCutAgainstOneTable(t *testing.T) {
+	e := newEnv(t, envOpts{shards: 64, noIDs: true})
+	e.p.unionBatch = 2
+	plain := seedScatter(t, e, 6)
+	type row struct {
+		ID      int64
+		UserID  int64
+		Caption string
+		Likes   int
+	}
+	before := e.p.cutRows.Load()
+	for _, c := range []struct {
+		order         string
+		limit, offset int
+	}{
+		{"id desc", 7, 0},
+		{"id", 10, 3},
+		{"likes desc, id", 20, 0},
+		{"likes, id desc", 5, 40},
+		{"user_id desc", 30, 0},
+		{"id desc", 1, 0},
+		{"likes desc, user_id", 50, 100},
+	} {
+		var got, want []row
+		if err := e.db.Model(&Photo{}).Clauses(AllShards()).Order(c.order).Limit(c.limit).Offset(c.offset).Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := plain.Table("photos").Order(c.order).Limit(c.limit).Offset(c.offset).Find(&want).Error; err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("ORDER BY %s LIMIT %d OFFSET %d:\n got %v\nwant %v", c.order, c.limit, c.offset, got, want)
+		}
+	}
+	if e.p.cutRows.Load() == before {
+		t.Fatal("no row was dropped as it arrived: the reads did not exercise the cut")
 	}
 }

@@ -124,6 +124,22 @@ func (m *pageMerger) add(u int, part reflect.Value, hk [][]pgorder.Value, raw []
 	m.rows, m.unit, m.kv, m.raw = rows, units, kv, rv
 }
 
+// last returns the ORDER BY values and the unit of the page's last row
+// when the page holds LIMIT+OFFSET rows (full false otherwise): a row
+// that this row goes before cannot enter the page, now or later.
+func (m *pageMerger) last() (kv []pgorder.Value, unit int, full bool) {
+	if m == nil {
+		return nil, 0, false
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.rows.Len()
+	if m.keep <= 0 || n < m.keep || len(m.kv) < n {
+		return nil, 0, false
+	}
+	return m.kv[n-1], m.unit[n-1], true
+}
+
 // full reports whether the page is complete whatever the units not yet
 // read hold: a LIMIT without ORDER BY, with LIMIT+OFFSET rows in.
 func (m *pageMerger) full() bool {

@@ -32,6 +32,7 @@ type Plugin struct {
 	log      logger.Interface          // the gorm.DB's, for what happens after a commit returns
 	unions   unionTexts                // texts of recent reads across shards' statements (scatter.go)
 	every    atomic.Pointer[placedAll] // the last snapshot's shards, placed, for reads of every shard (decide.go)
+	cutRows  atomic.Int64              // rows of reads across shards dropped as they arrived (pageCut); tests read it
 
 	// unionBatch is the most shards one statement of a multi-shard read
 	// covers; 0: the package's unionBatch. Tests and benchmarks set it

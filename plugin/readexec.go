@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/internal/memrows"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -36,6 +37,7 @@ type readStmt struct {
 	conn   gorm.ConnPool // the server's pool, a replica's, or the transaction's part there
 	schema string        // a read that joins other tables runs with this schema on its search_path ("": none)
 	named  bool          // run as a named prepared statement (PreparedReads)
+	filter *pageFilter   // named: drop the rows that cannot enter the page as they arrive (nil: keep all)
 	sql    string
 	vars   []any
 	err    error // binding failed (the server is known down, say): it fails without running
@@ -227,6 +229,12 @@ func (p *Plugin) statementBound(parent context.Context) (context.Context, contex
 // other tables (they resolve there), and reads every row.
 func (st *readStmt) query(ctx context.Context, table string) (partials, error) {
 	if st.named {
+		switch db := st.conn.(type) {
+		case *serverDB: // a server's pool
+			return readNamed(ctx, db.DB, st.sql, st.vars, st.filter, st.unit)
+		case *sql.DB: // a replica's
+			return readNamed(ctx, db, st.sql, st.vars, st.filter, st.unit)
+		}
 		return readAll(ctx, st.conn, st.sql, append([]any{asPrepared}, st.vars...))
 	}
 	if st.schema == "" {
@@ -268,9 +276,11 @@ func readAll(ctx context.Context, q interface {
 		return pt, err
 	}
 	defer rows.Close()
-	if pt.cols, err = rows.ColumnTypes(); err != nil {
+	cts, err := rows.ColumnTypes()
+	if err != nil {
 		return pt, err
 	}
+	pt.cols = columnsOf(cts)
 	// Each row's values are a slice of a block shared by several rows (1,
 	// 2, 4, … up to 64), scanned into through pointers into the block: a
 	// read of thousands of rows allocates per block, not twice per row,
@@ -298,6 +308,16 @@ func readAll(ctx context.Context, q interface {
 		return pt, err
 	}
 	return pt, rows.Close()
+}
+
+// columnsOf is what the plugin keeps of database/sql's description of
+// columns: what memrows serves them with again.
+func columnsOf(cts []*sql.ColumnType) []memrows.Column {
+	cols := make([]memrows.Column, len(cts))
+	for i, ct := range cts {
+		cols[i] = memrows.Column{Name: ct.Name(), DBType: ct.DatabaseTypeName(), Scan: ct.ScanType()}
+	}
+	return cols
 }
 
 // schemaOf is the schema a one-shard statement of the read runs with on

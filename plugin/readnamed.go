@@ -1,0 +1,262 @@
+package plugin
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/shardkit/shardkit/internal/memrows"
+)
+
+// A read across shards that runs prepared is the plugin's heaviest
+// statement on the client: up to a page of rows from each of its 20
+// statements, most of them dropped by the merge. database/sql costs it a
+// goroutine per query (to watch the context), a lock and a conversion per
+// value, and a copy of every value handed out; pgx's database/sql driver
+// converts every value once more before that. readNamed runs the
+// statement on the pool's pgx connection itself: the same connection
+// (taken from and returned to the same pool), the same statement cache
+// (pgx's, bounded by preparedReadsPerConn), the same plan generation, and
+// each value converted as pgx's driver converts it for database/sql, so
+// that what the merge and GORM's Scan see is what readAll would have
+// returned.
+
+// readNamed runs text as a named prepared statement on a connection of
+// db and reads every row. A connection that broke before the statement
+// was sent is replaced, as database/sql replaces it (two more tries).
+//
+// With f set (a read merged in Go, late scanned, of unit u), a row that
+// cannot enter the read's page is dropped as it arrives, its ORDER BY
+// values alone converted (pageFilter).
+func readNamed(ctx context.Context, db *sql.DB, text string, vars []any, f *pageFilter, u int) (partials, error) {
+	for try := 0; ; try++ {
+		pt, err := readNamedOnce(ctx, db, text, vars, f, u)
+		if errors.Is(err, errNotPgx) {
+			return readAll(ctx, db, text, append([]any{asPrepared}, vars...))
+		}
+		if !errors.Is(err, driver.ErrBadConn) || try == 2 {
+			return pt, err
+		}
+	}
+}
+
+func readNamedOnce(ctx context.Context, db *sql.DB, text string, vars []any, f *pageFilter, u int) (partials, error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return partials{}, err
+	}
+	defer conn.Close()
+	var pt partials
+	err = conn.Raw(func(dc any) error {
+		var plans *planGeneration
+		var pc *pgx.Conn
+		switch c := dc.(type) {
+		case unnamedConn:
+			pc, plans = c.Conn(), c.plans
+		case interface{ Conn() *pgx.Conn }:
+			pc = c.Conn()
+		default:
+			return errNotPgx
+		}
+		if pc.IsClosed() {
+			return driver.ErrBadConn // database/sql drops the connection
+		}
+		gen := int64(0)
+		if plans != nil {
+			gen = plans.n.Load()
+		}
+		var err error
+		pt, err = queryPrepared(ctx, pc, plans.text(text, gen), vars, f, u)
+		if err != nil && plans != nil && planChanged(err) {
+			plans.n.CompareAndSwap(gen, gen+1)
+		}
+		return err
+	})
+	return pt, err
+}
+
+// queryPrepared runs text on pc from its statement cache and reads every
+// row (but those f drops), each value converted as pgx's database/sql
+// driver converts it.
+func queryPrepared(ctx context.Context, pc *pgx.Conn, text string, vars []any, f *pageFilter, u int) (partials, error) {
+	var pt partials
+	args := make([]any, 2, len(vars)+2)
+	args[0], args[1] = sqlResultFormats, pgx.QueryExecModeCacheStatement
+	for _, v := range vars {
+		if na, ok := v.(sql.NamedArg); ok { // database/sql passes a named argument's value
+			v = na.Value
+		}
+		args = append(args, v)
+	}
+	rows, err := pc.Query(ctx, text, args...)
+	if err != nil {
+		if pgconn.SafeToRetry(err) {
+			return pt, driver.ErrBadConn // nothing was sent: another connection may run it
+		}
+		return pt, err
+	}
+	defer rows.Close()
+	var conv []valueFunc
+	pt.cols, conv = describeColumns(pc.TypeMap(), rows.FieldDescriptions())
+	var keep *pageCut
+	if f != nil {
+		if keep = f.cut(pt.cols, conv, u); keep != nil {
+			defer keep.done()
+		}
+	}
+	// Each row's values are a slice of a block shared by several rows, as
+	// readAll keeps them.
+	n := len(pt.cols)
+	var block []any
+	per := 1
+	for rows.Next() {
+		if keep != nil && keep.drop(rows.RawValues()) {
+			continue
+		}
+		if len(block) < n {
+			block = make([]any, n*per)
+			per = min(2*per, 64)
+		}
+		vals := block[:n:n]
+		block = block[n:]
+		for i, raw := range rows.RawValues() {
+			if raw == nil {
+				continue
+			}
+			if vals[i], err = conv[i](raw); err != nil {
+				return pt, fmt.Errorf("convert field %d failed: %w", i, err)
+			}
+		}
+		pt.rows = append(pt.rows, vals)
+	}
+	rows.Close()
+	return pt, rows.Err()
+}
+
+// sqlResultFormats are the result formats pgx's database/sql driver asks
+// for (stdlib's databaseSQLResultFormats): binary for the types it
+// converts from binary, text for every other, which it hands out as the
+// server's text.
+var sqlResultFormats = pgx.QueryResultFormatsByOID{
+	pgtype.BoolOID:        pgx.BinaryFormatCode,
+	pgtype.ByteaOID:       pgx.BinaryFormatCode,
+	pgtype.CIDOID:         pgx.BinaryFormatCode,
+	pgtype.DateOID:        pgx.BinaryFormatCode,
+	pgtype.Float4OID:      pgx.BinaryFormatCode,
+	pgtype.Float8OID:      pgx.BinaryFormatCode,
+	pgtype.Int2OID:        pgx.BinaryFormatCode,
+	pgtype.Int4OID:        pgx.BinaryFormatCode,
+	pgtype.Int8OID:        pgx.BinaryFormatCode,
+	pgtype.OIDOID:         pgx.BinaryFormatCode,
+	pgtype.TimestampOID:   pgx.BinaryFormatCode,
+	pgtype.TimestamptzOID: pgx.BinaryFormatCode,
+	pgtype.XIDOID:         pgx.BinaryFormatCode,
+}
+
+// valueFunc converts a column's wire value (never NULL) into the value
+// pgx's database/sql driver gives for it.
+type valueFunc func(src []byte) (any, error)
+
+// describeColumns describes the columns as pgx's database/sql driver
+// reports them through sql.ColumnType (its name, DatabaseTypeName and
+// ScanType), with the conversion of each column's values the driver
+// makes (stdlib's Rows.Next). Values that are bytes are copies the
+// caller owns, as database/sql's Scan into an *any makes them.
+func describeColumns(m *pgtype.Map, fds []pgconn.FieldDescription) ([]memrows.Column, []valueFunc) {
+	cols := make([]memrows.Column, len(fds))
+	conv := make([]valueFunc, len(fds))
+	for i, fd := range fds {
+		cols[i] = memrows.Column{Name: fd.Name, DBType: databaseTypeName(m, fd.DataTypeOID), Scan: scanType(fd.DataTypeOID)}
+		conv[i] = convertColumn(m, fd.DataTypeOID, fd.Format)
+	}
+	return cols, conv
+}
+
+// databaseTypeName is stdlib's Rows.ColumnTypeDatabaseTypeName.
+func databaseTypeName(m *pgtype.Map, oid uint32) string {
+	if dt, ok := m.TypeForOID(oid); ok {
+		return strings.ToUpper(dt.Name)
+	}
+	return strconv.FormatInt(int64(oid), 10)
+}
+
+// scanType is stdlib's Rows.ColumnTypeScanType.
+func scanType(oid uint32) reflect.Type {
+	switch oid {
+	case pgtype.Float8OID:
+		return reflect.TypeFor[float64]()
+	case pgtype.Float4OID:
+		return reflect.TypeFor[float32]()
+	case pgtype.Int8OID:
+		return reflect.TypeFor[int64]()
+	case pgtype.Int4OID:
+		return reflect.TypeFor[int32]()
+	case pgtype.Int2OID:
+		return reflect.TypeFor[int16]()
+	case pgtype.BoolOID:
+		return reflect.TypeFor[bool]()
+	case pgtype.NumericOID:
+		return reflect.TypeFor[float64]()
+	case pgtype.DateOID, pgtype.TimestampOID, pgtype.TimestamptzOID:
+		return reflect.TypeFor[time.Time]()
+	case pgtype.ByteaOID:
+		return reflect.TypeFor[[]byte]()
+	default:
+		return reflect.TypeFor[string]()
+	}
+}
+
+// convertColumn is stdlib's Rows.initValueFuncs for one column: the Go
+// value it scans each type into, and what it hands database/sql of it.
+func convertColumn(m *pgtype.Map, oid uint32, format int16) valueFunc {
+	switch oid {
+	case pgtype.BoolOID:
+		return scanAs[bool](m, oid, format, func(d bool) (any, error) { return d, nil })
+	case pgtype.ByteaOID, pgtype.JSONOID, pgtype.JSONBOID, pgtype.XMLOID:
+		return scanAs[[]byte](m, oid, format, func(d []byte) (any, error) { return bytes.Clone(d), nil })
+	case pgtype.CIDOID, pgtype.OIDOID, pgtype.XIDOID:
+		return scanAs(m, oid, format, func(d pgtype.Uint32) (any, error) { return d.Value() })
+	case pgtype.DateOID:
+		return scanAs(m, oid, format, func(d pgtype.Date) (any, error) { return d.Value() })
+	case pgtype.Float4OID:
+		return scanAs[float32](m, oid, format, func(d float32) (any, error) { return float64(d), nil })
+	case pgtype.Float8OID:
+		return scanAs[float64](m, oid, format, func(d float64) (any, error) { return d, nil })
+	case pgtype.Int2OID:
+		return scanAs[int16](m, oid, format, func(d int16) (any, error) { return int64(d), nil })
+	case pgtype.Int4OID:
+		return scanAs[int32](m, oid, format, func(d int32) (any, error) { return int64(d), nil })
+	case pgtype.Int8OID:
+		return scanAs[int64](m, oid, format, func(d int64) (any, error) { return d, nil })
+	case pgtype.TimestampOID:
+		return scanAs(m, oid, format, func(d pgtype.Timestamp) (any, error) { return d.Value() })
+	case pgtype.TimestamptzOID:
+		return scanAs(m, oid, format, func(d pgtype.Timestamptz) (any, error) { return d.Value() })
+	default:
+		return scanAs[string](m, oid, format, func(d string) (any, error) { return d, nil })
+	}
+}
+
+// scanAs scans a column's values into a T, as pgx plans it for the
+// column's type and format, and hands out value(T).
+func scanAs[T any](m *pgtype.Map, oid uint32, format int16, value func(T) (any, error)) valueFunc {
+	var d T
+	plan := m.PlanScan(oid, format, &d)
+	return func(src []byte) (any, error) {
+		if err := plan.Scan(src, &d); err != nil {
+			return nil, err
+		}
+		return value(d)
+	}
+}
