@@ -138,32 +138,25 @@ func BenchmarkScatterLayers(b *testing.B) {
 		_, err := rr.Close()
 		return n, err
 	}
-	viaNamed := func() error {
-		return perServer(func(j int) (int, error) {
-			n := 0
-			for _, q := range texts[servers[j]] {
-				pt, err := readNamed(ctx, dbs[j], q, nil, nil, 0)
-				if err != nil {
-					return n, err
+	// viaStage runs each server's statements through an execute stage
+	// of the plugin's, one after another.
+	viaStage := func(run func(db *sql.DB, q string) (partials, error)) func() error {
+		return func() error {
+			return perServer(func(j int) (int, error) {
+				n := 0
+				for _, q := range texts[servers[j]] {
+					pt, err := run(dbs[j], q)
+					if err != nil {
+						return n, err
+					}
+					n += len(pt.rows)
 				}
-				n += len(pt.rows)
-			}
-			return n, nil
-		})
+				return n, nil
+			})
+		}
 	}
-	viaSQL := func() error {
-		return perServer(func(j int) (int, error) {
-			n := 0
-			for _, q := range texts[servers[j]] {
-				pt, err := readAll(ctx, dbs[j], q, []any{asPrepared})
-				if err != nil {
-					return n, err
-				}
-				n += len(pt.rows)
-			}
-			return n, nil
-		})
-	}
+	viaNamed := viaStage(func(db *sql.DB, q string) (partials, error) { return readNamed(ctx, db, q, nil, nil, 0) })
+	viaSQL := viaStage(func(db *sql.DB, q string) (partials, error) { return readAll(ctx, db, q, []any{asPrepared}) })
 	viaPgconn := func() error {
 		return perServer(func(j int) (int, error) {
 			n := 0
