@@ -89,18 +89,14 @@ func orderKind(k orderKey) pgorder.Kind {
 func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, u int, pt partials) ([]lateRow, [][]pgorder.Value, bool) {
 	c := res.colset(rp.keys, pt.cols)
 	nk := len(rp.keys)
-	last, lastUnit, full := res.page.last()
-	out := func(kv []pgorder.Value) bool { // whether a row of these keys cannot enter the page
-		if !full || nk == 0 {
-			return false
-		}
-		c := compareKeys(last, kv, rp.keys)
-		return c < 0 || c == 0 && lastUnit < u
+	edge := res.page.last()
+	if nk == 0 {
+		edge = pageEdge{} // without ORDER BY, full() skips the units not needed
 	}
 	if at := res.keyCols[c]; at != nil || nk == 0 {
 		var rows []lateRow
 		var hk [][]pgorder.Value
-		if !full {
+		if !edge.full {
 			rows, hk = make([]lateRow, 0, len(pt.rows)), make([][]pgorder.Value, 0, len(pt.rows))
 		}
 		scratch := make([]pgorder.Value, nk)
@@ -118,7 +114,7 @@ func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, u int, pt
 			if !ok {
 				break
 			}
-			if out(scratch) {
+			if edge.excludes(scratch, u) {
 				continue
 			}
 			var kv []pgorder.Value
@@ -143,7 +139,7 @@ func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, u int, pt
 	rows, hk := make([]lateRow, 0, scanned.Len()), make([][]pgorder.Value, 0, scanned.Len())
 	for i := range scanned.Len() {
 		kv := rowKeys(scanned.Index(i), rp.keys)
-		if !out(kv) {
+		if !edge.excludes(kv, u) {
 			rows, hk = append(rows, lateRow{cols: -1, row: scanned.Index(i)}), append(hk, kv)
 		}
 	}
@@ -209,7 +205,6 @@ type pageFilter struct {
 	page    *pageMerger
 	names   []string
 	kinds   []pgorder.Kind
-	ords    []pgorder.Order
 	dropped *atomic.Int64 // counts the rows dropped (Plugin.cutRows)
 }
 
@@ -221,24 +216,22 @@ func (r *readResults) pageFilter(rp *readPlan, dropped *atomic.Int64) *pageFilte
 	}
 	f := &pageFilter{page: r.page, kinds: rp.kinds, dropped: dropped}
 	for _, k := range rp.keys {
-		f.names, f.ords = append(f.names, k.field.DBName), append(f.ords, k.ord())
+		f.names = append(f.names, k.field.DBName)
 	}
 	return f
 }
 
 // pageCut is a pageFilter applied to one statement's rows of unit u.
 type pageCut struct {
-	f     *pageFilter
-	u     int
-	at    []int       // the key columns
-	conv  []valueFunc // of every column
-	kv    []pgorder.Value
-	n     int // rows dropped
-	seen  int // rows looked at: the page's last row is read again every 16
-	last  []pgorder.Value
-	lastU int
-	full  bool
-	stop  bool // a key value did not convert or is of another kind: keep every row
+	f    *pageFilter
+	u    int
+	at   []int       // the key columns
+	conv []valueFunc // of every column
+	kv   []pgorder.Value
+	n    int // rows dropped
+	seen int // rows looked at: the page's edge is read again every 16
+	edge pageEdge
+	stop bool // a key value did not convert or is of another kind: keep every row
 }
 
 // cut returns the pageCut of a statement of unit u whose rows come with
@@ -276,10 +269,10 @@ func (c *pageCut) out(raw [][]byte) bool {
 		return false
 	}
 	if c.seen%16 == 0 {
-		c.last, c.lastU, c.full = c.f.page.last()
+		c.edge = c.f.page.last()
 	}
 	c.seen++
-	if !c.full {
+	if !c.edge.full {
 		return false
 	}
 	for j, i := range c.at {
@@ -297,12 +290,7 @@ func (c *pageCut) out(raw [][]byte) bool {
 			return false
 		}
 	}
-	for j, o := range c.f.ords {
-		if d := pgorder.Compare(c.last[j], c.kv[j], o); d != 0 {
-			return d < 0
-		}
-	}
-	return c.lastU < c.u
+	return c.edge.excludes(c.kv, c.u)
 }
 
 // scanPage scans the merged page's rows into a slice of the read's

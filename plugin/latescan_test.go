@@ -176,7 +176,7 @@ func TestPageCutDropsOnlyWhatCannotEnter(t *testing.T) {
 		pm.add(2, reflect.ValueOf(rows), hk, nil)
 		return pm
 	}
-	f := &pageFilter{page: page(), names: []string{"id"}, kinds: []pgorder.Kind{pgorder.Int}, ords: []pgorder.Order{keys[0].ord()}, dropped: new(atomic.Int64)}
+	f := &pageFilter{page: page(), names: []string{"id"}, kinds: []pgorder.Kind{pgorder.Int}, dropped: new(atomic.Int64)}
 	for _, c := range []struct {
 		name string
 		unit int
@@ -228,7 +228,7 @@ func TestPageCutDropsOnlyWhatCannotEnter(t *testing.T) {
 		t.Fatal("a cut without the key column")
 	}
 	// A page not yet full drops nothing.
-	open := &pageFilter{page: newPageMerger(lateRowsType, keys, 3), names: f.names, kinds: f.kinds, ords: f.ords, dropped: f.dropped}
+	open := &pageFilter{page: newPageMerger(lateRowsType, keys, 3), names: f.names, kinds: f.kinds, dropped: f.dropped}
 	if open.cut(cols, conv, 5).drop([][]byte{wire(1)}) {
 		t.Fatal("a row dropped before the page was full")
 	}

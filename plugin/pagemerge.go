@@ -25,9 +25,10 @@ import (
 type pageMerger struct {
 	mu   sync.Mutex
 	keys []orderKey
-	keep int           // LIMIT+OFFSET; negative: every row
-	rows reflect.Value // a slice of the destination's type
-	unit []int         // the unit of each row in rows
+	ords []pgorder.Order // each key's order
+	keep int             // LIMIT+OFFSET; negative: every row
+	rows reflect.Value   // a slice of the destination's type
+	unit []int           // the unit of each row in rows
 	// kv holds each row's ORDER BY values, read once per row: with a
 	// LIMIT the page stays sorted and each unit's rows are merged into
 	// it in one pass, instead of sorting the page again by reflection
@@ -41,7 +42,7 @@ type pageMerger struct {
 }
 
 func newPageMerger(sliceTyp reflect.Type, keys []orderKey, keep int) *pageMerger {
-	return &pageMerger{keys: keys, keep: keep, rows: reflect.MakeSlice(sliceTyp, 0, max(keep, 0)+16)}
+	return &pageMerger{keys: keys, ords: ordsOf(keys), keep: keep, rows: reflect.MakeSlice(sliceTyp, 0, max(keep, 0)+16)}
 }
 
 // add merges a unit's rows (a slice of the destination's type), with
@@ -79,16 +80,13 @@ func (m *pageMerger) add(u int, part reflect.Value, hk [][]pgorder.Value, raw []
 	for i := range idx {
 		idx[i] = i
 	}
-	sort.SliceStable(idx, func(a, b int) bool { return compareKeys(pk[idx[a]], pk[idx[b]], m.keys) < 0 })
+	sort.SliceStable(idx, func(a, b int) bool { return compareKeys(pk[idx[a]], pk[idx[b]], m.ords) < 0 })
 	have := m.rows.Len()
-	if have == m.keep && have > 0 {
+	if m.edge().excludes(pk[idx[0]], u) {
 		// A full page keeps its rows unless the unit's best row goes
 		// before its last one: most answers of a read of many shards
 		// change nothing, and are not copied.
-		c := compareKeys(m.kv[have-1], pk[idx[0]], m.keys)
-		if c < 0 || c == 0 && m.unit[have-1] < u {
-			return
-		}
+		return
 	}
 	size := min(m.keep, have+n)
 	rows := reflect.MakeSlice(m.rows.Type(), 0, max(size, m.rows.Cap()))
@@ -102,8 +100,7 @@ func (m *pageMerger) add(u int, part reflect.Value, hk [][]pgorder.Value, raw []
 	for len(units) < size {
 		take := j == n
 		if !take && i < have {
-			c := compareKeys(m.kv[i], pk[idx[j]], m.keys)
-			take = c < 0 || c == 0 && m.unit[i] < u
+			take = goesBefore(m.kv[i], m.unit[i], pk[idx[j]], u, m.ords)
 		}
 		if take {
 			rows = reflect.Append(rows, m.rows.Index(i))
@@ -124,20 +121,42 @@ func (m *pageMerger) add(u int, part reflect.Value, hk [][]pgorder.Value, raw []
 	m.rows, m.unit, m.kv, m.raw = rows, units, kv, rv
 }
 
-// last returns the ORDER BY values and the unit of the page's last row
-// when the page holds LIMIT+OFFSET rows (full false otherwise): a row
-// that this row goes before cannot enter the page, now or later.
-func (m *pageMerger) last() (kv []pgorder.Value, unit int, full bool) {
+// pageEdge is the last row of a full page (one of LIMIT+OFFSET rows): a
+// row it goes before cannot enter the page, now or later, as the page
+// only ever gains rows that go before its last. The zero pageEdge, of a
+// page not full, excludes nothing.
+type pageEdge struct {
+	kv   []pgorder.Value // the last row's ORDER BY values
+	unit int             // and its unit
+	ords []pgorder.Order
+	full bool
+}
+
+// excludes reports whether a row of ORDER BY values kv from unit u cannot
+// enter the page: the page is full and its last row goes before the row.
+// It is the one place the merge, lateRows and pageCut decide that.
+func (e pageEdge) excludes(kv []pgorder.Value, u int) bool {
+	return e.full && goesBefore(e.kv, e.unit, kv, u, e.ords)
+}
+
+// last returns the page's edge, read under its lock (the zero pageEdge
+// for a nil page).
+func (m *pageMerger) last() pageEdge {
 	if m == nil {
-		return nil, 0, false
+		return pageEdge{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.edge()
+}
+
+// edge is last with m.mu held.
+func (m *pageMerger) edge() pageEdge {
 	n := m.rows.Len()
 	if m.keep <= 0 || n < m.keep || len(m.kv) < n {
-		return nil, 0, false
+		return pageEdge{}
 	}
-	return m.kv[n-1], m.unit[n-1], true
+	return pageEdge{kv: m.kv[n-1], unit: m.unit[n-1], ords: m.ords, full: true}
 }
 
 // full reports whether the page is complete whatever the units not yet
@@ -197,11 +216,12 @@ func sortRowsBy(rows reflect.Value, kv [][]pgorder.Value, keys []orderKey, units
 	for i := range idx {
 		idx[i] = i
 	}
+	ords := ordsOf(keys)
 	sort.SliceStable(idx, func(a, b int) bool {
-		if c := compareKeys(kv[idx[a]], kv[idx[b]], keys); c != 0 {
-			return c < 0
+		if units == nil {
+			return compareKeys(kv[idx[a]], kv[idx[b]], ords) < 0
 		}
-		return units != nil && units[idx[a]] < units[idx[b]]
+		return goesBefore(kv[idx[a]], units[idx[a]], kv[idx[b]], units[idx[b]], ords)
 	})
 	sorted := true
 	for i, j := range idx {
@@ -250,12 +270,33 @@ func rowKeys(row reflect.Value, keys []orderKey) []pgorder.Value {
 }
 
 // compareKeys orders two rows' ORDER BY values as Postgres does
-// (pgorder.Compare): negative when a comes first.
-func compareKeys(a, b []pgorder.Value, keys []orderKey) int {
-	for i, k := range keys {
-		if c := pgorder.Compare(a[i], b[i], k.ord()); c != 0 {
+// (pgorder.Compare), each by its key's order: negative when a comes first.
+func compareKeys(a, b []pgorder.Value, ords []pgorder.Order) int {
+	for i, o := range ords {
+		if c := pgorder.Compare(a[i], b[i], o); c != 0 {
 			return c
 		}
 	}
 	return 0
+}
+
+// goesBefore is the order of a merged page: a row of ORDER BY values a
+// from unit ua goes before a row of values b from unit ub when its keys
+// do, or they tie and its unit comes first in the plan. Of two rows of
+// one unit that tie, neither goes before the other: they keep the order
+// the unit's statement gave them.
+func goesBefore(a []pgorder.Value, ua int, b []pgorder.Value, ub int, ords []pgorder.Order) bool {
+	if c := compareKeys(a, b, ords); c != 0 {
+		return c < 0
+	}
+	return ua < ub
+}
+
+// ordsOf returns each key's order.
+func ordsOf(keys []orderKey) []pgorder.Order {
+	ords := make([]pgorder.Order, len(keys))
+	for i, k := range keys {
+		ords[i] = k.ord()
+	}
+	return ords
 }
