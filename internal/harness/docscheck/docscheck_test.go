@@ -388,6 +388,9 @@ BenchmarkRouting/select_by_key-2  	 200000	 9100 ns/op	 470 overhead-median-ns/o
 BenchmarkRouting/unregistered-2   	 200000	 9100 ns/op	 -120 overhead-median-ns/op
 BenchmarkRouting/unregistered-2   	 200000	 9100 ns/op	 300 overhead-median-ns/op
 BenchmarkMoveFigures-2	1	7.5 fenced-ms
+BenchmarkLayers/plugin/round_1-2	20	1 ns/op	31.5 ratio
+BenchmarkLayers/plugin/round_0-2	20	1 ns/op	27.25 ratio
+BenchmarkLayers/pluginx/round_0-2	20	1 ns/op	99 ratio
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -399,6 +402,7 @@ BenchmarkMoveFigures-2	1	7.5 fenced-ms
 		Rows: []Row{
 			{Label: "select by key", Bench: "BenchmarkRouting/select_by_key", Cells: []string{"{. overhead-median-ns/op /1e3 +} µs", "{. overhead-allocs/op +}"}},
 			{Label: "unregistered", Bench: "BenchmarkRouting", Cells: []string{"{/unregistered overhead-median-ns/op /1e3 +} µs", "–"}},
+			{Label: "rounds", Bench: "BenchmarkLayers/plugin/round_*", Cells: []string{"{. ratio}×", "–"}},
 		},
 		Notes: []string{"The window took {BenchmarkMoveFigures fenced-ms} ms."},
 	}
@@ -409,6 +413,7 @@ BenchmarkMoveFigures-2	1	7.5 fenced-ms
 	want := "| statement | overhead | allocations |\n|---|---|---|\n" +
 		"| select by key | +0.43–0.47 µs | +0 |\n" +
 		"| unregistered | -0.12–+0.30 µs | – |\n" +
+		"| rounds | 27.2–31.5× | – |\n" +
 		"\nTaken by `make figures`: 2 runs on Test CPU, linux/amd64, GOMAXPROCS 2.\n" +
 		"\nThe window took 7.50 ms.\n"
 	if got != want {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"path"
 	"regexp"
 	"sort"
 	"strconv"
@@ -141,8 +142,8 @@ func (fig Figure) Render(res *Results, stale bool) (string, error) {
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
-	if n := commandRuns(fig.Command); n > 0 {
-		runs = min(runs, n) // a test may write several values a run
+	if n := commandRuns(fig.command()); n > 0 {
+		runs = min(runs, n) // a test may write several values a run, a benchmark several rounds
 	}
 	machine := res.Config["cpu"]
 	if machine == "" {
@@ -227,7 +228,43 @@ func (res *Results) fill(tmpl, bench string) (string, int, error) {
 	}
 }
 
+// command is the command that took the figure's result file: its own,
+// or From's.
+func (fig Figure) command() string {
+	if fig.From == "" {
+		return fig.Command
+	}
+	for _, f := range Figures {
+		if f.Name == fig.From {
+			return f.Command
+		}
+	}
+	return ""
+}
+
+// values returns a benchmark's values of unit. A name with a * (a
+// benchmark's rounds: "BenchmarkX/mode/round_*") takes the values of
+// every benchmark it matches, in the order of their names.
 func (res *Results) values(bench, unit string) ([]float64, error) {
+	if strings.Contains(bench, "*") {
+		var names []string
+		for name := range res.Values {
+			if ok, err := path.Match(bench, name); err != nil {
+				return nil, fmt.Errorf("%q: %v", bench, err)
+			} else if ok {
+				names = append(names, name)
+			}
+		}
+		sort.Strings(names)
+		var vals []float64
+		for _, name := range names {
+			vals = append(vals, res.Values[name][unit]...)
+		}
+		if len(vals) == 0 {
+			return nil, fmt.Errorf("no %s for %s in the results", unit, bench)
+		}
+		return vals, nil
+	}
 	if rest, ok := strings.CutPrefix(unit, "ms/"); ok {
 		vals, err := res.values(bench, rest)
 		out := make([]float64, len(vals))

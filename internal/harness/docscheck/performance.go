@@ -169,7 +169,34 @@ func init() {
 				"fresh process's first read within a few times a warm one; a warm backend can: `Config.WarmUp` at start-up (its cost moves into the start-up column), " +
 				"or a pooler's server connections, which outlive app processes (the pooled rows: a fresh process behind PgBouncers that earlier reads warmed)."},
 		},
+		scatterLayersFigure,
 	)
+}
+
+// scatterLayersFigure is where the client's CPU of the default ordered
+// read goes: BenchmarkScatterLayers, which the scatter command runs too.
+var scatterLayersFigure = Figure{
+	Name:    "scatter-layers",
+	From:    "scatter",
+	Columns: []string{"the same 20 statements (the ordered read of all 2000 shards)", "/ one table (medians)", "clock", "client CPU", "servers' CPU"},
+	Rows: []Row{
+		layersRow("the plugin's read (plan, render, run, merge, scan the page)", "plugin"),
+		layersRow("the plugin's execute stage alone, every row kept (`readNamed`: pgx on the pool's connection)", "readnamed"),
+		layersRow("database/sql and pgx's driver with the plugin's `readAll`", "sql_readall"),
+		layersRow("pgconn, one statement after another, every value's bytes copied", "pgconn"),
+		layersRow("pgconn, one pipeline per server, a Sync after each statement", "pgconn_pipeline"),
+		layersRow("pgconn, one pipeline per server, one Sync (one transaction)", "pgconn_pipeline_one_sync"),
+	},
+	Notes: []string{"Each row after the first runs the statements the plugin sent for the read, taken from it, one goroutine per server as the plugin runs them; each is " +
+		"paired read by read with plain GORM's read of one table of the same rows; the modes run in three interleaved rounds of each run, " +
+		"so each cell spans 9 values of 20 reads ([reads across shards](reads-across-shards.md#how-it-runs))."},
+}
+
+func layersRow(label, mode string) Row {
+	b := "BenchmarkScatterLayers/" + mode + "/round_*"
+	return Row{Label: label, Bench: b, Cells: []string{
+		"{. ratio}× ({. median-ratio}×)", "{. sharded-µs/op /1e3} ms", "{. sharded-client-cpu-µs/op /1e3} ms", "{. sharded-server-cpu-µs/op /1e3} ms",
+	}}
 }
 
 var scatterModes = []string{"union_100", "union_100_exec", "union_250", "union_500", "per_shard", "pgbouncer_prepared", "pgbouncer_fallback"}
