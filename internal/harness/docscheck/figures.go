@@ -246,6 +246,15 @@ func (fig Figure) command() string {
 // benchmark's rounds: "BenchmarkX/mode/round_*") takes the values of
 // every benchmark it matches, in the order of their names.
 func (res *Results) values(bench, unit string) ([]float64, error) {
+	if rest, ok := strings.CutPrefix(unit, "ms/"); ok {
+		vals, err := res.values(bench, rest)
+		out := make([]float64, len(vals))
+		for i, v := range vals {
+			out[i] = 1e6 / v
+		}
+		return out, err
+	}
+	vals := res.Values[bench][unit]
 	if strings.Contains(bench, "*") {
 		var names []string
 		for name := range res.Values {
@@ -256,24 +265,11 @@ func (res *Results) values(bench, unit string) ([]float64, error) {
 			}
 		}
 		sort.Strings(names)
-		var vals []float64
+		vals = nil
 		for _, name := range names {
 			vals = append(vals, res.Values[name][unit]...)
 		}
-		if len(vals) == 0 {
-			return nil, fmt.Errorf("no %s for %s in the results", unit, bench)
-		}
-		return vals, nil
 	}
-	if rest, ok := strings.CutPrefix(unit, "ms/"); ok {
-		vals, err := res.values(bench, rest)
-		out := make([]float64, len(vals))
-		for i, v := range vals {
-			out[i] = 1e6 / v
-		}
-		return out, err
-	}
-	vals := res.Values[bench][unit]
 	if len(vals) == 0 {
 		return nil, fmt.Errorf("no %s for %s in the results", unit, bench)
 	}
