@@ -383,6 +383,22 @@ func TestDifferentialPooled(t *testing.T) {
 	runDifferential(t, d, diffCases())
 }
 
+// TestDifferentialPreparedPooler is TestDifferential with every shard
+// server behind a PgBouncer that carries prepared statements (1.21 or
+// later) and PreparedReadsAlways: reads across shards go through the
+// pooler as named statements, a server's pipelined (readpipe.go), with
+// the server connections shared by the pool's clients.
+func TestDifferentialPreparedPooler(t *testing.T) {
+	if _, err := pgbouncer.PreparedBinary(); err != nil {
+		t.Skip(err)
+	}
+	d := newDiffEnvWith(t, func(o *envOpts) {
+		o.appDSN = viaPooler(t, pgbouncer.Options{PreparedStatements: 200})
+		o.cfg = func(c *Config) { c.PreparedReads = PreparedReadsAlways }
+	})
+	runDifferential(t, d, diffCases()/2)
+}
+
 // TestDifferentialCollated is TestDifferential with the photos' caption
 // in an ICU collation on both sides, so that reads across shards ordered
 // by it are ordered in Postgres (collmerge.go).

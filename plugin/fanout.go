@@ -63,7 +63,11 @@ func (p *Plugin) readAcross(db *gorm.DB, d *decision, out **memrows.Rows) {
 		}
 	}
 	if !db.DryRun {
-		x := newReadExec(p, stmt.Context, d.m.table, stmts, &res.enough)
+		var enough *atomic.Bool // only a read whose page can fill stops early
+		if res.page != nil && res.page.canFill() {
+			enough = &res.enough
+		}
+		x := newReadExec(p, stmt.Context, d.m.table, stmts, enough)
 		x.run(d.tx != nil, func(k int) bool { return p.take(db, rp, res, x, k) })
 		if db.Error != nil {
 			return

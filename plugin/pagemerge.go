@@ -162,13 +162,17 @@ func (m *pageMerger) edge() pageEdge {
 // full reports whether the page is complete whatever the units not yet
 // read hold: a LIMIT without ORDER BY, with LIMIT+OFFSET rows in.
 func (m *pageMerger) full() bool {
-	if m.keep < 0 || len(m.keys) > 0 {
+	if !m.canFill() {
 		return false
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.rows.Len() >= m.keep
 }
+
+// canFill reports whether the page can be full before every unit is
+// added: a LIMIT with no ORDER BY.
+func (m *pageMerger) canFill() bool { return m.keep >= 0 && len(m.keys) == 0 }
 
 // page returns the merged rows, sorted, OFFSET and LIMIT applied.
 func (m *pageMerger) page(offset, limit int) reflect.Value {

@@ -63,6 +63,7 @@ type readExec struct {
 	stop    atomic.Bool
 	// enough is set by the caller when the merged page needs no more rows
 	// (a LIMIT with no ORDER BY): the servers skip their other statements.
+	// nil for a read that needs every statement's answer.
 	enough *atomic.Bool
 }
 
@@ -92,9 +93,20 @@ func newReadExec(p *Plugin, ctx context.Context, table string, stmts []readStmt,
 // serial set, the statements run on the caller's goroutine, server after
 // server (a read in a transaction, or of one server).
 func (x *readExec) run(serial bool, take func(k int) bool) {
-	next := func() bool { return !x.stop.Load() && !x.enough.Load() }
+	next := func() bool { return !x.stop.Load() && (x.enough == nil || !x.enough.Load()) }
 	if serial || len(x.servers) == 1 {
 		for _, ks := range x.byServ {
+			if db := x.pipe(ks); db != nil {
+				if next() {
+					x.runPipelined(x.ctx, db, ks, func(k int) bool {
+						if !take(k) {
+							x.stop.Store(true)
+						}
+						return next()
+					})
+				}
+				continue
+			}
 			for _, k := range ks {
 				if !next() {
 					return
@@ -117,6 +129,13 @@ func (x *readExec) run(serial bool, take func(k int) bool) {
 	for j, ks := range x.byServ {
 		go func() {
 			defer func() { done <- -1 - j }()
+			if db := x.pipe(ks); db != nil {
+				x.runPipelined(ctx, db, ks, func(k int) bool {
+					done <- k
+					return next()
+				})
+				return
+			}
 			for _, k := range ks {
 				if !next() {
 					return
@@ -143,6 +162,70 @@ func (x *readExec) run(serial bool, take func(k int) bool) {
 			x.stop.Store(true)
 			cancel() // the statements still running answer nothing that is read
 		}
+	}
+}
+
+// pipe returns the pool a server's statements ks run on as pipelines
+// (readPipelined), nil where they run one by one: each must be a named
+// read of the same pool, and the read must need every answer (a
+// pipeline's statements are all sent before the first answer).
+func (x *readExec) pipe(ks []int) *sql.DB {
+	if x.enough != nil {
+		return nil
+	}
+	var db *sql.DB
+	for _, k := range ks {
+		st := &x.stmts[k]
+		if !st.named {
+			return nil
+		}
+		var d *sql.DB
+		switch c := st.conn.(type) {
+		case *serverDB:
+			d = c.DB
+		case *sql.DB:
+			d = c
+		default:
+			return nil
+		}
+		if db != nil && d != db {
+			return nil
+		}
+		db = d
+	}
+	return db
+}
+
+// runPipelined runs a server's statements ks on one connection of db as
+// pipelines, sets each answer and calls got with its index as it arrives
+// (got returns false to stop). It stops at the first failed statement;
+// one whose binding failed fails there, without running.
+func (x *readExec) runPipelined(ctx context.Context, db *sql.DB, ks []int, got func(k int) bool) {
+	n := len(ks)
+	ps := make([]pipeStmt, 0, n)
+	for i, k := range ks {
+		st := &x.stmts[k]
+		if st.err != nil {
+			n = i
+			break
+		}
+		if x.p.running != nil {
+			x.p.running(st)
+		}
+		ps = append(ps, pipeStmt{sql: st.sql, vars: st.vars, filter: st.filter, unit: st.unit})
+	}
+	limit := x.p.stmtLimit(ctx)
+	goOn := true
+	readPipelined(ctx, db, ps, limit, func(i int, pt partials, err error) bool {
+		k := ks[i]
+		x.answers[k].rows, x.answers[k].err = pt, x.p.stmtErr(ctx, &x.stmts[k], x.table, err, limit)
+		goOn = got(k) && err == nil
+		return goOn
+	})
+	if goOn && n < len(ks) {
+		k := ks[n]
+		x.answers[k].err = x.stmts[k].err
+		got(k)
 	}
 }
 
@@ -180,14 +263,27 @@ func (p *Plugin) runStmt(parent context.Context, st *readStmt, table string) (pa
 	defer cancel()
 	rows, err := st.query(ctx, table)
 	if err != nil && st.named && planChanged(err) {
-		// The connection's prepared statement is stale (pgx has dropped
-		// it from its cache): this run goes unnamed, the next prepares
-		// again.
+		// The connection's prepared statement is stale: this run goes
+		// unnamed, the next prepares again.
 		unnamed := *st
 		unnamed.named = false
 		rows, err = unnamed.query(ctx, table)
 	}
 	if err != nil && limit > 0 && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+		err = fmt.Errorf("%w: %w", errBoundPassed, err)
+	}
+	return rows, p.stmtErr(parent, st, table, err, limit)
+}
+
+// stmtErr is the error a statement of a read answers for err: a
+// *ServerError for one its bound stopped (errBoundPassed, the caller's
+// own context still live), as a one-shard statement gets (bounded);
+// ErrServerLockSpace for a server out of lock space.
+func (p *Plugin) stmtErr(parent context.Context, st *readStmt, table string, err error, limit time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, errBoundPassed) && parent.Err() == nil {
 		var se *ServerError
 		if !errors.As(err, &se) {
 			err = &ServerError{Server: st.server, Shards: slices.Clone(st.shards), Table: table, Err: fmt.Errorf("no answer within %v: %w", limit, err)}
@@ -196,7 +292,7 @@ func (p *Plugin) runStmt(parent context.Context, st *readStmt, table string) (pa
 	if lockSpace(err) {
 		err = fmt.Errorf("shardkit: server %s: a statement reading %d shards of %s: %w: %w", st.server, len(st.shards), table, ErrServerLockSpace, err)
 	}
-	return rows, err
+	return err
 }
 
 // lockSpace reports whether err is a server's refusal of a lock for want
@@ -212,16 +308,27 @@ func lockSpace(err error) bool {
 // bounded by StatementTimeout plus deadlineGrace unless parent ends
 // sooner, and the bound (0: none).
 func (p *Plugin) statementBound(parent context.Context) (context.Context, context.CancelFunc, time.Duration) {
-	t := p.cfg.StatementTimeout
-	if t <= 0 {
-		return parent, func() {}, 0
-	}
-	t += deadlineGrace
-	if dl, ok := parent.Deadline(); ok && time.Until(dl) <= t {
+	t := p.stmtLimit(parent)
+	if t == 0 {
 		return parent, func() {}, 0
 	}
 	ctx, cancel := context.WithTimeout(parent, t)
 	return ctx, cancel, t
+}
+
+// stmtLimit is the bound statementBound puts on a statement under
+// parent: StatementTimeout plus deadlineGrace, 0 if none or if parent
+// ends sooner.
+func (p *Plugin) stmtLimit(parent context.Context) time.Duration {
+	t := p.cfg.StatementTimeout
+	if t <= 0 {
+		return 0
+	}
+	t += deadlineGrace
+	if dl, ok := parent.Deadline(); ok && time.Until(dl) <= t {
+		return 0
+	}
+	return t
 }
 
 // query runs the statement's text on its connection, in a read-only

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
-	"database/sql/driver"
-	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -24,75 +22,35 @@ import (
 // statements, most of them dropped by the merge. database/sql costs it a
 // goroutine per query (to watch the context), a lock and a conversion per
 // value, and a copy of every value handed out; pgx's database/sql driver
-// converts every value once more before that. readNamed runs the
-// statement on the pool's pgx connection itself: the same connection
-// (taken from and returned to the same pool), the same statement cache
-// (pgx's, bounded by preparedReadsPerConn), the same plan generation, and
-// each value converted as pgx's driver converts it for database/sql, so
-// that what the merge and GORM's Scan see is what readAll would have
-// returned.
+// converts every value once more before that. The plugin runs the
+// statement on the pool's pgx connection itself (readpipe.go): the same
+// connection (taken from and returned to the same pool), the same plan
+// generation, and each value converted as pgx's driver converts it for
+// database/sql, so that what the merge and GORM's Scan see is what
+// readAll would have returned.
 
 // readNamed runs text as a named prepared statement on a connection of
-// db and reads every row. A connection that broke before the statement
-// was sent is replaced, as database/sql replaces it (two more tries).
+// db and reads every row: a pipeline of one statement (readPipelined),
+// from the connection's cache of prepared reads.
 //
 // With f set (a read merged in Go, late scanned, of unit u), a row that
 // cannot enter the read's page is dropped as it arrives, its ORDER BY
 // values alone converted (pageFilter).
 func readNamed(ctx context.Context, db *sql.DB, text string, vars []any, f *pageFilter, u int) (partials, error) {
-	for try := 0; ; try++ {
-		pt, err := readNamedOnce(ctx, db, text, vars, f, u)
-		if errors.Is(err, errNotPgx) {
-			return readAll(ctx, db, text, append([]any{asPrepared}, vars...))
-		}
-		if !errors.Is(err, driver.ErrBadConn) || try == 2 {
-			return pt, err
-		}
-	}
-}
-
-func readNamedOnce(ctx context.Context, db *sql.DB, text string, vars []any, f *pageFilter, u int) (partials, error) {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return partials{}, err
-	}
-	defer conn.Close()
 	var pt partials
-	err = conn.Raw(func(dc any) error {
-		var plans *planGeneration
-		var pc *pgx.Conn
-		switch c := dc.(type) {
-		case unnamedConn:
-			pc, plans = c.Conn(), c.plans
-		case interface{ Conn() *pgx.Conn }:
-			pc = c.Conn()
-		default:
-			return errNotPgx
-		}
-		if pc.IsClosed() {
-			return driver.ErrBadConn // database/sql drops the connection
-		}
-		gen := int64(0)
-		if plans != nil {
-			gen = plans.n.Load()
-		}
-		var err error
-		pt, err = queryPrepared(ctx, pc, plans.text(text, gen), vars, f, u)
-		if err != nil && plans != nil && planChanged(err) {
-			plans.n.CompareAndSwap(gen, gen+1)
-		}
-		return err
+	var err error
+	readPipelined(ctx, db, []pipeStmt{{sql: text, vars: vars, filter: f, unit: u}}, 0, func(_ int, p partials, e error) bool {
+		pt, err = p, e
+		return true
 	})
 	return pt, err
 }
 
-// queryPrepared runs text on pc from its statement cache and reads every
-// row (but those f drops), each value converted as pgx's database/sql
-// driver converts it.
-func queryPrepared(ctx context.Context, pc *pgx.Conn, text string, vars []any, f *pageFilter, u int) (partials, error) {
-	var pt partials
+// queryOn runs text on pc in mode and reads every row (but those f
+// drops), each value converted as pgx's database/sql driver converts it.
+func queryOn(ctx context.Context, pc *pgx.Conn, text string, mode pgx.QueryExecMode, vars []any, f *pageFilter, u int) (partials, error) {
 	args := make([]any, 2, len(vars)+2)
-	args[0], args[1] = sqlResultFormats, pgx.QueryExecModeCacheStatement
+	args[0], args[1] = sqlResultFormats, mode
 	for _, v := range vars {
 		if na, ok := v.(sql.NamedArg); ok { // database/sql passes a named argument's value
 			v = na.Value
@@ -101,47 +59,84 @@ func queryPrepared(ctx context.Context, pc *pgx.Conn, text string, vars []any, f
 	}
 	rows, err := pc.Query(ctx, text, args...)
 	if err != nil {
-		if pgconn.SafeToRetry(err) {
-			return pt, driver.ErrBadConn // nothing was sent: another connection may run it
-		}
-		return pt, err
+		return partials{}, err
 	}
 	defer rows.Close()
-	var conv []valueFunc
-	pt.cols, conv = describeColumns(pc.TypeMap(), rows.FieldDescriptions())
-	var keep *pageCut
-	if f != nil {
-		if keep = f.cut(pt.cols, conv, u); keep != nil {
-			defer keep.done()
-		}
-	}
-	// Each row's values are a slice of a block shared by several rows, as
-	// readAll keeps them.
-	n := len(pt.cols)
-	var block []any
-	per := 1
+	s := newRowSink(pc.TypeMap(), rows.FieldDescriptions(), f, u)
+	defer s.done()
 	for rows.Next() {
-		if keep != nil && keep.drop(rows.RawValues()) {
-			continue
+		if err := s.add(rows.RawValues()); err != nil {
+			return s.pt, err
 		}
-		if len(block) < n {
-			block = make([]any, n*per)
-			per = min(2*per, 64)
-		}
-		vals := block[:n:n]
-		block = block[n:]
-		for i, raw := range rows.RawValues() {
-			if raw == nil {
-				continue
-			}
-			if vals[i], err = conv[i](raw); err != nil {
-				return pt, fmt.Errorf("convert field %d failed: %w", i, err)
-			}
-		}
-		pt.rows = append(pt.rows, vals)
 	}
 	rows.Close()
-	return pt, rows.Err()
+	return s.pt, rows.Err()
+}
+
+// readResult reads a pipelined statement's rows, as queryOn does.
+func readResult(rr *pgconn.ResultReader, m *pgtype.Map, f *pageFilter, u int) (partials, error) {
+	s := newRowSink(m, rr.FieldDescriptions(), f, u)
+	defer s.done()
+	for rr.NextRow() {
+		if err := s.add(rr.Values()); err != nil {
+			_, _ = rr.Close()
+			return s.pt, err
+		}
+	}
+	_, err := rr.Close()
+	return s.pt, err
+}
+
+// rowSink keeps a statement's rows: each value converted as pgx's
+// database/sql driver converts it, those f's cut drops left out.
+type rowSink struct {
+	pt    partials
+	conv  []valueFunc
+	keep  *pageCut
+	block []any
+	per   int
+}
+
+func newRowSink(m *pgtype.Map, fds []pgconn.FieldDescription, f *pageFilter, u int) *rowSink {
+	s := &rowSink{per: 1}
+	s.pt.cols, s.conv = describeColumns(m, fds)
+	if f != nil {
+		s.keep = f.cut(s.pt.cols, s.conv, u)
+	}
+	return s
+}
+
+// add keeps a row, given as its wire values. Each row's values are a
+// slice of a block shared by several rows, as readAll keeps them.
+func (s *rowSink) add(raw [][]byte) error {
+	if s.keep != nil && s.keep.drop(raw) {
+		return nil
+	}
+	n := len(s.pt.cols)
+	if len(s.block) < n {
+		s.block = make([]any, n*s.per)
+		s.per = min(2*s.per, 64)
+	}
+	vals := s.block[:n:n]
+	s.block = s.block[n:]
+	for i, v := range raw {
+		if v == nil {
+			continue
+		}
+		var err error
+		if vals[i], err = s.conv[i](v); err != nil {
+			return fmt.Errorf("convert field %d failed: %w", i, err)
+		}
+	}
+	s.pt.rows = append(s.pt.rows, vals)
+	return nil
+}
+
+// done counts the rows the cut dropped.
+func (s *rowSink) done() {
+	if s.keep != nil {
+		s.keep.done()
+	}
 }
 
 // sqlResultFormats are the result formats pgx's database/sql driver asks
