@@ -19,9 +19,10 @@ import (
 // statements, taken from the plugin as it sent them, run four ways, one
 // goroutine per server and the servers at once as the plugin runs them:
 //
-//   - readnamed: the plugin's execute stage without planning, merging or
-//     scanning (readNamed: on the pool's pgx connection, each value
-//     converted as pgx's database/sql driver converts it);
+//   - execute: the plugin's execute stage without planning, merging or
+//     scanning (readPipelined: a server's statements as one pipeline on
+//     the pool's pgx connection, each value converted as pgx's
+//     database/sql driver converts it);
 //   - sql_readall: through database/sql and pgx's driver with the
 //     plugin's readAll, the plugin's execute stage before readNamed;
 //   - pgconn: through pgconn, one statement after another, every value's
@@ -155,7 +156,20 @@ func BenchmarkScatterLayers(b *testing.B) {
 			})
 		}
 	}
-	viaNamed := viaStage(func(db *sql.DB, q string) (partials, error) { return readNamed(ctx, db, q, nil, nil, 0) })
+	viaExecute := func() error {
+		return perServer(func(j int) (n int, err error) {
+			var ps []pipeStmt
+			for _, q := range texts[servers[j]] {
+				ps = append(ps, pipeStmt{sql: q})
+			}
+			readPipelined(ctx, dbs[j], ps, 0, func(_ int, pt partials, e error) bool {
+				n += len(pt.rows)
+				err = e
+				return e == nil
+			})
+			return n, err
+		})
+	}
 	viaSQL := viaStage(func(db *sql.DB, q string) (partials, error) { return readAll(ctx, db, q, []any{asPrepared}) })
 	viaPgconn := func() error {
 		return perServer(func(j int) (int, error) {
@@ -220,7 +234,7 @@ func BenchmarkScatterLayers(b *testing.B) {
 		fn   func() error
 	}{
 		{"plugin", read},
-		{"readnamed", viaNamed},
+		{"execute", viaExecute},
 		{"sql_readall", viaSQL},
 		{"pgconn", viaPgconn},
 		{"pgconn_pipeline", pipelined(true)},

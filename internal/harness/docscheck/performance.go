@@ -181,7 +181,7 @@ var scatterLayersFigure = Figure{
 	Columns: []string{"the same 20 statements (the ordered read of all 2000 shards)", "/ one table (medians)", "clock", "client CPU", "servers' CPU"},
 	Rows: []Row{
 		layersRow("the plugin's read (plan, render, run, merge, scan the page)", "plugin"),
-		layersRow("the plugin's execute stage alone, every row kept (`readNamed`: pgx on the pool's connection)", "readnamed"),
+		layersRow("the plugin's execute stage alone, every row kept (`readPipelined`: a pipeline per server on the pool's connection)", "execute"),
 		layersRow("database/sql and pgx's driver with the plugin's `readAll`", "sql_readall"),
 		layersRow("pgconn, one statement after another, every value's bytes copied", "pgconn"),
 		layersRow("pgconn, one pipeline per server, a Sync after each statement", "pgconn_pipeline"),
