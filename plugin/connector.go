@@ -97,8 +97,11 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 			// mostly misses, while it grows the client's memory; exec
 			// mode keeps nothing and still takes one round trip.
 			pc.DefaultQueryExecMode = pgx.QueryExecModeExec
-			// The cache holds only the reads across shards the plugin
-			// runs prepared (PreparedReads), at most this many.
+			// Reads across shards the plugin runs prepared
+			// (PreparedReads) keep their statements in its own cache on
+			// the connection (readpipe.go); pgx's holds only what runs
+			// prepared through database/sql (asPrepared), at most this
+			// many.
 			pc.StatementCacheCapacity = preparedReadsPerConn
 		}
 	}

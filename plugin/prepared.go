@@ -39,8 +39,8 @@ const (
 )
 
 // preparedReadsPerConn is the most prepared reads a connection keeps; the
-// least recently used is deallocated (pgx's statement cache) to make room
-// for a new one, so a server backend's cached plans stay bounded. A
+// least recently used is closed (readCache) to make room for a new one,
+// so a server backend's cached plans stay bounded. A
 // statement reads at most 100 tables (unionBatch), and its cached plan
 // holds about 1.3 MB of the backend's memory for an ordered read, 0.65 MB
 // for a count (measured on Postgres 15, docs/reads-across-shards.md): 32

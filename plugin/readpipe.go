@@ -190,7 +190,9 @@ func pipelineOnce(ctx context.Context, db *sql.DB, stmts []pipeStmt, from int, b
 		if err != nil && !pc.IsClosed() && !isPgError(err) {
 			// Whatever the pipeline left unread, the connection is not
 			// to be used again.
-			_ = pc.PgConn().Close(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = pc.PgConn().Close(ctx)
+			cancel()
 		}
 		return err
 	})
@@ -291,12 +293,22 @@ func (r *pipeRun) prepare(texts []string) (crs []*cachedRead, failed int, err er
 	crs = make([]*cachedRead, len(texts))
 	var missing []int
 	keep := make(map[string]bool, len(texts))
+	first := make(map[string]int, len(texts)) // a text met twice is prepared once
 	for j, t := range texts {
 		keep[t] = true
+		if _, seen := first[t]; seen {
+			continue
+		}
+		first[t] = j
 		if crs[j] = r.rc.get(t); crs[j] == nil {
 			missing = append(missing, j)
 		}
 	}
+	defer func() {
+		for j, t := range texts {
+			crs[j] = crs[first[t]] // nil where it failed, which no statement reaches
+		}
+	}()
 	failed = len(texts)
 	if len(missing) == 0 && len(r.rc.stale) == 0 {
 		return crs, failed, nil

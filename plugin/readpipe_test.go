@@ -165,6 +165,29 @@ func TestPipelineStatementFails(t *testing.T) {
 	}
 }
 
+// TestPipelineSameTextTwice: a text met twice in one run is prepared
+// once and both statements are answered.
+func TestPipelineSameTextTwice(t *testing.T) {
+	_, db := pipeDB(t, nil)
+	q := pipeStmt{sql: `SELECT count(*) AS n FROM t WHERE a > $1`}
+	stmts := []pipeStmt{q, q, q}
+	for i := range stmts {
+		stmts[i].vars = []any{int64(i)}
+	}
+	got := runPipe(context.Background(), db, stmts, 0, -1)
+	if len(got) != 3 {
+		t.Fatalf("%d answers: %+v", len(got), got)
+	}
+	for i, a := range got {
+		if a.err != nil || a.pt.rows[0][0] != int64(10-i) {
+			t.Fatalf("answer %d: %v, %v", i, a.pt.rows, a.err)
+		}
+	}
+	if n := preparedCount(t, db); n != 1 {
+		t.Fatalf("%d statements prepared, want 1", n)
+	}
+}
+
 // TestPipelineStops: an answer that stops the run stops it there, and
 // the connection serves the next run.
 func TestPipelineStops(t *testing.T) {
