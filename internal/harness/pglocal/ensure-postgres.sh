@@ -4,9 +4,13 @@
 # the differential test a second time through PgBouncer in transaction mode.
 # Then build-pgbouncer.sh makes sure a PgBouncer 1.21 or later is there too
 # (built from source when the packaged one is older), for the tests of
-# prepared statements through a pooler.
+# prepared statements through a pooler, and build-postgres.sh that the other
+# server versions the tests run on (SHARDKIT_PG_VERSIONS, default 17 18) are
+# installed or built.
 set -euo pipefail
 build_pgbouncer="$(dirname "$0")/../pgbouncer/build-pgbouncer.sh"
+build_postgres="$(dirname "$0")/build-postgres.sh"
+builds() { "$build_pgbouncer" && "$build_postgres"; }
 have_pg() {
   { [ -n "${SHARDKIT_PG_BIN:-}" ] && [ -x "$SHARDKIT_PG_BIN/initdb" ]; } ||
     ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1
@@ -18,11 +22,11 @@ have_pgbouncer() {
 missing=()
 have_pg || missing+=(postgresql)
 have_pgbouncer || missing+=(pgbouncer)
-[ ${#missing[@]} = 0 ] && exec "$build_pgbouncer"
+if [ ${#missing[@]} = 0 ]; then builds; exit; fi
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "shardkit: installing the missing Debian package(s): ${missing[*]}" >&2
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-  exec "$build_pgbouncer"
+  builds; exit
 fi
 cat >&2 <<MSG
 shardkit: the tests need PostgreSQL 15+ server binaries (initdb, pg_ctl) and PgBouncer; missing: ${missing[*]}.

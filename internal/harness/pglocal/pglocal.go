@@ -43,6 +43,11 @@ type Options struct {
 	// Durable keeps fsync and synchronous_commit on. The zero value turns them
 	// off: throwaway clusters do not need crash safety, and tests run faster.
 	Durable bool
+	// Version is the server's major version (15, 17, 18). Zero means the
+	// binaries BinDir finds: $SHARDKIT_PG_BIN, else the newest installed.
+	// A version that is neither installed nor built by `make postgres` is
+	// an error (ErrNoPostgres), never another version.
+	Version int
 }
 
 // Cluster is one running PostgreSQL server.
@@ -64,6 +69,7 @@ func (c *Cluster) DSN(db string) string {
 type Set struct {
 	Clusters []*Cluster
 	root     string
+	bin      string
 }
 
 // BinDir finds the PostgreSQL server binaries: $SHARDKIT_PG_BIN, else the
@@ -93,13 +99,53 @@ func versionOf(binDir string) int {
 	return v
 }
 
+// CacheDir is where `make postgres` keeps the servers and poolers it
+// builds (build-postgres.sh, build-pgbouncer.sh): /var/cache/shardkit as
+// root (the servers then run as the postgres user, who cannot enter
+// /root), else $XDG_CACHE_HOME/shardkit or ~/.cache/shardkit.
+func CacheDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/cache/shardkit"
+	}
+	if d := os.Getenv("XDG_CACHE_HOME"); d != "" {
+		return filepath.Join(d, "shardkit")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "shardkit")
+}
+
+// BinDirOf finds the server binaries of one major version: Debian's
+// /usr/lib/postgresql/MAJOR/bin, else the build of `make postgres` in
+// CacheDir.
+func BinDirOf(major int) (string, error) {
+	for _, d := range []string{
+		filepath.Join("/usr/lib/postgresql", strconv.Itoa(major), "bin"),
+		filepath.Join(CacheDir(), "postgresql-"+strconv.Itoa(major), "bin"),
+	} {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("%w (version %d: neither /usr/lib/postgresql/%d/bin nor %s/postgresql-%d/bin; "+
+		"`make postgres` builds it, or SHARDKIT_PG_VERSIONS=%d ./internal/harness/pglocal/build-postgres.sh)",
+		ErrNoPostgres, major, major, CacheDir(), major, major)
+}
+
+// binFor is the binaries Start uses for opts.
+func binFor(opts Options) (string, error) {
+	if opts.Version != 0 {
+		return BinDirOf(opts.Version)
+	}
+	return BinDir()
+}
+
 // Start initialises and starts opts.N clusters. On error, whatever was
 // started is stopped and removed.
 func Start(ctx context.Context, opts Options) (*Set, error) {
 	if opts.N <= 0 {
 		opts.N = 1
 	}
-	bin, err := BinDir()
+	bin, err := binFor(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +157,7 @@ func Start(ctx context.Context, opts Options) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pglocal: temp dir: %w", err)
 	}
-	set := &Set{root: root}
+	set := &Set{root: root, bin: bin}
 	if err := chownTree(root, cred); err != nil {
 		set.Stop()
 		return nil, err
@@ -264,10 +310,7 @@ func (s *Set) Stop() {
 // Add starts one more cluster in the set (for example a new server to
 // rebalance onto).
 func (s *Set) Add(ctx context.Context, opts Options) (*Cluster, error) {
-	bin, err := BinDir()
-	if err != nil {
-		return nil, err
-	}
+	bin := s.bin
 	cred, err := serverCredential()
 	if err != nil {
 		return nil, err

@@ -75,3 +75,48 @@ func TestStartTwoClusters(t *testing.T) {
 		t.Fatal("cluster still accepts connections after Stop")
 	}
 }
+
+// TestStartVersions starts a cluster of each server version the suite runs
+// on (SHARDKIT_PG_VERSIONS, default "17 18", built by `make postgres`) and
+// checks that the server answering is that version, not another one found
+// first. A version named explicitly must be there; of the defaults, one that
+// is neither installed nor built is skipped, saying so.
+func TestStartVersions(t *testing.T) {
+	list, explicit := os.LookupEnv("SHARDKIT_PG_VERSIONS")
+	if !explicit {
+		list = "17 18"
+	}
+	if list == "none" {
+		t.Skip("SHARDKIT_PG_VERSIONS=none")
+	}
+	for _, f := range strings.Fields(list) {
+		major, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("SHARDKIT_PG_VERSIONS lists %q, want major versions such as 17", f)
+		}
+		t.Run(f, func(t *testing.T) {
+			bin, err := BinDirOf(major)
+			if err != nil {
+				if explicit {
+					t.Fatal(err)
+				}
+				t.Skip(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			set, err := Start(ctx, Options{Version: major})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer set.Stop()
+			out, err := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-XAtc", "SHOW server_version_num", set.Clusters[0].DSN("postgres")).CombinedOutput()
+			if err != nil {
+				t.Fatalf("psql: %v: %s", err, out)
+			}
+			num, _ := strconv.Atoi(strings.TrimSpace(string(out)))
+			if num/10000 != major {
+				t.Fatalf("server_version_num = %d from %s, want version %d", num, bin, major)
+			}
+		})
+	}
+}
