@@ -444,8 +444,16 @@ func schemaOf(stmt *gorm.Statement, shard int) string {
 
 // planChanged reports Postgres's refusal to run a prepared statement
 // whose result columns a schema change altered (a column added to a
-// table a SELECT * reads, a column's type or collation changed).
+// table a SELECT * reads, a column's type or collation changed). The
+// message is translated by the server's lc_messages, so the refusal is
+// known by its SQLSTATE (0A000, feature_not_supported) and the function
+// of Postgres that raises it, which every server names in its error
+// whatever its language; the English text stays for a server or proxy
+// that leaves the routine out.
 func planChanged(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan must not change result type")
+	if !errors.As(err, &pe) || pe.Code != "0A000" {
+		return false
+	}
+	return pe.Routine == "RevalidateCachedQuery" || strings.Contains(pe.Message, "cached plan must not change result type")
 }

@@ -1,0 +1,127 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+)
+
+// germanServer is pglocal's options for a cluster that answers in German:
+// gettext takes LANGUAGE over lc_messages when lc_messages is not "C",
+// and C.UTF-8 is a locale every glibc has, so no locale is generated.
+var germanServer = pglocal.Options{
+	Env:      []string{"LANGUAGE=de"},
+	Settings: map[string]string{"lc_messages": "'C.UTF-8'"},
+}
+
+// mustSpeakGerman fails the test unless the server at dsn words its
+// errors in German, which the tests of a non-English server rely on.
+func mustSpeakGerman(t *testing.T, dsn string) {
+	t.Helper()
+	conn := pgtest.Connect(t, dsn)
+	_, err := conn.Exec(context.Background(), "SELECT 1/0")
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "22012" || strings.Contains(pe.Message, "division by zero") {
+		t.Fatalf("SELECT 1/0 on the German server: %v; want SQLSTATE 22012 worded in German (are the Debian postgres message catalogs, /usr/share/locale/de/LC_MESSAGES/postgres-*.mo, installed?)", err)
+	}
+}
+
+// TestStalePlanNonEnglishServer: a read across shards prepared on a
+// server whose lc_messages is not English recovers from a column's type
+// changed under its cached plan, as it does on an English one: the
+// refusal is recognised by its SQLSTATE and the routine that raises it,
+// not by its English wording.
+func TestStalePlanNonEnglishServer(t *testing.T) {
+	_, dsnOf := ownClusterForBWith(t, germanServer)
+	e := newEnv(t, envOpts{dsnOf: dsnOf, cfg: func(c *Config) { c.MaxOpenConns = 1 }})
+	mustSpeakGerman(t, e.dsn["b"])
+	var rows []Photo
+	for u := int64(1); u <= int64(e.shards); u++ {
+		rows = append(rows, Photo{UserID: u, Caption: "c", Likes: int(u)})
+	}
+	if err := e.db.Create(&rows).Error; err != nil {
+		t.Fatal(err)
+	}
+	onB := 0
+	likesByID := map[int64]int{}
+	for _, r := range rows {
+		likesByID[r.ID] = r.Likes
+		if e.serverOf(t, e.shardOf(r.UserID)) == "b" {
+			onB++
+		}
+	}
+	if onB == 0 {
+		t.Fatal("no row on server b")
+	}
+	read := func() ([]map[string]any, error) {
+		var out []map[string]any
+		err := e.db.Model(&Photo{}).Clauses(AllShards()).Order("id").Find(&out).Error
+		return out, err
+	}
+	if _, err := read(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range e.servers {
+		e.rawExec(t, s, `DO $$
+DECLARE s text;
+BEGIN
+  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'shard\_%' LOOP
+    EXECUTE format('ALTER TABLE %I.photos ALTER COLUMN likes TYPE bigint', s);
+  END LOOP;
+END $$`)
+	}
+	for round := range 2 {
+		out, err := read()
+		if err != nil {
+			t.Fatalf("round %d: read after likes became bigint: %v", round, err)
+		}
+		if len(out) != len(rows) {
+			t.Fatalf("round %d: %d rows, want %d", round, len(out), len(rows))
+		}
+		for i, r := range out {
+			if fmt.Sprint(r["likes"]) != fmt.Sprint(likesByID[r["id"].(int64)]) {
+				t.Fatalf("round %d: row %d: %v, want likes %d", round, i, r, likesByID[r["id"].(int64)])
+			}
+		}
+	}
+	// A one-shard read of server b, prepared by the driver's cache too.
+	for round := range 2 {
+		var ps []Photo
+		u := rows[0].UserID
+		for _, r := range rows {
+			if e.serverOf(t, e.shardOf(r.UserID)) == "b" {
+				u = r.UserID
+			}
+		}
+		if err := e.db.Where("user_id = ?", u).Find(&ps).Error; err != nil || len(ps) != 1 {
+			t.Fatalf("round %d: one-shard read on b: %d rows, %v", round, len(ps), err)
+		}
+	}
+}
+
+func TestPlanChanged(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"english", &pgconn.PgError{Code: "0A000", Message: "cached plan must not change result type", Routine: "RevalidateCachedQuery"}, true},
+		{"german", &pgconn.PgError{Code: "0A000", Message: "gecachter Plan darf den Ergebnistyp nicht ändern", Routine: "RevalidateCachedQuery"}, true},
+		{"wrapped", fmt.Errorf("read: %w", &pgconn.PgError{Code: "0A000", Message: "le plan mis en cache ne doit pas modifier le type en résultat", Routine: "RevalidateCachedQuery"}), true},
+		{"no routine", &pgconn.PgError{Code: "0A000", Message: "cached plan must not change result type"}, true},
+		{"other feature", &pgconn.PgError{Code: "0A000", Message: "nicht unterstützt", Routine: "transformSelectStmt"}, false},
+		{"other code", &pgconn.PgError{Code: "42P01", Routine: "RevalidateCachedQuery"}, false},
+		{"not a server error", errors.New("cached plan must not change result type"), false},
+	} {
+		if got := planChanged(c.err); got != c.want {
+			t.Errorf("%s: planChanged = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
