@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -122,6 +123,35 @@ func TestPlanChanged(t *testing.T) {
 	} {
 		if got := planChanged(c.err); got != c.want {
 			t.Errorf("%s: planChanged = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// TestPipelineBoundExcludesCallerTime: the bound of a pipelined read is
+// the server's time to answer, not the caller's time to merge an answer.
+// The caller here takes each answer for longer than the bound (as a
+// serial read's merge of a large answer may): every statement still
+// answers with its rows, none with errBoundPassed, which would take a
+// healthy server as down.
+func TestPipelineBoundExcludesCallerTime(t *testing.T) {
+	_, db := pipeDB(t, nil)
+	const bound = time.Second
+	var stmts []pipeStmt
+	for i := range 3 {
+		stmts = append(stmts, pipeStmt{sql: fmt.Sprintf(`SELECT a FROM t WHERE a > %d`, i)})
+	}
+	var got []pipeAnswer
+	readPipelined(context.Background(), db, stmts, bound, func(i int, pt partials, err error) bool {
+		got = append(got, pipeAnswer{i, pt, err})
+		time.Sleep(bound + bound/2) // the caller's merge, longer than the bound
+		return true
+	})
+	if len(got) != len(stmts) {
+		t.Fatalf("%d answers, want %d: %+v", len(got), len(stmts), got)
+	}
+	for i, a := range got {
+		if a.err != nil || len(a.pt.rows) != 10-i {
+			t.Fatalf("answer %d: %d rows, %v; want %d rows", i, len(a.pt.rows), a.err, 10-i)
 		}
 	}
 }
