@@ -147,7 +147,8 @@ func (p *Plugin) onQuery(db *gorm.DB) {
 }
 
 // onRow replaces gorm:row (Row, Rows, and Scan, which reads Rows): one
-// shard as GORM runs it, or a read of several shards planned, run and
+// shard as GORM runs it (with the shard's search_path when it joins
+// other tables, exec.go), or a read of several shards planned, run and
 // merged as Find's, its merged rows served as *sql.Rows or *sql.Row
 // (rowsacross.go).
 func (p *Plugin) onRow(db *gorm.DB) {
@@ -155,7 +156,7 @@ func (p *Plugin) onRow(db *gorm.DB) {
 		p.rowsAcross(db, d)
 		return
 	}
-	p.orig.row(db)
+	p.runRow(db)
 }
 
 // onUpdate replaces gorm:update (exec.go).

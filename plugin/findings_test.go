@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
@@ -154,4 +158,110 @@ func TestPipelineBoundExcludesCallerTime(t *testing.T) {
 			t.Fatalf("answer %d: %d rows, %v; want %d rows", i, len(a.pt.rows), a.err, 10-i)
 		}
 	}
+}
+
+// plainPhotos is a database of one photos table and one likes table, as
+// plain GORM sees them, holding the rows given: the oracle of a
+// sharded read.
+func plainPhotos(t *testing.T, photos []Photo, likes []Like) *gorm.DB {
+	t.Helper()
+	dsn := pgtest.NewDatabase(t, 0)
+	pgtest.Exec(t, dsn, `CREATE TABLE photos (id bigint PRIMARY KEY, user_id bigint NOT NULL, caption text NOT NULL DEFAULT '',
+		likes integer NOT NULL DEFAULT 0, version integer NOT NULL DEFAULT 0, created_at timestamptz NOT NULL DEFAULT now());
+		CREATE TABLE likes (id bigint PRIMARY KEY, user_id bigint NOT NULL, photo_id bigint NOT NULL, created_at timestamptz NOT NULL DEFAULT now())`)
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	if err := db.Omit(clause.Associations).Create(&photos).Error; err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Omit(clause.Associations).Create(&likes).Error; err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+// TestRowsWithJoinsOneShard: Row, Rows and Scan of one shard that join
+// another table read the shard's table, as Find does, and answer what
+// plain GORM answers on one table: the joined table resolves in the
+// shard's schema, not in public.
+func TestRowsWithJoinsOneShard(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	by := seed(t, e, []int64{9, 4}, 2)
+	var likes []Like
+	for _, u := range []int64{9, 4} {
+		for _, p := range by[u] {
+			for k := range 3 {
+				likes = append(likes, Like{UserID: 50 + int64(k), PhotoID: p.ID})
+			}
+		}
+	}
+	if err := e.db.Create(&likes).Error; err != nil {
+		t.Fatal(err)
+	}
+	plain := plainPhotos(t, append(append([]Photo{}, by[9]...), by[4]...), likes)
+	pid := by[9][1].ID
+	type likeCaption struct {
+		ID      int64
+		Caption string
+	}
+	reads := map[string]func(db *gorm.DB) (any, error){
+		"Scan": func(db *gorm.DB) (any, error) {
+			var out []likeCaption
+			err := db.Model(&Like{}).Select("likes.id, photos.caption").Joins("JOIN photos ON photos.id = likes.photo_id").
+				Where("photo_id = ?", pid).Order("likes.id").Scan(&out).Error
+			return out, err
+		},
+		"Scan Joins relation": func(db *gorm.DB) (any, error) {
+			var out []map[string]any
+			err := db.Model(&Like{}).Select("likes.id", "likes.photo_id").Joins("Photo").
+				Where("photo_id = ?", pid).Order("likes.id").Scan(&out).Error
+			return out, err
+		},
+		"Rows": func(db *gorm.DB) (any, error) {
+			rows, err := db.Model(&Like{}).Select("likes.id, photos.caption").Joins("JOIN photos ON photos.id = likes.photo_id").
+				Where("photo_id = ?", pid).Order("likes.id").Rows()
+			if err != nil {
+				return nil, err
+			}
+			defer rows.Close()
+			var out []likeCaption
+			for rows.Next() {
+				var lc likeCaption
+				if err := rows.Scan(&lc.ID, &lc.Caption); err != nil {
+					return nil, err
+				}
+				out = append(out, lc)
+			}
+			return out, rows.Err()
+		},
+		"Row": func(db *gorm.DB) (any, error) {
+			var n int64
+			var caption string
+			err := db.Model(&Like{}).Select("count(*), min(photos.caption)").Joins("JOIN photos ON photos.id = likes.photo_id").
+				Where("photo_id = ?", pid).Row().Scan(&n, &caption)
+			return fmt.Sprint(n, caption), err
+		},
+	}
+	for name, read := range reads {
+		want, err := read(plain)
+		if err != nil {
+			t.Fatalf("%s on plain GORM: %v", name, err)
+		}
+		got, err := read(e.db)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: got %v, plain GORM %v", name, got, want)
+		}
+	}
+	e.defaultUntouched(t)
 }

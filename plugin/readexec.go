@@ -377,11 +377,16 @@ func (st *readStmt) query(ctx context.Context, table string) (partials, error) {
 func readAll(ctx context.Context, q interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }, text string, vars []any) (partials, error) {
-	var pt partials
 	rows, err := q.QueryContext(ctx, text, vars...)
 	if err != nil {
-		return pt, err
+		return partials{}, err
 	}
+	return scanAll(rows)
+}
+
+// scanAll reads every row of rows and closes them.
+func scanAll(rows *sql.Rows) (partials, error) {
+	var pt partials
 	defer rows.Close()
 	cts, err := rows.ColumnTypes()
 	if err != nil {
