@@ -265,3 +265,75 @@ func TestRowsWithJoinsOneShard(t *testing.T) {
 	}
 	e.defaultUntouched(t)
 }
+
+// Nick is a model keyed by a string, on a table whose key column each
+// test gives its own type.
+type Nick struct {
+	ID   int64
+	Name string `shard:"key"`
+}
+
+// TestCaseInsensitiveShardKeyRefused: the shard of a string key is a
+// function of its bytes (router.HashString), so a key column that
+// compares case-insensitively (citext, a nondeterministic collation)
+// would put 'Alice' and 'alice', one key to Postgres, on two shards, and
+// a read by either find only the rows of its own spelling. Such a model
+// is refused when the plugin starts, with what to do; the same table with
+// a text key starts.
+func TestCaseInsensitiveShardKeyRefused(t *testing.T) {
+	for _, c := range []struct {
+		name, column string
+		refused      bool
+	}{
+		{"citext", "public.citext", true},
+		{"nondeterministic collation", `text COLLATE public.ci`, true},
+		{"domain over citext", "public.nick_name", true},
+		{"text", "text", false},
+		{"text in ICU, deterministic", `text COLLATE "und-x-icu"`, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{shards: 4, before: func(e *env) {
+				for _, srv := range e.servers {
+					e.rawExec(t, srv, `CREATE EXTENSION IF NOT EXISTS citext SCHEMA public;
+CREATE COLLATION IF NOT EXISTS public.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+DO $$ BEGIN CREATE DOMAIN public.nick_name AS public.citext; EXCEPTION WHEN duplicate_object THEN NULL; END $$;
+DO $$
+DECLARE s text;
+BEGIN
+  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'shard\_%' LOOP
+    EXECUTE format('CREATE TABLE %I.nicks (id bigint PRIMARY KEY, name `+c.column+` NOT NULL)', s);
+  END LOOP;
+END $$`)
+				}
+			}})
+			db, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if sqlDB, err := db.DB(); err == nil {
+					_ = sqlDB.Close()
+				}
+			})
+			pl := Register(Config{Router: e.r, IDs: e.gen}, &Nick{})
+			t.Cleanup(func() { _ = pl.Close() })
+			err = db.Use(pl)
+			if !c.refused {
+				if err != nil {
+					t.Fatalf("Use: %v", err)
+				}
+				if err := db.Create(&[]Nick{{Name: "Alice"}, {Name: "alice"}}).Error; err != nil {
+					t.Fatal(err)
+				}
+				var hs []Nick
+				if err := db.Where("name = ?", "alice").Find(&hs).Error; err != nil || len(hs) != 1 {
+					t.Fatalf("read of one spelling: %v, %v", hs, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidModel) || !strings.Contains(err.Error(), "nicks.name") || !strings.Contains(err.Error(), "normalise") {
+				t.Fatalf("Use: err = %v; want ErrInvalidModel naming nicks.name and saying to normalise the key", err)
+			}
+		})
+	}
+}
