@@ -351,7 +351,7 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 // merged rows.
 func (p *Plugin) runRow(db *gorm.DB) {
 	stmt := db.Statement
-	if len(stmt.Joins) == 0 || db.DryRun || db.Error != nil {
+	if !joinsTables(stmt) || db.DryRun || db.Error != nil {
 		p.orig.row(db)
 		return
 	}
@@ -428,7 +428,7 @@ func (p *Plugin) rowsInSchema(db *gorm.DB, pool interface {
 
 func (p *Plugin) runQuery(db *gorm.DB) {
 	stmt := db.Statement
-	if len(stmt.Joins) == 0 || db.DryRun || db.Error != nil {
+	if !joinsTables(stmt) || db.DryRun || db.Error != nil {
 		p.orig.query(db)
 		return
 	}

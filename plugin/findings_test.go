@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/router"
 )
 
 // germanServer is pglocal's options for a cluster that answers in German:
@@ -335,5 +336,107 @@ END $$`)
 				t.Fatalf("Use: err = %v; want ErrInvalidModel naming nicks.name and saying to normalise the key", err)
 			}
 		})
+	}
+}
+
+// Owner and Tag are a many-to-many association whose rows and join
+// table live in the owner's shard: each keyed by its own ID, placed by
+// the owner's scope.
+type Owner struct {
+	ID   int64 `shard:"id"`
+	Name string
+	Tags []Tag `gorm:"many2many:owner_tags"`
+}
+
+type Tag struct {
+	ID    int64 `shard:"id"`
+	Label string
+}
+
+const ownerTagsSQL = `DO $$
+DECLARE s text;
+BEGIN
+  FOR s IN SELECT nspname FROM pg_namespace WHERE nspname LIKE 'shard\_%' LOOP
+    EXECUTE format('CREATE TABLE %I.owners (id bigint PRIMARY KEY, name text NOT NULL DEFAULT '''')', s);
+    EXECUTE format('CREATE TABLE %I.tags (id bigint PRIMARY KEY, label text NOT NULL DEFAULT '''')', s);
+    EXECUTE format('CREATE TABLE %I.owner_tags (owner_id bigint NOT NULL, tag_id bigint NOT NULL, PRIMARY KEY (owner_id, tag_id))', s);
+  END LOOP;
+END $$`
+
+// TestAssociationJoinsInFrom: GORM's many2many Association reads the
+// associated table joined to the join table through a clause.From, not
+// through Joins. On one shard the join table resolves in the shard's
+// schema, and the read answers what plain GORM answers on one table;
+// across shards, where no colocation can be proved, it is refused with
+// ErrUnroutableSQL, not run against an unqualified join table.
+func TestAssociationJoinsInFrom(t *testing.T) {
+	e := newEnv(t, envOpts{shards: 4, models: []any{&Owner{}, &Tag{}}, before: func(e *env) {
+		for _, srv := range e.servers {
+			e.rawExec(t, srv, ownerTagsSQL)
+		}
+	}})
+	plainDSN := pgtest.NewDatabase(t, 0)
+	pgtest.Exec(t, plainDSN, `CREATE TABLE owners (id bigint PRIMARY KEY, name text NOT NULL DEFAULT '');
+		CREATE TABLE tags (id bigint PRIMARY KEY, label text NOT NULL DEFAULT '');
+		CREATE TABLE owner_tags (owner_id bigint NOT NULL, tag_id bigint NOT NULL, PRIMARY KEY (owner_id, tag_id))`)
+	plain, err := gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := plain.DB(); err == nil {
+			_ = sqlDB.Close()
+		}
+	})
+	var owners []Owner
+	for i := range 3 {
+		o := Owner{Name: fmt.Sprint("o", i)}
+		if err := e.db.Clauses(Shard(int64(i))).Omit(clause.Associations).Create(&o).Error; err != nil {
+			t.Fatal(err)
+		}
+		tags := []Tag{{Label: fmt.Sprint("t", i, "a")}, {Label: fmt.Sprint("t", i, "b")}}
+		if err := e.db.Clauses(ShardOfID(o.ID)).Create(&tags).Error; err != nil {
+			t.Fatal(err)
+		}
+		shard, err := e.r.Snapshot().Layout.ShardOf(o.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tg := range tags {
+			e.rawExec(t, e.serverOf(t, shard), fmt.Sprintf("INSERT INTO %s.owner_tags VALUES ($1, $2)", router.SchemaName(shard)), o.ID, tg.ID)
+			pgtest.Exec(t, plainDSN, "INSERT INTO owner_tags VALUES ($1, $2)", o.ID, tg.ID)
+		}
+		if err := plain.Omit(clause.Associations).Create(&o).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := plain.Create(&tags).Error; err != nil {
+			t.Fatal(err)
+		}
+		o.Tags = tags
+		owners = append(owners, o)
+	}
+	for _, o := range owners {
+		var want, got []Tag
+		if err := plain.Model(&o).Order("id").Association("Tags").Find(&want); err != nil {
+			t.Fatal(err)
+		}
+		if len(want) != 2 {
+			t.Fatalf("plain GORM: %v", want)
+		}
+		if err := e.db.Clauses(ShardOfID(o.ID)).Model(&o).Order("id").Association("Tags").Find(&got); err != nil {
+			t.Fatalf("Association Find on the owner's shard: %v", err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("Association Find on the owner's shard: %v, plain GORM %v", got, want)
+		}
+		var n int64
+		if n = e.db.Clauses(ShardOfID(o.ID)).Model(&o).Association("Tags").Count(); n != 2 {
+			t.Fatalf("Association Count on the owner's shard: %d, want 2", n)
+		}
+	}
+	var all []Tag
+	err = e.db.Clauses(AllShards()).Model(&owners[0]).Association("Tags").Find(&all)
+	if !errors.Is(err, ErrUnroutableSQL) {
+		t.Fatalf("Association Find across shards: %v, err %v; want ErrUnroutableSQL", all, err)
 	}
 }

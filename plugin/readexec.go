@@ -436,7 +436,7 @@ func columnsOf(cts []*sql.ColumnType) []memrows.Column {
 // its search_path: the shard's, when the statement joins other tables and
 // its connection is a pool (a transaction's part has it set already).
 func schemaOf(stmt *gorm.Statement, shard int) string {
-	if len(stmt.Joins) == 0 {
+	if !joinsTables(stmt) {
 		return ""
 	}
 	if _, ok := stmt.ConnPool.(interface {
