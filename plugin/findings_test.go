@@ -14,6 +14,7 @@ import (
 	"gorm.io/gorm/clause"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/router"
@@ -193,7 +194,14 @@ func plainPhotos(t *testing.T, photos []Photo, likes []Like) *gorm.DB {
 // plain GORM answers on one table: the joined table resolves in the
 // shard's schema, not in public.
 func TestRowsWithJoinsOneShard(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	t.Run("direct", func(t *testing.T) { rowsWithJoinsOneShard(t, envOpts{}) })
+	t.Run("pgbouncer", func(t *testing.T) {
+		rowsWithJoinsOneShard(t, envOpts{appDSN: viaPooler(t, pgbouncer.Options{})})
+	})
+}
+
+func rowsWithJoinsOneShard(t *testing.T, o envOpts) {
+	e := newEnv(t, o)
 	by := seed(t, e, []int64{9, 4}, 2)
 	var likes []Like
 	for _, u := range []int64{9, 4} {
@@ -370,11 +378,20 @@ END $$`
 // across shards, where no colocation can be proved, it is refused with
 // ErrUnroutableSQL, not run against an unqualified join table.
 func TestAssociationJoinsInFrom(t *testing.T) {
-	e := newEnv(t, envOpts{shards: 4, models: []any{&Owner{}, &Tag{}}, before: func(e *env) {
+	t.Run("direct", func(t *testing.T) { associationJoinsInFrom(t, envOpts{}) })
+	t.Run("pgbouncer", func(t *testing.T) {
+		associationJoinsInFrom(t, envOpts{appDSN: viaPooler(t, pgbouncer.Options{})})
+	})
+}
+
+func associationJoinsInFrom(t *testing.T, o envOpts) {
+	o.shards, o.models = 4, []any{&Owner{}, &Tag{}}
+	o.before = func(e *env) {
 		for _, srv := range e.servers {
 			e.rawExec(t, srv, ownerTagsSQL)
 		}
-	}})
+	}
+	e := newEnv(t, o)
 	plainDSN := pgtest.NewDatabase(t, 0)
 	pgtest.Exec(t, plainDSN, `CREATE TABLE owners (id bigint PRIMARY KEY, name text NOT NULL DEFAULT '');
 		CREATE TABLE tags (id bigint PRIMARY KEY, label text NOT NULL DEFAULT '');
