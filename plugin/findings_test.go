@@ -195,6 +195,9 @@ func plainPhotos(t *testing.T, photos []Photo, likes []Like) *gorm.DB {
 // shard's schema, not in public.
 func TestRowsWithJoinsOneShard(t *testing.T) {
 	t.Run("direct", func(t *testing.T) { rowsWithJoinsOneShard(t, envOpts{}) })
+	t.Run("PrepareStmt", func(t *testing.T) {
+		rowsWithJoinsOneShard(t, envOpts{gorm: func(c *gorm.Config) { c.PrepareStmt = true }})
+	})
 	t.Run("pgbouncer", func(t *testing.T) {
 		rowsWithJoinsOneShard(t, envOpts{appDSN: viaPooler(t, pgbouncer.Options{})})
 	})

@@ -112,6 +112,19 @@ func TestRetryableServerErrors(t *testing.T) {
 		{"statement failed, then its rollback", &rollbackError{Err: &ServerError{Server: "a", Err: real["57P01 admin_shutdown"]}, Rollback: real["conn closed"]}, true},
 		{"constraint failed, then its rollback", &rollbackError{Err: real["23505 unique"], Rollback: real["conn closed"]}, false},
 	}
+	// A connection the driver closed under a statement says the server
+	// ended it or the network cut it: the server is taken as down (a
+	// BEGIN that met it becomes a *ServerError), not as up.
+	for _, name := range []string{"conn closed", "57P01 admin_shutdown", "connection refused"} {
+		if !unavailable(fmt.Errorf("begin: %w", real[name])) {
+			t.Errorf("%s: unavailable = false, want true", name)
+		}
+	}
+	for _, name := range []string{"42601 syntax", "25006 read-only", "3D000 unknown database"} {
+		if unavailable(real[name]) {
+			t.Errorf("%s: unavailable = true, want false", name)
+		}
+	}
 	for _, c := range cases {
 		// As the plugin returns them: bare, and wrapped for the shard a
 		// statement (or its BEGIN) was going to.
