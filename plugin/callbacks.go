@@ -38,6 +38,7 @@ func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 		update: cb.Update().Get("gorm:update"),
 		delete: cb.Delete().Get("gorm:delete"),
 		row:    cb.Row().Get("gorm:row"),
+		finish: cb.Create().Get("gorm:commit_or_rollback_transaction"),
 	}
 	if p.orig.begin == nil || p.orig.create == nil || p.orig.query == nil || p.orig.update == nil || p.orig.delete == nil || p.orig.row == nil {
 		return errors.New("shardkit: GORM's default callbacks are missing; register the plugin on a gorm.DB from gorm.Open")
@@ -49,6 +50,9 @@ func (p *Plugin) registerCallbacks(db *gorm.DB) error {
 		{"create begin", cb.Create().Replace("gorm:begin_transaction", p.onBegin)},
 		{"update begin", cb.Update().Replace("gorm:begin_transaction", p.onBegin)},
 		{"delete begin", cb.Delete().Replace("gorm:begin_transaction", p.onBegin)},
+		{"create finish", cb.Create().Replace("gorm:commit_or_rollback_transaction", p.onFinish)},
+		{"update finish", cb.Update().Replace("gorm:commit_or_rollback_transaction", p.onFinish)},
+		{"delete finish", cb.Delete().Replace("gorm:commit_or_rollback_transaction", p.onFinish)},
 		{"assign_id", cb.Create().After("gorm:before_create").Before("gorm:save_before_associations").Register("shardkit:assign_id", p.onAssignID)},
 		{"create route", cb.Create().After("shardkit:assign_id").Before("gorm:create").Register("shardkit:route", p.onRoute(opCreate))},
 		{"create", cb.Create().Replace("gorm:create", p.onCreate)},
@@ -114,6 +118,43 @@ func (p *Plugin) onBegin(db *gorm.DB) {
 	}
 }
 
+// onFinish wraps gorm:commit_or_rollback_transaction. GORM adds the
+// error of a rollback after a failed statement to the statement's as
+// text ("%v; %w"), which leaves the caller only the rollback's error to
+// test: a *ServerError or a constraint violation becomes an untyped
+// string. The statement's error stays what the caller tests (a
+// *rollbackError), the rollback's in its text.
+func (p *Plugin) onFinish(db *gorm.DB) {
+	before := db.Error
+	if p.orig.finish != nil {
+		p.orig.finish(db)
+	}
+	if before == nil || db.Error == before {
+		return
+	}
+	db.Error = &rollbackError{Err: before, Rollback: errors.Unwrap(db.Error)}
+	if db.Statement.Result != nil {
+		db.Statement.Result.Error = db.Error
+	}
+}
+
+// rollbackError is a statement's error whose transaction's rollback failed
+// too. It unwraps to the statement's error alone: what the caller tests
+// (errors.Is, errors.As, Retryable) is why the statement failed; the
+// rollback's failure adds nothing to act on, since a transaction whose
+// rollback failed ends with its connection, and the server rolls it back.
+type rollbackError struct {
+	Err      error // the statement's
+	Rollback error // the rollback's
+}
+
+func (e *rollbackError) Error() string {
+	return fmt.Sprintf("%v (the transaction's rollback failed too: %v; the server rolls back a transaction whose connection ended)", e.Err, e.Rollback)
+}
+
+// Unwrap returns the statement's error.
+func (e *rollbackError) Unwrap() error { return e.Err }
+
 // onAssignID is shardkit:assign_id (assign.go).
 func (p *Plugin) onAssignID(db *gorm.DB) { p.assignID(db) }
 
@@ -147,7 +188,8 @@ func (p *Plugin) onQuery(db *gorm.DB) {
 }
 
 // onRow replaces gorm:row (Row, Rows, and Scan, which reads Rows): one
-// shard as GORM runs it, or a read of several shards planned, run and
+// shard as GORM runs it (with the shard's search_path when it joins
+// other tables, exec.go), or a read of several shards planned, run and
 // merged as Find's, its merged rows served as *sql.Rows or *sql.Row
 // (rowsacross.go).
 func (p *Plugin) onRow(db *gorm.DB) {
@@ -155,7 +197,7 @@ func (p *Plugin) onRow(db *gorm.DB) {
 		p.rowsAcross(db, d)
 		return
 	}
-	p.orig.row(db)
+	p.runRow(db)
 }
 
 // onUpdate replaces gorm:update (exec.go).

@@ -110,8 +110,11 @@ type Config struct {
 	// default_query_exec_mode wins.
 	StatementCacheCapacity int
 	// SkipTableCheck skips the start-up check that every registered
-	// model's table exists in each shard schema. False (the default)
-	// checks, with one query per server.
+	// model's table exists in each shard schema, and that no string
+	// shard key or text lookup column compares case-insensitively (citext,
+	// a nondeterministic collation: refused, as its rows could not be
+	// routed by their bytes). False (the default) checks, with two
+	// queries per server.
 	SkipTableCheck bool
 	// ConnectTimeout bounds reaching a server (its TCP connection) by the
 	// default OpenDB: a server that does not accept a connection in time

@@ -117,6 +117,9 @@ func (p *Plugin) decide(db *gorm.DB, o op, d *decision) (bool, error) {
 		if d.tx != nil && !d.tx.spans() {
 			return true, fmt.Errorf("%w: the statement spans %d shards", ErrCrossShard, len(d.shards))
 		}
+		if err := checkFromJoins(stmt, len(d.shards)); err != nil {
+			return true, err
+		}
 	}
 	if cs.partial && o != opQuery {
 		return true, fmt.Errorf("%w: plugin.Partial applies to reads (Find, First, Take, Count, Pluck); a write either reaches every shard it names or fails", ErrUnroutableSQL)

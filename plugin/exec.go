@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/shardkit/shardkit/internal/memrows"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -341,9 +342,93 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 	p.rerun(db, p.conn(stmt, srv, true), p.runQuery)
 }
 
+// runRow runs gorm:row on one shard. A statement that joins other tables
+// runs, as runQuery's does, in a read-only transaction with the shard's
+// schema on its search_path, so that a joined table resolves in the
+// shard's schema and not in public. The transaction ends before GORM's
+// caller reads the rows, so they are read whole inside it and served
+// from memory (internal/memrows), as a read across shards serves its
+// merged rows.
+func (p *Plugin) runRow(db *gorm.DB) {
+	stmt := db.Statement
+	if !joinsTables(stmt) || db.DryRun || db.Error != nil {
+		p.orig.row(db)
+		return
+	}
+	pool, ok := stmt.ConnPool.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	})
+	if !ok {
+		p.orig.row(db) // a transaction: pinned, search_path already set
+		return
+	}
+	m, shard, _ := p.lookup(stmt)
+	if m == nil || shard < 0 {
+		p.orig.row(db)
+		return
+	}
+	many, _ := db.Get("rows")
+	p.bounded(db, func(db *gorm.DB) { p.rowsInSchema(db, pool, m, shard) })
+	switch {
+	case db.Error != nil && many != true:
+		stmt.Dest = memrows.ErrRow(db.Error)
+	case db.Error != nil:
+	case many == true:
+		rows, err := memrows.Query(stmt.Context, stmt.Dest.(*memrows.Rows))
+		if err != nil {
+			db.AddError(err)
+			return
+		}
+		stmt.Dest = rows
+	default:
+		stmt.Dest = memrows.QueryRow(stmt.Context, stmt.Dest.(*memrows.Rows))
+	}
+}
+
+// rowsInSchema runs gorm:row's query on shard in a read-only transaction
+// of pool with the shard's schema on its search_path, and leaves its rows
+// read whole as the statement's Dest (*memrows.Rows).
+func (p *Plugin) rowsInSchema(db *gorm.DB, pool interface {
+	BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+}, m *model, shard int) {
+	stmt := db.Statement
+	tx, err := pool.BeginTx(stmt.Context, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		fail(db, m, shard, err)
+		return
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(stmt.Context, setSearchPath, pgx.Identifier{router.SchemaName(shard)}.Sanitize()); err != nil {
+		fail(db, m, shard, err)
+		return
+	}
+	cp := stmt.ConnPool
+	stmt.ConnPool = tx
+	stmt.Settings.Store("rows", true) // gorm:row's *sql.Rows, read here
+	p.orig.row(db)
+	stmt.ConnPool = cp
+	if db.Error != nil {
+		return
+	}
+	rows, ok := stmt.Dest.(*sql.Rows)
+	if !ok {
+		db.AddError(fmt.Errorf("shardkit: gorm:row left %T, want *sql.Rows", stmt.Dest))
+		return
+	}
+	pt, err := scanAll(rows)
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		fail(db, m, shard, err)
+		return
+	}
+	stmt.Dest = pt.memRows()
+}
+
 func (p *Plugin) runQuery(db *gorm.DB) {
 	stmt := db.Statement
-	if len(stmt.Joins) == 0 || db.DryRun || db.Error != nil {
+	if !joinsTables(stmt) || db.DryRun || db.Error != nil {
 		p.orig.query(db)
 		return
 	}

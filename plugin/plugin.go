@@ -47,6 +47,7 @@ type Plugin struct {
 // originals are GORM's own callbacks that the plugin wraps.
 type originals struct {
 	begin, create, query, update, delete, row func(*gorm.DB)
+	finish                                    func(*gorm.DB) // gorm:commit_or_rollback_transaction, nil if GORM has none
 }
 
 var _ gorm.Plugin = (*Plugin)(nil)

@@ -377,11 +377,16 @@ func (st *readStmt) query(ctx context.Context, table string) (partials, error) {
 func readAll(ctx context.Context, q interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }, text string, vars []any) (partials, error) {
-	var pt partials
 	rows, err := q.QueryContext(ctx, text, vars...)
 	if err != nil {
-		return pt, err
+		return partials{}, err
 	}
+	return scanAll(rows)
+}
+
+// scanAll reads every row of rows and closes them.
+func scanAll(rows *sql.Rows) (partials, error) {
+	var pt partials
 	defer rows.Close()
 	cts, err := rows.ColumnTypes()
 	if err != nil {
@@ -431,7 +436,7 @@ func columnsOf(cts []*sql.ColumnType) []memrows.Column {
 // its search_path: the shard's, when the statement joins other tables and
 // its connection is a pool (a transaction's part has it set already).
 func schemaOf(stmt *gorm.Statement, shard int) string {
-	if len(stmt.Joins) == 0 {
+	if !joinsTables(stmt) {
 		return ""
 	}
 	if _, ok := stmt.ConnPool.(interface {
@@ -444,8 +449,16 @@ func schemaOf(stmt *gorm.Statement, shard int) string {
 
 // planChanged reports Postgres's refusal to run a prepared statement
 // whose result columns a schema change altered (a column added to a
-// table a SELECT * reads, a column's type or collation changed).
+// table a SELECT * reads, a column's type or collation changed). The
+// message is translated by the server's lc_messages, so the refusal is
+// known by its SQLSTATE (0A000, feature_not_supported) and the function
+// of Postgres that raises it, which every server names in its error
+// whatever its language; the English text stays for a server or proxy
+// that leaves the routine out.
 func planChanged(err error) bool {
 	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan must not change result type")
+	if !errors.As(err, &pe) || pe.Code != "0A000" {
+		return false
+	}
+	return pe.Routine == "RevalidateCachedQuery" || strings.Contains(pe.Message, "cached plan must not change result type")
 }

@@ -253,6 +253,7 @@ func (r *pipeRun) run(i int) error {
 			if err != nil && !isPgError(err) {
 				return r.connErr(err)
 			}
+			r.pause()
 			if !r.answer(k, pt, err) || err != nil {
 				return nil
 			}
@@ -266,6 +267,17 @@ func (r *pipeRun) run(i int) error {
 		i += len(w)
 	}
 	return nil
+}
+
+// pause stops the bound while the caller takes an answer: a serial
+// read merges each answer on this goroutine, and the time it takes is
+// the caller's, not the server's (a large answer merged for longer than
+// StatementTimeout would otherwise cancel a healthy server's pipeline and
+// take the server as down). A bound that passed already stays passed.
+func (r *pipeRun) pause() {
+	if r.timer != nil {
+		r.timer.Stop()
+	}
 }
 
 // restart gives the next statement the whole bound.
@@ -437,6 +449,7 @@ func (r *pipeRun) execute(i int, w []pipeStmt, crs []*cachedRead) (n, stale int,
 			stale = j
 			break
 		}
+		r.pause()
 		if !r.answer(i+j, pt, gerr) || gerr != nil {
 			_ = p.Close()
 			return -1, -1, nil

@@ -212,12 +212,50 @@ func (p *Plugin) checkUnshardedJoins(stmt *gorm.Statement) error {
 			return fmt.Errorf("%w: a join names sharded table %q in a statement on an unsharded table; query the shards separately", ErrUnroutableSQL, t)
 		}
 	}
+	for _, j := range fromJoins(stmt) {
+		if t := p.mentions(exprSQL(j)); t != "" {
+			return fmt.Errorf("%w: a join names sharded table %q in a statement on an unsharded table; query the shards separately", ErrUnroutableSQL, t)
+		}
+	}
 	if stmt.TableExpr != nil {
 		if t := p.mentions(stmt.TableExpr.SQL); t != "" {
 			return fmt.Errorf("%w: table expression %q names sharded table %q; use the model and let the plugin pick the shard", ErrUnroutableSQL, stmt.TableExpr.SQL, t)
 		}
 	}
 	return nil
+}
+
+// fromJoins returns the joins a statement's FROM clause carries: GORM's
+// many2many Association joins its join table so (clause.From{Joins}),
+// apart from stmt.Joins, and builds them into the same FROM.
+func fromJoins(stmt *gorm.Statement) []clause.Join {
+	c, ok := stmt.Clauses["FROM"]
+	if !ok {
+		return nil
+	}
+	f, _ := c.Expression.(clause.From)
+	return f.Joins
+}
+
+// joinsTables reports whether a statement joins other tables, through
+// Joins or its FROM clause: on one shard they are to resolve in the
+// shard's schema (search_path).
+func joinsTables(stmt *gorm.Statement) bool {
+	return len(stmt.Joins) > 0 || len(fromJoins(stmt)) > 0
+}
+
+// checkFromJoins refuses a statement of several shards whose FROM clause
+// joins other tables (a many2many Association read across shards): the
+// colocation of a join table's rows with the model's cannot be proved
+// from it, and a read merged from shards whose joins each miss the pairs
+// of the others' rows would be silently short.
+func checkFromJoins(stmt *gorm.Statement, shards int) error {
+	js := fromJoins(stmt)
+	if len(js) == 0 || shards <= 1 {
+		return nil
+	}
+	return fmt.Errorf("%w: the statement joins %q (a many2many Association, or clause.From joins) across %d shards; scope it to one shard, e.g. db.Clauses(plugin.ShardOfID(owner.ID)).Model(&owner).Association(...), where the join resolves in the shard's schema",
+		ErrUnroutableSQL, js[0].Table.Name, shards)
 }
 
 // exprSQL returns the SQL text of a raw expression, or "".

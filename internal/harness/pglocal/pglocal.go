@@ -48,6 +48,10 @@ type Options struct {
 	// A version that is neither installed nor built by `make postgres` is
 	// an error (ErrNoPostgres), never another version.
 	Version int
+	// Env are extra "NAME=value" variables of the server's environment
+	// (LANGUAGE=de with lc_messages = 'C.UTF-8' makes a server that
+	// answers in German without a generated locale). Restart keeps them.
+	Env []string
 }
 
 // Cluster is one running PostgreSQL server.
@@ -56,6 +60,7 @@ type Cluster struct {
 	Dir  string // data directory
 	bin  string
 	cred *syscall.Credential
+	env  []string // Options.Env
 	mu   sync.Mutex
 	down bool
 }
@@ -198,7 +203,8 @@ func (c *Cluster) start(ctx context.Context, opts Options) error {
 		if err := c.writeConf(opts); err != nil {
 			return err
 		}
-		lastErr = run(ctx, c.cred, filepath.Join(c.bin, "pg_ctl"), "-D", c.Dir, "-w", "-t", "60",
+		c.env = opts.Env
+		lastErr = runEnv(ctx, c.cred, c.env, filepath.Join(c.bin, "pg_ctl"), "-D", c.Dir, "-w", "-t", "60",
 			"-l", filepath.Join(c.Dir, "server.log"), "start")
 		if lastErr == nil {
 			return nil
@@ -278,7 +284,7 @@ func (c *Cluster) Restart(ctx context.Context) error {
 	if !c.down {
 		return nil
 	}
-	if err := run(ctx, c.cred, filepath.Join(c.bin, "pg_ctl"), "-D", c.Dir, "-w", "-t", "60",
+	if err := runEnv(ctx, c.cred, c.env, filepath.Join(c.bin, "pg_ctl"), "-D", c.Dir, "-w", "-t", "60",
 		"-l", filepath.Join(c.Dir, "server.log"), "start"); err != nil {
 		return fmt.Errorf("pglocal: restart cluster in %s: %w", c.Dir, err)
 	}
@@ -396,12 +402,17 @@ func chownTree(path string, cred *syscall.Credential) error {
 }
 
 func run(ctx context.Context, cred *syscall.Credential, name string, args ...string) error {
+	return runEnv(ctx, cred, nil, name, args...)
+}
+
+// runEnv is run with env added to the command's environment.
+func runEnv(ctx context.Context, cred *syscall.Credential, env []string, name string, args ...string) error {
 	cmd := exec.CommandContext(ctx, name, args...)
 	if cred != nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 		cmd.Dir = "/"
 	}
-	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	cmd.Env = append(append(os.Environ(), "LC_ALL=C"), env...)
 	// The server must outlive a cancelled test context only until Stop.
 	out, err := cmd.CombinedOutput()
 	if err != nil {
