@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./...
 RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/... ./relay/...
 
-.PHONY: test test-short vet lint bench fuzz demo demo-pooled reliability scale scale-direct generate postgres tools figures
+.PHONY: test test-versions test-short vet lint bench fuzz demo demo-pooled reliability scale scale-direct generate postgres figures
 
 ## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
 # Both stages always run: a failure in the first must not hide what -race finds.
@@ -17,14 +17,33 @@ RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/..
 # cores `plugin` took 1102 s in the race stage and more than 1200 s in the plain one
 # (2026-11-28), so the bound is half as much again.
 TEST_TIMEOUT ?= 30m
+# The whole suite runs on the packaged server (Debian 12's 15: the oldest
+# supported version, and the one a fresh machine has without a build); after it,
+# the core of each version in SHARDKIT_PG_VERSIONS runs on that version (test-versions).
 test: postgres vet lint
-	@out=$$(mktemp -d); plain=0; \
+	@out=$$(mktemp -d); plain=0; versions=0; \
 	( $(GO) test -count=1 -race -short -timeout $(TEST_TIMEOUT) $(RACE_PKGS) > $$out/race 2>&1; echo $$? > $$out/rc ) & \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS) || plain=$$?; \
+	$(MAKE) --no-print-directory test-versions || versions=$$?; \
 	wait; race=$$(cat $$out/rc); \
 	echo "--- race stage (go test -race -short, run beside the first):"; cat $$out/race; rm -rf $$out; \
-	echo "make test: tests $$( [ $$plain = 0 ] && echo passed || echo FAILED ), race tests $$( [ $$race = 0 ] && echo passed || echo FAILED )"; \
-	[ $$plain = 0 ] && [ $$race = 0 ]
+	echo "make test: tests $$( [ $$plain = 0 ] && echo passed || echo FAILED ), other versions $$( [ $$versions = 0 ] && echo passed || echo FAILED ), race tests $$( [ $$race = 0 ] && echo passed || echo FAILED )"; \
+	[ $$plain = 0 ] && [ $$versions = 0 ] && [ $$race = 0 ]
+
+## test-versions: the core of the suite on each other server version (SHARDKIT_PG_VERSIONS,
+## default 17 18, built by `make postgres`): the plugin's differential direct and pooled, an
+## online move with verify and rollback, migrations under load, backup and restore, the
+## resolver, the catalog's queries. SHARDKIT_PG_VERSIONS=none skips it.
+SHARDKIT_PG_VERSIONS ?= 17 18
+CORE_RUN := ^(TestDifferential|TestDifferentialPooled|TestDifferentialPreparedPooler|Example.*|TestRollbackAfterCutover|TestOnlineMoveWithPluginWriters|TestTargetRefusesWritesUntilTheFlip|TestMoveUsesAdminDSN|TestAddColumnUnderLoad|TestMigrateAddsVersionAndResumes|TestDump.*|TestRestore.*|TestResolver.*|TestLoad|TestWatch.*|TestSlotLeases|TestRenewAndRelease|TestSetServerDSN)$$
+CORE_PKGS := ./plugin ./rebalance ./migrations ./backup ./resolver ./catalog
+test-versions:
+	@[ "$(SHARDKIT_PG_VERSIONS)" = none ] && exit 0; rc=0; \
+	for v in $(SHARDKIT_PG_VERSIONS); do \
+	  bin=$$($(GO) run ./internal/harness/pglocal/cmd/pgbin $$v) || { rc=1; continue; }; \
+	  echo "--- PostgreSQL $$v ($$bin): the core"; \
+	  SHARDKIT_PG_BIN=$$bin $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '$(CORE_RUN)' $(CORE_PKGS) || rc=1; \
+	done; exit $$rc
 
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1)
@@ -44,19 +63,31 @@ bench: postgres
 figures:
 	$(GO) run ./internal/harness/docscheck/figures -run
 
-## fuzz: a short fuzzing run of every fuzz target
+## fuzz: a short fuzzing run of every fuzz target in the module, found by name (a new
+## target is run without being listed here); FUZZTIME per target, 20s by default.
+## FuzzDifferential starts clusters and runs its cases on one worker, for a minute.
+FUZZTIME ?= 20s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzComposeDecode -fuzztime 20s ./idgen
-	$(GO) test -run '^$$' -fuzz FuzzParseSchemaName -fuzztime 20s ./router
-	$(GO) test -run '^$$' -fuzz FuzzParseID -fuzztime 20s ./cmd/shardctl
-	$(GO) test -run '^$$' -fuzz FuzzConditionReader -fuzztime 20s ./plugin
-	$(GO) test -run '^$$' -fuzz FuzzLex -fuzztime 20s ./internal/sqlcond
-	$(GO) test -run '^$$' -fuzz FuzzCompareNumeric -fuzztime 20s ./internal/pgorder
-	$(GO) test -run '^$$' -fuzz FuzzDifferential -fuzztime 60s -fuzzminimizetime 0 -parallel 1 ./plugin
-	$(GO) test -run '^$$' -fuzz FuzzFlagValues -fuzztime 20s ./cmd/shardctl
-	$(GO) test -run '^$$' -fuzz FuzzDecode -fuzztime 20s ./examples/photos/api
-	$(GO) test -run '^$$' -fuzz FuzzLibpq -fuzztime 20s ./internal/pgdsn
-	$(GO) test -run '^$$' -fuzz FuzzDecodeMap -fuzztime 20s ./relay
+	@grep -rl --include='*_test.go' '^func Fuzz' . | sort | while read -r f; do \
+	  dir=$$(dirname "$$f"); \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' "$$f"); do \
+	    case $$t in \
+	    FuzzDifferential) flags="-fuzztime 60s -fuzzminimizetime 0 -parallel 1" ;; \
+	    *) flags="-fuzztime $(FUZZTIME)" ;; \
+	    esac; \
+	    echo "--- $$t ($$dir)"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t$$" $$flags "$$dir" || exit 1; \
+	  done; \
+	done
+
+## test-short: the quick loop (a few minutes): the pure packages whole, and one
+## representative test per subsystem on real clusters; `make test` is what CI runs.
+SHORT_PURE := ./idgen/... ./router/... ./internal/sqlcond ./internal/pgorder ./internal/pgdsn \
+	./internal/twophase ./internal/memrows ./internal/rowsum ./internal/bytesize ./internal/sqlversions
+test-short: postgres
+	$(GO) test -count=1 -short $(SHORT_PURE)
+	$(GO) test -count=1 -short -run '^(Example.*|TestSlotLeases|TestDumpDropRestore|TestResolverFollowsTheCoordinator|TestDifferential)$$' \
+	  ./plugin ./catalog ./rebalance ./migrations ./backup ./resolver ./relay
 
 ## reliability: the long runs — 8 processes × 1M IDs on one shard with clock steps and kills,
 ## then a 10-minute soak of the photo service with shards moved in the middle
