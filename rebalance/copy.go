@@ -37,6 +37,10 @@ const (
 	// snapshot_name, output_plugin; the snapshot can be imported by other
 	// sessions for as long as that connection stays open and idle.
 	sqlCreateSlotExport = `CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'export')`
+	// sqlCreateSlotExportFailover is the same on PostgreSQL 17 and later,
+	// where a slot marked for failover is kept in step on the source's
+	// standbys (sync_replication_slots): a promotion keeps the move's slot.
+	sqlCreateSlotExportFailover = `CREATE_REPLICATION_SLOT %s LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER)`
 	// sqlBeginSnapshot starts a source transaction that sees the rows as
 	// of an exported snapshot (%s: the validated snapshot name, quoted).
 	sqlBeginSnapshot = `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SET TRANSACTION SNAPSHOT %s`
@@ -107,7 +111,11 @@ func createSlotExporting(ctx context.Context, dsn, slot string) (*exportedSlot, 
 	if err != nil {
 		return nil, fmt.Errorf("create slot %s: open a replication connection: %w", slot, err)
 	}
-	results, err := conn.Exec(ctx, fmt.Sprintf(sqlCreateSlotExport, ident(slot))).ReadAll()
+	create := sqlCreateSlotExport
+	if failoverSlots(conn.ParameterStatus("server_version")) {
+		create = sqlCreateSlotExportFailover
+	}
+	results, err := conn.Exec(ctx, fmt.Sprintf(create, ident(slot))).ReadAll()
 	if err != nil {
 		_ = conn.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("create slot %s: %w", slot, err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,13 +31,17 @@ const (
 	// Slots are looked up in the server's own database only: slot names
 	// are per cluster, and a mover must never see, wait on, terminate the
 	// reader of, or drop a slot of another database on the same cluster.
-	sqlSlotExists    = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1)`
-	sqlSlotReached   = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1`
-	sqlCreateSlot    = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
-	sqlDropSlot      = `SELECT pg_drop_replication_slot($1)`
-	sqlSlotActivePID = `SELECT active_pid FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1 AND active`
-	sqlTerminate     = `SELECT pg_terminate_backend($1)`
-	sqlAdvanceSlot   = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
+	sqlSlotExists  = `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1)`
+	sqlSlotReached = `SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1`
+	sqlCreateSlot  = `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`
+	// sqlCreateSlotFailover marks the slot for failover (PostgreSQL 17+:
+	// arguments temporary, twophase, failover).
+	sqlCreateSlotFailover = `SELECT pg_create_logical_replication_slot($1, 'pgoutput', false, false, true)`
+	sqlServerVersion      = `SELECT current_setting('server_version')`
+	sqlDropSlot           = `SELECT pg_drop_replication_slot($1)`
+	sqlSlotActivePID      = `SELECT active_pid FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1 AND active`
+	sqlTerminate          = `SELECT pg_terminate_backend($1)`
+	sqlAdvanceSlot        = `SELECT pg_replication_slot_advance($1, $2::pg_lsn)
 		FROM pg_replication_slots WHERE database = current_database() AND slot_name = $1 AND confirmed_flush_lsn < $2::pg_lsn`
 )
 
@@ -184,10 +190,30 @@ func createSlot(ctx context.Context, p *pgxpool.Pool, name string) error {
 	if exists {
 		return nil
 	}
-	if _, err := p.Exec(ctx, sqlCreateSlot, name); err != nil {
+	var version string
+	if err := p.QueryRow(ctx, sqlServerVersion).Scan(&version); err != nil {
+		return fmt.Errorf("create slot %s: read the server's version: %w", name, err)
+	}
+	create := sqlCreateSlot
+	if failoverSlots(version) {
+		create = sqlCreateSlotFailover
+	}
+	if _, err := p.Exec(ctx, create, name); err != nil {
 		return fmt.Errorf("create slot %s: %w", name, err)
 	}
 	return nil
+}
+
+// failoverSlots reports whether a server of version (server_version, as
+// "17.11" or "18.6 (Debian …)") can mark a logical slot for failover, so
+// that its standbys keep a copy in step (PostgreSQL 17+). A move's slots
+// are marked wherever they can be: on a server without standbys, or one
+// whose standbys do not sync slots, the mark changes nothing.
+func failoverSlots(version string) bool {
+	major, _, _ := strings.Cut(strings.TrimSpace(version), ".")
+	major, _, _ = strings.Cut(major, " ")
+	n, err := strconv.Atoi(major)
+	return err == nil && n >= 17
 }
 
 // advanceSlot moves a logical slot's start to lsn, so its consumer never
