@@ -120,7 +120,9 @@ func unavailable(err error) bool {
 		// shutting down, crashed, or not accepting connections yet.
 		return len(pe.Code) == 5 && (pe.Code[:2] == "08" || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03")
 	case errors.As(err, &ce), errors.As(err, &ne),
-		errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		errors.Is(err, driver.ErrBadConn), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		// pgx's connection closed under a statement (its server went away).
+		errors.Is(err, pgconn.ErrConnClosed):
 		return true
 	}
 	return false
