@@ -223,6 +223,9 @@ func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
 		if err != nil {
 			return err
 		}
+		if err := withPrimaries(ctx, tx, servers); err != nil {
+			return err
+		}
 		placements, err := readPlacements(ctx, tx, -1)
 		if err != nil {
 			return err

@@ -67,6 +67,7 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	b.Queue(sqlBeginSnapshot)
 	b.Queue(sqlMapVersionNow)
 	b.Queue(sqlServersAll)
+	b.Queue(sqlServerPrimaries)
 	b.Queue(sqlPlacementsSince, since.Version)
 	b.Queue(`COMMIT`)
 	br := c.pool.SendBatch(ctx, b)
@@ -84,6 +85,9 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	}
 	servers, err := readServers(ctx, batchQuerier{br})
 	if err != nil {
+		return nil, err
+	}
+	if err := withPrimaries(ctx, batchQuerier{br}, servers); err != nil {
 		return nil, err
 	}
 	rows, err := br.Query()

@@ -10,12 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
+	"github.com/shardkit/shardkit/router"
 )
 
 // failover is an environment whose server b runs on a primary of its own
@@ -241,5 +246,153 @@ func TestFailoverSyncStandby(t *testing.T) {
 	// The bound is generous for a loaded machine; the figure is the log's.
 	if d := first.Sub(promoted); d > 10*time.Second {
 		t.Errorf("first write %v after the promotion, want within seconds", d)
+	}
+}
+
+// recordPrimary records the host that answers read-write on server b as
+// its primary, as an HA tool's promotion hook does (shardctl server
+// promoted b), and returns it.
+func (f *failover) recordPrimary(t *testing.T) router.Primary {
+	t.Helper()
+	got, _, err := f.e.cat.RecordServerPrimary(context.Background(), "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// sees waits until db's router serves server b with primary p.
+func sees(t *testing.T, r *router.Router, p router.Primary) {
+	t.Helper()
+	testkit.Eventually(t, 30*time.Second, func() bool {
+		srv, _ := r.Snapshot().Server("b")
+		return srv.Primary == p
+	})
+}
+
+// writeRetrying inserts a photo for user u through db, running it again
+// while the plugin calls the error retryable, and returns its ID.
+func writeRetrying(t *testing.T, db *gorm.DB, u int64) int64 {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		p := Photo{UserID: u, Caption: "after"}
+		err := db.Create(&p).Error
+		if err == nil {
+			return p.ID
+		}
+		if !Retryable(err) || time.Now().After(deadline) {
+			t.Fatalf("write for user %d: %v", u, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// onHost counts the photos with these IDs in server b's shards on the
+// cluster c, connecting to it directly.
+func (f *failover) onHost(t *testing.T, c *pglocal.Cluster, ids []int64) int {
+	t.Helper()
+	conn := pgtest.Connect(t, c.DSN(f.db))
+	n := 0
+	for s := 0; s < f.e.shards; s++ {
+		if f.e.serverOf(t, s) != "b" {
+			continue
+		}
+		var k int
+		q := "SELECT count(*) FROM " + pgx.Identifier{router.SchemaName(s), "photos"}.Sanitize() + " WHERE id = ANY($1)"
+		if err := conn.QueryRow(context.Background(), q, ids).Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		n += k
+	}
+	return n
+}
+
+// TestFailoverOldPrimaryFenced fails server b over with its primary
+// recorded in the catalog, records the promoted standby as an HA tool's
+// hook does, and restarts the old primary as it was (writable, on its old
+// timeline). A running process whose connections are cut (so that it
+// tries the hosts in the DSN's order, the old primary first) and a new
+// process each write rows and read them back: every write lands on the
+// new primary, none on the old one, and every read finds its row (the
+// old primary has none of them, so a read it served would not).
+func TestFailoverOldPrimaryFenced(t *testing.T) {
+	ctx := context.Background()
+	f := newFailover(t, envOpts{})
+	e := f.e
+	first := f.recordPrimary(t)
+	wctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go func() { _ = e.r.WatchWith(wctx, router.WatchOptions{Poll: 50 * time.Millisecond}) }()
+	sees(t, e.r, first)
+
+	var l load
+	l.write(t, f, append(f.usersOn(t, "b", 4), f.usersOn(t, "a", 1)...))
+	start := time.Now()
+	testkit.Eventually(t, 30*time.Second, func() bool { return l.ackedSince("b", start) >= 20 })
+	if err := f.primary.Kill(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.standby.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	second := f.recordPrimary(t)
+	if second.SystemID != first.SystemID || second.Timeline <= first.Timeline {
+		t.Fatalf("recorded %v after the promotion, %v before: want the same system on a newer timeline", second, first)
+	}
+	testkit.Eventually(t, 60*time.Second, func() bool { return l.ackedSince("b", promoted) >= 40 })
+	l.finish()
+	t.Logf("first write to b %v after the promotion (recorded by the test at once); %d writes acknowledged, %d errors on b",
+		l.firstAckAfter("b", promoted).Sub(promoted).Round(time.Millisecond), len(l.acked), len(l.errs["b"]))
+	l.checkErrors(t, "b")
+	l.checkNothingLost(t, f)
+	sees(t, e.r, second)
+
+	f.restartOld(t)
+	// The old primary is writable again, on its old timeline.
+	old := pgtest.Connect(t, f.primary.DSN(f.db))
+	if got, err := router.ReadPrimary(ctx, old.PgConn()); err != nil || got != first {
+		t.Fatalf("old primary restarted as %v (%v), want %v", got, err, first)
+	}
+
+	// The running process: its connections to the new primary end, so
+	// that its next ones try the old primary first.
+	pgtest.Exec(t, f.standby.DSN("postgres"), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+f.db+"' AND pid <> pg_backend_pid()")
+	// A new process, with a router and a plugin of its own.
+	r2, err := router.New(ctx, e.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db2, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := Register(Config{Router: r2, IDs: e.gen}, &Photo{})
+	if err := db2.Use(p2); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p2.Close() })
+	for _, proc := range []struct {
+		name string
+		db   *gorm.DB
+	}{{"running process", e.db}, {"new process", db2}} {
+		var ids []int64
+		users := f.usersOn(t, "b", 16)
+		for _, u := range users {
+			ids = append(ids, writeRetrying(t, proc.db, u))
+		}
+		for i, id := range ids {
+			var p Photo
+			if err := proc.db.Where("user_id = ? AND id = ?", users[i], id).Take(&p).Error; err != nil {
+				t.Errorf("%s: read of photo %d written after the failover: %v", proc.name, id, err)
+			}
+		}
+		if n := f.onHost(t, f.primary, ids); n != 0 {
+			t.Errorf("%s: %d of its %d writes went to the old primary", proc.name, n, len(ids))
+		}
+		if n := f.onHost(t, f.standby, ids); n != len(ids) {
+			t.Errorf("%s: %d of its %d writes on the new primary", proc.name, n, len(ids))
+		}
 	}
 }

@@ -40,6 +40,9 @@ type Server struct {
 	AdminDSN string   `json:"-"` // administration and replication (direct); "" means DSN; never printed
 	Replicas []string `json:"-"` // read replica DSNs, possibly none
 	State    string   `json:"state"`
+	// Primary is the cluster the catalog records as the server's primary
+	// (see Primary): the plugin uses no host that is not it.
+	Primary Primary `json:"primary,omitzero"`
 }
 
 // Admin returns the DSN that administration and replication use:
