@@ -31,7 +31,7 @@ func openServer(cfg *Config, server, dsn string) (*sql.DB, error) {
 
 // openPrimary is openServer for a server's primary pool, whose
 // connections go only to the host that is the recorded primary rec (see
-// fencePrimary).
+// router.Fence).
 func openPrimary(cfg *Config, server, dsn string, rec router.Primary) (*sql.DB, error) {
 	c, err := newFencedConnector(cfg, server, dsn, rec)
 	if err != nil {
@@ -75,9 +75,9 @@ func newFencedConnector(cfg *Config, server, dsn string, rec router.Primary) (*s
 		return nil, &ConfigError{Server: server, Err: fmt.Errorf("parse its DSN: %w", err)}
 	}
 	c := &serverConnector{server: server, log: cfg.Logger}
-	if rec.Recorded() {
-		fencePrimary(&pc.Config, server, rec)
-	}
+	// Only the recorded primary: an old primary back after a failover
+	// gets no statement (see router.Fence).
+	router.Fence(&pc.Config, server, rec)
 	if c.log == nil {
 		c.log = slog.Default()
 	}

@@ -1,10 +1,14 @@
 package plugin
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +20,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/backup"
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
@@ -394,5 +399,32 @@ func TestFailoverOldPrimaryFenced(t *testing.T) {
 		if n := f.onHost(t, f.standby, ids); n != len(ids) {
 			t.Errorf("%s: %d of its %d writes on the new primary", proc.name, n, len(ids))
 		}
+	}
+
+	// The admin path goes to the new primary too: pg_dump is given every
+	// host of the DSN and its target_session_attrs, not the first host,
+	// which is the old primary.
+	u := f.usersOn(t, "b", 1)[0]
+	id := writeRetrying(t, e.db, u)
+	var dump bytes.Buffer
+	if _, err := backup.Dump(ctx, e.cat, e.shardOf(u), &dump, backup.DumpOptions{}); err != nil {
+		t.Fatalf("dump of shard %d after the failover: %v", e.shardOf(u), err)
+	}
+	_, archive, err := backup.ReadHeader(&dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := pglocal.BinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restore := exec.CommandContext(ctx, filepath.Join(bin, "pg_restore"), "--data-only", "-f", "-")
+	restore.Stdin = archive
+	text, err := restore.Output()
+	if err != nil {
+		t.Fatalf("pg_restore of the dump: %v", err)
+	}
+	if !bytes.Contains(text, []byte(strconv.FormatInt(id, 10))) {
+		t.Fatalf("the dump of shard %d after the failover lacks photo %d written to the new primary: pg_dump read another host", e.shardOf(u), id)
 	}
 }

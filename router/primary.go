@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -104,4 +105,59 @@ func ReadPrimary(ctx context.Context, conn *pgconn.PgConn) (Primary, error) {
 		return Primary{}, fmt.Errorf("read the host's timeline: %w", err)
 	}
 	return Primary{SystemID: string(row[0]), Timeline: tl}, nil
+}
+
+// Fence makes every connection of cfg check, once the session has started
+// and before any statement of the caller, that its host is rec, the
+// primary the catalog records for the server: the same system identifier
+// and timeline. A host that is not is refused with a *NotPrimaryError, and
+// a DSN naming several hosts goes on to the next, as it does for
+// target_session_attrs (whose check runs first). Nothing recorded checks
+// nothing.
+//
+// An old primary restarted after its standby was promoted is on an older
+// timeline than the record, so no connection made with the record uses
+// it. One made with an older record expects the old primary; it is
+// covered by what cfg's connections have seen: once any host of the
+// server answered on a newer timeline of the same system, cfg refuses the
+// recorded one too, since a newer primary exists.
+func Fence(cfg *pgconn.Config, server string, rec Primary) {
+	if !rec.Recorded() {
+		return
+	}
+	prev := cfg.ValidateConnect
+	var newest atomic.Int64 // the newest timeline of rec's system a host answered on
+	cfg.ValidateConnect = func(ctx context.Context, conn *pgconn.PgConn) error {
+		if prev != nil {
+			if err := prev(ctx, conn); err != nil {
+				return err
+			}
+		}
+		got, err := ReadPrimary(ctx, conn)
+		if err != nil {
+			return err
+		}
+		if got.SystemID == rec.SystemID {
+			for {
+				n := newest.Load()
+				if int64(got.Timeline) <= n || newest.CompareAndSwap(n, int64(got.Timeline)) {
+					break
+				}
+			}
+		}
+		if rec.Accepts(got) && int64(got.Timeline) >= newest.Load() {
+			return nil
+		}
+		return &NotPrimaryError{Server: server, Host: hostOf(conn), Got: got, Recorded: rec}
+	}
+}
+
+// hostOf is the address conn is connected to.
+func hostOf(conn *pgconn.PgConn) string {
+	if c := conn.Conn(); c != nil {
+		if a := c.RemoteAddr(); a != nil {
+			return a.String()
+		}
+	}
+	return ""
 }
