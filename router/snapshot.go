@@ -69,6 +69,11 @@ type Snapshot struct {
 	Version int64
 	Shards  int          // logical shard count
 	Layout  idgen.Layout // the catalog's ID layout
+	// CatalogEpoch identifies the catalog's history the snapshot was read
+	// from (its server's system identifier and timeline): a catalog that
+	// failed over or was restored has another, and its versions are not
+	// comparable with this snapshot's. "" when unknown.
+	CatalogEpoch string
 	// chunks holds the placements by shard number, chunkSize to a chunk:
 	// the next version (Next) shares the chunks it does not change, so
 	// that a move's new version costs a router a few chunks, not a copy
@@ -141,7 +146,7 @@ func (s *Snapshot) Next(version int64, servers []Server, changed []Placement) (*
 	if err != nil {
 		return nil, err
 	}
-	n := &Snapshot{Version: version, Shards: s.Shards, Layout: s.Layout, chunks: slices.Clone(s.chunks), servers: byName}
+	n := &Snapshot{Version: version, Shards: s.Shards, Layout: s.Layout, CatalogEpoch: s.CatalogEpoch, chunks: slices.Clone(s.chunks), servers: byName}
 	copied := map[int]bool{}
 	for _, p := range changed {
 		p, err := checkPlacement(p, s.Shards, byName)
