@@ -8,7 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/rowsum"
+	"github.com/shardkit/shardkit/router"
 )
 
 // DumpOptions tune Dump. The zero value is ready to use.
@@ -33,11 +35,24 @@ func Dump(ctx context.Context, cat *catalog.Catalog, shard int, w io.Writer, opt
 	}
 	srv, _ := snap.Server(p.Server)
 	m := &Manifest{Shard: shard, Schema: p.Schema, Server: p.Server, MapVersion: snap.Version, Shards: snap.Shards, Layout: snap.Layout}
-	conn, err := pgx.Connect(ctx, srv.Admin())
+	// Only the server's recorded primary: an old primary back after a
+	// failover is writable too, and has not the rows written since.
+	pc, err := pgx.ParseConfig(srv.Admin())
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: dump shard %d: server %s: %w", shard, p.Server, err)
+	}
+	router.Fence(&pc.Config, p.Server, srv.Primary)
+	conn, err := pgx.ConnectConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: dump shard %d: connect to server %s: %w", shard, p.Server, err)
 	}
 	defer conn.Close(context.Background())
+	// pg_dump goes to the host this connection reached, which it must to
+	// import the snapshot, and which the fence chose.
+	var at *pgdsn.HostPort
+	if h, ok := pgdsn.HostAt(pgdsn.Hosts(&pc.Config), conn.PgConn().Conn().RemoteAddr()); ok {
+		at = &h
+	}
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: dump shard %d: %w", shard, err)
@@ -52,7 +67,7 @@ func Dump(ctx context.Context, cat *catalog.Catalog, shard int, w io.Writer, opt
 	if err := writeHeader(w, m); err != nil {
 		return nil, fmt.Errorf("shardkit: dump shard %d: write: %w", shard, err)
 	}
-	cmd, stderr, err := command(ctx, opts.PGBin, "pg_dump", srv.Admin(),
+	cmd, stderr, err := commandAt(ctx, opts.PGBin, "pg_dump", srv.Admin(), at,
 		"--format=custom", "--schema="+m.Schema, "--snapshot="+snapshot, "--no-publications", "--no-subscriptions")
 	if err != nil {
 		return nil, err

@@ -119,7 +119,7 @@ func TestLibpqEnv(t *testing.T) {
 		{"verify-full", "postgres://u@h/d?sslmode=verify-full", []string{"PGSSLMODE=verify-full"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			env, err := libpqEnv(tc.dsn)
+			env, err := libpqEnv(tc.dsn, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestLibpqEnv(t *testing.T) {
 			}
 		})
 	}
-	if _, err := libpqEnv("postgres://u@h:notaport/d"); err == nil {
+	if _, err := libpqEnv("postgres://u@h:notaport/d", nil); err == nil {
 		t.Fatal("a bad DSN was accepted")
 	}
 }

@@ -58,19 +58,29 @@ func majorOf(binDir string) int {
 // client tools. The DSN is parsed by pgx, not handed over as is: it may
 // carry pgx-only settings (statement_cache_capacity, pool_max_conns) that
 // libpq refuses, and a password on a command line would show in ps.
-func libpqEnv(dsn string) ([]string, error) {
+// Every host of the DSN is kept, with its target_session_attrs, unless at
+// names one of them: then only that one.
+func libpqEnv(dsn string, at *pgdsn.HostPort) ([]string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: server DSN: %w", err)
 	}
+	hosts := pgdsn.Hosts(cfg)
+	if at != nil {
+		hosts = []pgdsn.HostPort{*at}
+	}
+	host, port := pgdsn.HostList(hosts)
 	env := []string{
-		"PGHOST=" + cfg.Host,
-		"PGPORT=" + strconv.Itoa(int(cfg.Port)),
+		"PGHOST=" + host,
+		"PGPORT=" + port,
 		"PGDATABASE=" + cfg.Database,
 		"PGUSER=" + cfg.User,
 		"PGSSLMODE=" + pgdsn.SSLMode(cfg),
 		"PGAPPNAME=shardkit-backup",
 		"PGCONNECT_TIMEOUT=30",
+	}
+	if tsa := pgdsn.TargetSessionAttrs(cfg); tsa != "" {
+		env = append(env, "PGTARGETSESSIONATTRS="+tsa)
 	}
 	if cfg.Password != "" {
 		env = append(env, "PGPASSWORD="+cfg.Password)
@@ -81,11 +91,16 @@ func libpqEnv(dsn string) ([]string, error) {
 // command prepares a client tool run against dsn, keeping the tail of its
 // stderr for the error.
 func command(ctx context.Context, dir, name, dsn string, args ...string) (*exec.Cmd, *tailBuffer, error) {
+	return commandAt(ctx, dir, name, dsn, nil, args...)
+}
+
+// commandAt is command against the host at of dsn's hosts (nil: all).
+func commandAt(ctx context.Context, dir, name, dsn string, at *pgdsn.HostPort, args ...string) (*exec.Cmd, *tailBuffer, error) {
 	path, err := tool(dir, name)
 	if err != nil {
 		return nil, nil, err
 	}
-	env, err := libpqEnv(dsn)
+	env, err := libpqEnv(dsn, at)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -219,8 +219,15 @@ func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
 		if err := tx.QueryRow(ctx, `SELECT map_version FROM shardkit.config`).Scan(&version); err != nil {
 			return err
 		}
+		var epoch string
+		if err := tx.QueryRow(ctx, sqlCatalogEpoch).Scan(&epoch); err != nil {
+			return err
+		}
 		servers, err := readServers(ctx, tx)
 		if err != nil {
+			return err
+		}
+		if err := withPrimaries(ctx, tx, servers); err != nil {
 			return err
 		}
 		placements, err := readPlacements(ctx, tx, -1)
@@ -232,6 +239,7 @@ func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
 			return fmt.Errorf("shardkit: %w", err)
 		}
 		snap.Layout = cfg.Layout
+		snap.CatalogEpoch = epoch
 		return nil
 	})
 	if err != nil {

@@ -50,6 +50,15 @@ func (c *Catalog) LoadChanges(ctx context.Context, since *router.Snapshot) (*rou
 		return c.Load(ctx)
 	}
 	snap, err := c.loadChanges(ctx, since)
+	if errors.Is(err, errEpochChanged) {
+		if snap, err = c.Load(ctx); err == nil && snap.Version < since.Version {
+			return nil, &RegressedError{Had: since.Version, Now: snap.Version, Epoch: true}
+		}
+		return snap, err
+	}
+	if errors.Is(err, ErrCatalogRegressed) {
+		return nil, err
+	}
 	if err != nil {
 		if errors.Is(err, router.ErrBadCatalog) {
 			return nil, err
@@ -66,7 +75,9 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	b := &pgx.Batch{}
 	b.Queue(sqlBeginSnapshot)
 	b.Queue(sqlMapVersionNow)
+	b.Queue(sqlCatalogEpoch)
 	b.Queue(sqlServersAll)
+	b.Queue(sqlServerPrimaries)
 	b.Queue(sqlPlacementsSince, since.Version)
 	b.Queue(`COMMIT`)
 	br := c.pool.SendBatch(ctx, b)
@@ -82,8 +93,15 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	if err := br.QueryRow().Scan(&version); err != nil {
 		return nil, err
 	}
+	var epoch string
+	if err := br.QueryRow().Scan(&epoch); err != nil {
+		return nil, err
+	}
 	servers, err := readServers(ctx, batchQuerier{br})
 	if err != nil {
+		return nil, err
+	}
+	if err := withPrimaries(ctx, batchQuerier{br}, servers); err != nil {
 		return nil, err
 	}
 	rows, err := br.Query()
@@ -94,7 +112,15 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	if err != nil {
 		return nil, err
 	}
-	if version <= since.Version {
+	if since.CatalogEpoch != "" && epoch != since.CatalogEpoch {
+		// Another history: its version numbers say nothing about which
+		// rows changed since, so the whole map is read (after the batch).
+		return nil, errEpochChanged
+	}
+	if version < since.Version {
+		return nil, &RegressedError{Had: since.Version, Now: version}
+	}
+	if version == since.Version {
 		return since, nil
 	}
 	snap, err = since.Next(version, servers, changed)

@@ -18,13 +18,22 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/shardkit/shardkit/router"
 )
 
 // openServer is the default OpenDB: database/sql over pgx, through a
 // serverConnector, as Config.StatementCacheCapacity and StatementTimeout
 // describe.
 func openServer(cfg *Config, server, dsn string) (*sql.DB, error) {
-	c, err := newServerConnector(cfg, server, dsn)
+	return openPrimary(cfg, server, dsn, router.Primary{})
+}
+
+// openPrimary is openServer for a server's primary pool, whose
+// connections go only to the host that is the recorded primary rec (see
+// router.Fence).
+func openPrimary(cfg *Config, server, dsn string, rec router.Primary) (*sql.DB, error) {
+	c, err := newFencedConnector(cfg, server, dsn, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -55,11 +64,20 @@ type serverConnector struct {
 }
 
 func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, error) {
+	return newFencedConnector(cfg, server, dsn, router.Primary{})
+}
+
+// newFencedConnector is newServerConnector whose connections go only to
+// the recorded primary rec (nothing recorded: any host).
+func newFencedConnector(cfg *Config, server, dsn string, rec router.Primary) (*serverConnector, error) {
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, &ConfigError{Server: server, Err: fmt.Errorf("parse its DSN: %w", err)}
 	}
 	c := &serverConnector{server: server, log: cfg.Logger}
+	// Only the recorded primary: an old primary back after a failover
+	// gets no statement (see router.Fence).
+	router.Fence(&pc.Config, server, rec)
 	if c.log == nil {
 		c.log = slog.Default()
 	}

@@ -41,7 +41,7 @@ type pools struct {
 // changes a server's DSN (a password rotated, a pooler put in front)
 // gets new pools.
 func dsnKey(srv router.Server) string {
-	return srv.DSN + "\x00" + strings.Join(srv.Replicas, "\x00")
+	return srv.DSN + "\x00" + strings.Join(srv.Replicas, "\x00") + "\x00" + srv.Primary.String()
 }
 
 func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
@@ -79,13 +79,13 @@ func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
 
 // openServer opens the pools of a server: its primary and each replica.
 func (ps *pools) openServer(name string, srv router.Server) (*serverDB, error) {
-	primary, err := ps.open(name, srv.DSN)
+	primary, err := ps.open(name, srv.DSN, srv.Primary)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
 	}
 	s := &serverDB{DB: primary, name: name, dsns: dsnKey(srv), named: ps.cfg.namedReads(srv, srv.DSN, false), namedReplicas: len(srv.Replicas) > 0}
 	for _, dsn := range srv.Replicas {
-		r, err := ps.open(name, dsn)
+		r, err := ps.open(name, dsn, router.Primary{}) // a replica is a standby
 		if err != nil {
 			_ = s.close()
 			return nil, fmt.Errorf("shardkit: open a replica of server %s: %w", name, err)
@@ -106,14 +106,17 @@ func (s *serverDB) close() error {
 	return errors.Join(errs...)
 }
 
-// open opens a pool of the named server (its primary or a replica).
-func (ps *pools) open(server, dsn string) (*sql.DB, error) {
+// open opens a pool of the named server (its primary or a replica),
+// whose connections go only to the host that is rec, the server's
+// recorded primary (zero for a replica, a standby). A pool that
+// Config.OpenDB opens is the caller's own and is not fenced.
+func (ps *pools) open(server, dsn string, rec router.Primary) (*sql.DB, error) {
 	var db *sql.DB
 	var err error
 	if ps.cfg.OpenDB != nil {
 		db, err = ps.cfg.OpenDB(dsn)
 	} else {
-		db, err = openServer(ps.cfg, server, dsn)
+		db, err = openPrimary(ps.cfg, server, dsn, rec)
 	}
 	if err != nil {
 		return nil, err

@@ -271,7 +271,7 @@ func (t *shardTx) Commit() error {
 	var errs []error
 	for i, v := range t.txs {
 		if err := v.Tx.Commit(); err != nil {
-			errs = append(errs, &ShardError{Shard: t.shard, Server: v.server, Err: fmt.Errorf("commit: %w", err)})
+			errs = append(errs, t.txError(v.server, "commit", err))
 			for _, rest := range t.txs[i+1:] {
 				_ = rest.Tx.Rollback()
 			}
@@ -287,6 +287,22 @@ func (t *shardTx) Commit() error {
 		}
 	}
 	return nil
+}
+
+// txError is the error of a commit or rollback on server: a
+// *ServerError when the server went away (whether a commit cut off
+// there was applied is unknown: see Retryable), else a *ShardError. A
+// rollback's error is typed too because GORM joins it to the
+// statement's error as text, keeping only the rollback's type.
+func (t *shardTx) txError(server, what string, err error) error {
+	if unavailable(err) {
+		se := &ServerError{Server: server, Err: fmt.Errorf("%s: %w", what, err)}
+		if t.shard >= 0 {
+			se.Shards = []int{t.shard}
+		}
+		return se
+	}
+	return &ShardError{Shard: t.shard, Server: server, Err: fmt.Errorf("%s: %w", what, err)}
 }
 
 // empty reports whether the transaction has begun on no connection yet.
@@ -307,7 +323,7 @@ func (t *shardTx) Rollback() error {
 	var errs []error
 	for _, v := range t.txs {
 		if err := v.Tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
-			errs = append(errs, err)
+			errs = append(errs, t.txError(v.server, "rollback", err))
 		}
 	}
 	if c, ok := t.def.(gorm.TxCommitter); ok {

@@ -6,6 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
 // serverLoad is what a server allows and uses of what a move needs.
@@ -43,7 +45,8 @@ func readLoad(ctx context.Context, p *pgxpool.Pool) (serverLoad, error) {
 }
 
 // sameCluster reports whether two DSNs name the same PostgreSQL server
-// (host and port), whose slots and workers the two sides then share.
+// (a host and port in common, of every host each names), whose slots and
+// workers the two sides then share.
 func sameCluster(a, b string) bool {
 	ca, err := pgconn.ParseConfig(a)
 	if err != nil {
@@ -53,7 +56,7 @@ func sameCluster(a, b string) bool {
 	if err != nil {
 		return false
 	}
-	return ca.Host == cb.Host && ca.Port == cb.Port
+	return pgdsn.SharesHost(ca, cb)
 }
 
 // capacityChecks compares what an online move needs with what each side

@@ -39,6 +39,9 @@ type wireServer struct {
 	AdminDSN string   `json:"admin_dsn,omitempty"`
 	Replicas []string `json:"replicas"`
 	State    string   `json:"state"`
+	// Primary is the recorded primary, which routers fenced by it need
+	// as much as the DSN.
+	Primary router.Primary `json:"primary,omitzero"`
 }
 
 type wirePlacement struct {
@@ -56,7 +59,7 @@ type wireVersion struct {
 func toWireServers(ss []router.Server) []wireServer {
 	out := make([]wireServer, len(ss))
 	for i, s := range ss {
-		out[i] = wireServer{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas, State: s.State}
+		out[i] = wireServer{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas, State: s.State, Primary: s.Primary}
 	}
 	return out
 }
@@ -104,7 +107,7 @@ func decodeMap(body []byte, since *router.Snapshot) (*router.Snapshot, error) {
 	}
 	servers := make([]router.Server, len(m.Servers))
 	for i, s := range m.Servers {
-		servers[i] = router.Server{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas, State: s.State}
+		servers[i] = router.Server{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas, State: s.State, Primary: s.Primary}
 	}
 	placements := make([]router.Placement, len(m.Placements))
 	for i, p := range m.Placements {

@@ -15,7 +15,8 @@ import (
 // testSnapshot is a map of n shards over servers a and b, at version v.
 func testSnapshot(t testing.TB, v int64, n int) *router.Snapshot {
 	t.Helper()
-	servers := []router.Server{{Name: "a", DSN: "postgres://a/db", State: "active"}, {Name: "b", DSN: "postgres://b/db", AdminDSN: "postgres://b-direct/db", State: "active"}}
+	servers := []router.Server{{Name: "a", DSN: "postgres://a/db", State: "active"}, {Name: "b", DSN: "postgres://b/db", AdminDSN: "postgres://b-direct/db", State: "active",
+		Primary: router.Primary{SystemID: "7420000000000000001", Timeline: 2}}}
 	ps := make([]router.Placement, n)
 	for i := range ps {
 		ps[i] = router.Placement{Shard: i, Server: servers[i%2].Name, Schema: router.SchemaName(i), State: router.StateActive}
@@ -68,7 +69,7 @@ func TestWireRoundTrip(t *testing.T) {
 				}
 			}
 			for _, s := range cur.Servers() {
-				if g, ok := got.Server(s.Name); !ok || g.DSN != s.DSN || g.AdminDSN != s.AdminDSN {
+				if g, ok := got.Server(s.Name); !ok || g.DSN != s.DSN || g.AdminDSN != s.AdminDSN || g.Primary != s.Primary {
 					t.Fatalf("server %s: got %+v, want %+v", s.Name, g, s)
 				}
 			}

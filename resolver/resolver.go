@@ -36,10 +36,18 @@ type Config struct {
 	Servers Servers
 	// Databases are the other databases atomic transactions write, by a
 	// name for reports: the application's default connection. A database
-	// missing here keeps its prepared parts (and, being unseen, lets
-	// decision rows go while its parts still need them: they then stay in
-	// doubt, never resolved the wrong way).
+	// missing here keeps its prepared parts, which a pass does not see.
+	// A pass deletes decision rows only when Databases names at least one
+	// database or ServersOnly is set: a part on a database it cannot see
+	// may still need its decision, and without the row it cannot be
+	// committed.
 	Databases map[string]string
+	// ServersOnly says that atomic transactions write only the shard
+	// servers (no statement on the default connection), so that a pass
+	// without Databases sees every part and may delete the decision rows
+	// none of them needs. Without it, or Databases, rows are kept
+	// (Report.DecisionsKept).
+	ServersOnly bool
 	// Interval is the time between Run's passes. Zero means
 	// DefaultInterval.
 	Interval time.Duration
@@ -69,8 +77,12 @@ type Report struct {
 	Committed        int // prepared parts committed
 	RolledBack       int // prepared parts rolled back
 	DecisionsDeleted int
-	InDoubt          []InDoubt // oldest first
-	Errors           []error   // databases that could not be read, parts that could not be finished
+	// DecisionsKept counts decision rows no part the pass saw needs, kept
+	// because a database it cannot see may hold a part that does (see
+	// Config.ServersOnly).
+	DecisionsKept int
+	InDoubt       []InDoubt // oldest first
+	Errors        []error   // databases that could not be read, parts that could not be finished
 }
 
 // Oldest returns the age of the oldest part left in doubt, or 0.
@@ -185,6 +197,9 @@ func (r *Resolver) pass(ctx context.Context, act bool) (Report, error) {
 		}
 	}()
 	complete := len(rep.Errors) == 0 && act
+	// Only a pass that sees every database a part may be on knows that a
+	// decision has no part left.
+	seesAll := len(r.cfg.Databases) > 0 || r.cfg.ServersOnly
 	// Decision rows are read before the prepared parts: a decision is
 	// committed only after all its parts prepared, so a row read now whose
 	// decision has no part in the listing below has none anywhere.
@@ -237,6 +252,10 @@ func (r *Resolver) pass(ctx context.Context, act bool) (Report, error) {
 				}
 			}
 			if len(gone) == 0 {
+				continue
+			}
+			if !seesAll {
+				rep.DecisionsKept += len(gone)
 				continue
 			}
 			tag, err := byName[server].conn.Exec(ctx, sqlDropDecisions, gone)

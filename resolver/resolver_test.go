@@ -219,3 +219,51 @@ func TestResolverKeepsRecentDecisions(t *testing.T) {
 		t.Fatalf("DecisionsDeleted = %d", rep.DecisionsDeleted)
 	}
 }
+
+// TestResolverKeepsDecisionsItCannotRuleOut: a pass that does not see the
+// default database (no Config.Databases) commits the parts it sees and
+// keeps the decision row, which the default database's part still needs:
+// a later pass that sees it commits it too. Deleting the row left that
+// part in doubt, its transaction committed on the servers and not there.
+func TestResolverKeepsDecisionsItCannotRuleOut(t *testing.T) {
+	c := newCluster(t)
+	ctx := context.Background()
+	tx, d := c.coordinate(t)
+	c.prepare(t, "b", d.Part(1).String(), "both")
+	c.prepare(t, "app", d.Part(2).String(), "both")
+	t.Cleanup(func() { // a part left by a failure, so that the database drops
+		conn, err := pgx.Connect(ctx, c.dsn["app"])
+		if err != nil {
+			return
+		}
+		defer conn.Close(ctx)
+		_, _ = conn.Exec(ctx, `ROLLBACK PREPARED '`+d.Part(2).String()+`'`)
+	})
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serversOnly := New(Config{Servers: c.r, KeepDecisions: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if rep := pass(t, serversOnly); rep.Committed != 1 {
+		t.Fatalf("pass without the default database: %+v; want b's part committed", rep)
+	}
+	// The next pass sees no part of the decision: none on the servers.
+	if rep := pass(t, serversOnly); rep.DecisionsDeleted != 0 || rep.DecisionsKept != 1 {
+		t.Fatalf("second pass without the default database: %+v; want the decision kept", rep)
+	}
+	if n := c.count(t, "a", `SELECT count(*) FROM shardkit.tx_decisions`); n != 1 {
+		t.Fatalf("%d decision rows left, want the one app's part needs", n)
+	}
+	rep := pass(t, c.resolver(Config{KeepDecisions: -1}))
+	if rep.Committed != 1 || len(rep.InDoubt) != 0 {
+		t.Fatalf("pass with the default database: %+v; want app's part committed", rep)
+	}
+	if c.notes(t, "b", "both") != 1 || c.notes(t, "app", "both") != 1 {
+		t.Fatal("the atomic transaction did not commit everywhere")
+	}
+	// Told that atomic transactions write only the servers, a pass
+	// deletes what no part it sees needs.
+	rep = pass(t, New(Config{Servers: c.r, KeepDecisions: -1, ServersOnly: true, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}))
+	if rep.DecisionsDeleted != 1 {
+		t.Fatalf("ServersOnly pass: %+v, want the decision deleted", rep)
+	}
+}

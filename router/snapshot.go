@@ -40,6 +40,9 @@ type Server struct {
 	AdminDSN string   `json:"-"` // administration and replication (direct); "" means DSN; never printed
 	Replicas []string `json:"-"` // read replica DSNs, possibly none
 	State    string   `json:"state"`
+	// Primary is the cluster the catalog records as the server's primary
+	// (see Primary): the plugin uses no host that is not it.
+	Primary Primary `json:"primary,omitzero"`
 }
 
 // Admin returns the DSN that administration and replication use:
@@ -66,6 +69,11 @@ type Snapshot struct {
 	Version int64
 	Shards  int          // logical shard count
 	Layout  idgen.Layout // the catalog's ID layout
+	// CatalogEpoch identifies the catalog's history the snapshot was read
+	// from (its server's system identifier and timeline): a catalog that
+	// failed over or was restored has another, and its versions are not
+	// comparable with this snapshot's. "" when unknown.
+	CatalogEpoch string
 	// chunks holds the placements by shard number, chunkSize to a chunk:
 	// the next version (Next) shares the chunks it does not change, so
 	// that a move's new version costs a router a few chunks, not a copy
@@ -138,7 +146,7 @@ func (s *Snapshot) Next(version int64, servers []Server, changed []Placement) (*
 	if err != nil {
 		return nil, err
 	}
-	n := &Snapshot{Version: version, Shards: s.Shards, Layout: s.Layout, chunks: slices.Clone(s.chunks), servers: byName}
+	n := &Snapshot{Version: version, Shards: s.Shards, Layout: s.Layout, CatalogEpoch: s.CatalogEpoch, chunks: slices.Clone(s.chunks), servers: byName}
 	copied := map[int]bool{}
 	for _, p := range changed {
 		p, err := checkPlacement(p, s.Shards, byName)

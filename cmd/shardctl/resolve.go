@@ -32,7 +32,12 @@ committed, COMMIT PREPARED; aborted, ROLLBACK PREPARED; still in progress,
 left for a later pass; unknown with no decision row, rolled back once older
 than --abort-after. It never finishes a part the wrong way, and runs safely
 beside the application's own resolver. With --watch it runs a pass every
-INTERVAL until interrupted.`,
+INTERVAL until interrupted.
+
+A pass deletes the decision rows no prepared part needs only when it sees
+every database a part may be on: with --database, or with --servers-only
+when atomic transactions write only the shard servers. Otherwise it keeps
+them, since a part on the default connection may still need its row.`,
 		Args: exactArgs(0, "no arguments"),
 	}
 	catalogDSN := catalogFlag(cmd)
@@ -40,6 +45,8 @@ INTERVAL until interrupted.`,
 	var watch, abortAfter time.Duration
 	cmd.Flags().StringArrayVar(&dbs, "database", nil, "another database atomic transactions write, NAME=DSN (repeatable)")
 	cmd.Flags().DurationVar(&watch, "watch", 0, "run a pass every INTERVAL until interrupted (default: one pass)")
+	var serversOnly bool
+	cmd.Flags().BoolVar(&serversOnly, "servers-only", false, "atomic transactions write only the shard servers: decision rows no part needs may go without --database")
 	cmd.Flags().DurationVar(&abortAfter, "abort-after", resolver.DefaultAbortAfter, "roll back an undecidable part once this old")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
@@ -60,7 +67,7 @@ INTERVAL until interrupted.`,
 		if err != nil {
 			return err
 		}
-		res := resolver.New(resolver.Config{Servers: r, Databases: extra, AbortAfter: abortAfter,
+		res := resolver.New(resolver.Config{Servers: r, Databases: extra, ServersOnly: serversOnly, AbortAfter: abortAfter,
 			Logger: slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))})
 		for {
 			rep, err := res.Pass(ctx)
@@ -69,6 +76,10 @@ INTERVAL until interrupted.`,
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "committed %d, rolled back %d, decision rows deleted %d, in doubt %d\n",
 				rep.Committed, rep.RolledBack, rep.DecisionsDeleted, len(rep.InDoubt))
+			if rep.DecisionsKept > 0 {
+				fmt.Fprintf(cmd.OutOrStdout(), "decision rows kept %d: give --database for the application's default connection, or --servers-only if atomic transactions write only the shard servers\n",
+					rep.DecisionsKept)
+			}
 			writeInDoubt(cmd.OutOrStdout(), inDoubtOf(rep))
 			for _, e := range rep.Errors {
 				fmt.Fprintf(cmd.OutOrStdout(), "error: %v\n", e)

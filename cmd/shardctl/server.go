@@ -17,11 +17,11 @@ func init() { commands = append(commands, newServerCmd) }
 func newServerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Change a registered shard server (its DSNs)",
-		Args:  exactArgs(0, "a subcommand: set-dsn"),
+		Short: "Change a registered shard server (its DSNs, its recorded primary)",
+		Args:  exactArgs(0, "a subcommand: set-dsn, promoted"),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newSetDSNCmd())
+	cmd.AddCommand(newSetDSNCmd(), newPromotedCmd())
 	return cmd
 }
 

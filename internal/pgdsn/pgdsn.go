@@ -18,8 +18,8 @@ import (
 // Libpq returns dsn as a libpq keyword/value connection string: host,
 // port, database, user, password, sslmode (see SSLMode), connect_timeout
 // and application_name as keywords, every other run-time parameter as
-// `-c name=value` in options, and pgx's own settings left out. Only the
-// first host is kept.
+// `-c name=value` in options, and pgx's own settings left out. Every host
+// is kept (see Hosts), with target_session_attrs.
 func Libpq(dsn string) (string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
@@ -40,8 +40,12 @@ func Libpq(dsn string) (string, error) {
 		}
 		b.WriteByte('\'')
 	}
-	add("host", cfg.Host)
-	add("port", strconv.Itoa(int(cfg.Port)))
+	host, port := HostList(Hosts(cfg))
+	add("host", host)
+	add("port", port)
+	if tsa := TargetSessionAttrs(cfg); tsa != "" {
+		add("target_session_attrs", tsa)
+	}
 	if cfg.Database != "" { // empty: libpq's default, as pgx's
 		add("dbname", cfg.Database)
 	}
