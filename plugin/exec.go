@@ -377,3 +377,30 @@ func (p *Plugin) runQuery(db *gorm.DB) {
 		db.AddError(tx.Commit())
 	}
 }
+
+// preparesOneShard reports whether a statement runs as a named prepared
+// statement on its connection (see oneShardKey): GORM builds its text
+// (a raw text may be any of a user's), it is one shard's, and its
+// server's primary pool runs named statements (PreparedReads).
+func (p *Plugin) preparesOneShard(stmt *gorm.Statement) bool {
+	if stmt.SQL.Len() > 0 {
+		return false
+	}
+	switch c := stmt.ConnPool.(type) {
+	case *serverDB:
+		if !c.named {
+			return false
+		}
+	case *txView:
+		p.pools.mu.RLock()
+		s := p.pools.by[c.server]
+		p.pools.mu.RUnlock()
+		if s == nil || !s.named {
+			return false
+		}
+	default:
+		return false
+	}
+	m, shard, _ := p.lookup(stmt)
+	return m != nil && shard >= 0
+}

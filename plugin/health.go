@@ -335,15 +335,18 @@ func (p *Plugin) bounded(db *gorm.DB, exec func(*gorm.DB)) {
 		exec(db)
 		return
 	}
-	ctx, cancel, t := p.statementBound(parent)
-	if t == 0 {
-		exec(db)
-		return
+	ctx := parent
+	if p.preparesOneShard(stmt) {
+		ctx = context.WithValue(parent, oneShardKey{}, true)
 	}
+	ctx, cancel, t := p.statementBound(ctx)
 	stmt.Context = ctx
 	exec(db)
 	cancel()
 	stmt.Context = parent
+	if t == 0 {
+		return
+	}
 	if db.Error != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
 		var se *ServerError
 		if !errors.As(db.Error, &se) {
