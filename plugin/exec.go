@@ -378,29 +378,29 @@ func (p *Plugin) runQuery(db *gorm.DB) {
 	}
 }
 
-// preparesOneShard reports whether a statement runs as a named prepared
-// statement on its connection (see oneShardKey): GORM builds its text
+// oneShardOpts is what a statement's connection is to do with it
+// (stmtOpts), and whether that connection bounds it (a connection of the
+// plugin's own, unnamedConn). It runs prepared when GORM builds its text
 // (a raw text may be any of a user's), it is one shard's, and its
-// server's primary pool runs named statements (PreparedReads).
-func (p *Plugin) preparesOneShard(stmt *gorm.Statement) bool {
-	if stmt.SQL.Len() > 0 {
-		return false
-	}
+// server's primary pool runs named statements (PreparedReads); it is
+// bounded by bound when the connection can.
+func (p *Plugin) oneShardOpts(stmt *gorm.Statement, bound time.Duration) (stmtOpts, bool) {
+	var s *serverDB
 	switch c := stmt.ConnPool.(type) {
 	case *serverDB:
-		if !c.named {
-			return false
-		}
+		s = c
 	case *txView:
 		p.pools.mu.RLock()
-		s := p.pools.by[c.server]
+		s = p.pools.by[c.server]
 		p.pools.mu.RUnlock()
-		if s == nil || !s.named {
-			return false
-		}
-	default:
-		return false
 	}
-	m, shard, _ := p.lookup(stmt)
-	return m != nil && shard >= 0
+	if s == nil || !s.unnamed {
+		return stmtOpts{}, false
+	}
+	o := stmtOpts{bound: bound}
+	if s.named && stmt.SQL.Len() == 0 {
+		m, shard, _ := p.lookup(stmt)
+		o.prepare = m != nil && shard >= 0
+	}
+	return o, true
 }

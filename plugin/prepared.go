@@ -4,12 +4,15 @@ import (
 	"container/list"
 	"context"
 	"database/sql/driver"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/shardkit/shardkit/router"
 )
@@ -98,7 +101,25 @@ func (*planGeneration) text(query string, gen int64) string {
 // plan generation, and a result type changed under it starts the next
 // generation (once, however many connections fail at the same time).
 func (c unnamedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
-	if c.plans != nil && ctx.Value(oneShardKey{}) != nil {
+	o := optsOf(ctx)
+	nc, at := c.deadline(o.bound)
+	rows, err := c.query(ctx, query, args, o.prepare)
+	if nc == nil {
+		return rows, err
+	}
+	if sr, ok := rows.(*stdlib.Rows); ok && err == nil {
+		return &boundRows{Rows: sr, nc: nc, at: at}, nil
+	}
+	_ = nc.SetDeadline(time.Time{})
+	if err == nil {
+		_ = rows.Close()
+		return nil, fmt.Errorf("shardkit: rows of type %T", rows)
+	}
+	return rows, passed(err, at)
+}
+
+func (c unnamedConn) query(ctx context.Context, query string, args []driver.NamedValue, prepare bool) (driver.Rows, error) {
+	if prepare {
 		text, err := c.prepared(ctx, query)
 		if err != nil {
 			return nil, err
@@ -127,12 +148,8 @@ func (c unnamedConn) QueryContext(ctx context.Context, query string, args []driv
 // more server and client CPU than the read itself. Each shard has its own
 // text, so each connection keeps its own statements, least recently used
 // closed first (shardStmts), at most preparedShardStmtsPerConn of them.
-// The context of such a statement carries oneShardKey (bounded); the
+// The context of such a statement says so (stmtOpts, bounded); the
 // connection (unnamedConn) prepares its text on first use.
-
-// oneShardKey marks the context of a one-shard statement to be run
-// prepared.
-type oneShardKey struct{}
 
 // preparedShardStmtsPerConn is the most one-shard statements a connection
 // keeps prepared. A cached one-shard plan holds about 17 KB of its
@@ -215,9 +232,19 @@ func (c unnamedConn) stale(ctx context.Context, text string, err error) bool {
 }
 
 // ExecContext is part of driver.ExecerContext: a one-shard statement
-// marked so runs prepared (see oneShardKey).
+// bounded and run prepared as its context says (stmtOpts).
 func (c unnamedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
-	if c.plans == nil || ctx.Value(oneShardKey{}) == nil {
+	o := optsOf(ctx)
+	nc, at := c.deadline(o.bound)
+	res, err := c.exec(ctx, query, args, o.prepare)
+	if nc != nil {
+		_ = nc.SetDeadline(time.Time{})
+	}
+	return res, passed(err, at)
+}
+
+func (c unnamedConn) exec(ctx context.Context, query string, args []driver.NamedValue, prepare bool) (driver.Result, error) {
+	if !prepare {
 		return c.pgxConn.ExecContext(ctx, query, args)
 	}
 	text, err := c.prepared(ctx, query)
