@@ -17,8 +17,8 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-// PreparedReads says where reads across shards, and the statements of
-// one shard that GORM builds, run as named prepared statements. Postgres
+// PreparedReads says where reads across shards, and the reads of one
+// shard that GORM builds, run as named prepared statements. Postgres
 // plans a read of many shard tables in about 22 µs a table, which a
 // prepared statement pays once per connection; a statement of one shard
 // parsed and planned on every run costs its server about 2.7 times the
@@ -141,8 +141,8 @@ func (c unnamedConn) query(ctx context.Context, query string, args []driver.Name
 	return rows, err
 }
 
-// A statement of one shard that GORM built runs as a named prepared
-// statement on servers where reads across shards may (PreparedReads,
+// A read of one shard that GORM built runs as a named prepared statement
+// on servers where reads across shards may (PreparedReads,
 // serverDB.named): unnamed, the server parses and plans it on every run,
 // and the client describes it every time, which costs a one-shard read
 // more server and client CPU than the read itself. Each shard has its own
@@ -152,12 +152,14 @@ func (c unnamedConn) query(ctx context.Context, query string, args []driver.Name
 // connection (unnamedConn) prepares its text on first use.
 
 // preparedShardStmtsPerConn is the most one-shard statements a connection
-// keeps prepared. A cached one-shard plan holds about 17 KB of its
-// backend's memory for a read by ID or by key and 6 KB for an insert
-// (measured on Postgres 15 with pg_backend_memory_contexts, generic
-// plans): 2048 of them hold at most about 36 MB, two statement shapes of
-// each of a server's 1000 shards; the reads across shards add at most
-// 42 MB (preparedReadsPerConn).
+// keeps prepared. A cached one-shard read holds about 17 KB of its
+// backend's memory, by ID or by key (measured on Postgres 15 with
+// pg_backend_memory_contexts, generic plans): 2048 of them hold at most
+// about 36 MB, two read shapes of each of a server's 1000 shards; the
+// reads across shards add at most 42 MB (preparedReadsPerConn). A read
+// met for the first time on a connection costs one more round trip (its
+// Prepare), and one for the Close of the statement it evicts: more read
+// shapes than the cache holds cost more than unnamed statements.
 var preparedShardStmtsPerConn = 2048 // a variable for the tests of its bound
 
 // shardStmtsKey is the shardStmts' key in its connection's CustomData.
