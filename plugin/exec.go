@@ -462,3 +462,38 @@ func (p *Plugin) runQuery(db *gorm.DB) {
 		db.AddError(tx.Commit())
 	}
 }
+
+// oneShardOpts is what a statement's connection is to do with it
+// (stmtOpts), and whether that connection bounds it (a connection of the
+// plugin's own, unnamedConn). It runs prepared when it is a read, GORM
+// builds its text (a raw text may be any of a user's), it is one shard's,
+// and its server's primary pool runs named statements (PreparedReads); it
+// is bounded by bound when the connection can. Writes stay unnamed: an
+// INSERT or UPDATE by key plans in microseconds, and their texts, one per
+// shard, would take room in the connection's cache from the reads.
+func (p *Plugin) oneShardOpts(stmt *gorm.Statement, bound time.Duration) (stmtOpts, bool) {
+	var s *serverDB
+	switch c := stmt.ConnPool.(type) {
+	case *serverDB:
+		s = c
+	case *txView:
+		p.pools.mu.RLock()
+		s = p.pools.by[c.server]
+		p.pools.mu.RUnlock()
+	}
+	if s == nil || !s.unnamed {
+		return stmtOpts{}, false
+	}
+	o := stmtOpts{bound: bound}
+	if s.named && stmt.SQL.Len() == 0 && reads(stmt) {
+		m, shard, _ := p.lookup(stmt)
+		o.prepare = m != nil && shard >= 0
+	}
+	return o, true
+}
+
+// reads reports whether GORM runs the statement as a query (Find, First,
+// Take…): its clauses begin with SELECT.
+func reads(stmt *gorm.Statement) bool {
+	return len(stmt.BuildClauses) > 0 && stmt.BuildClauses[0] == "SELECT"
+}

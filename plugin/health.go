@@ -336,16 +336,28 @@ func (p *Plugin) bounded(db *gorm.DB, exec func(*gorm.DB)) {
 		exec(db)
 		return
 	}
-	ctx, cancel, t := p.statementBound(parent)
-	if t == 0 {
-		exec(db)
-		return
+	// A connection of the plugin's own bounds the statement itself
+	// (stmtOpts): no context that can end, no timer or goroutine per
+	// statement.
+	t := p.stmtLimit(parent)
+	ctx, cancel := parent, context.CancelFunc(nil)
+	if o, ok := p.oneShardOpts(stmt, t); ok {
+		if o != (stmtOpts{}) {
+			ctx = context.WithValue(parent, stmtOptsKey{}, o)
+		}
+	} else if t > 0 {
+		ctx, cancel = context.WithTimeout(parent, t)
 	}
 	stmt.Context = ctx
 	exec(db)
-	cancel()
+	if cancel != nil {
+		cancel()
+	}
 	stmt.Context = parent
-	if db.Error != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && parent.Err() == nil {
+	if t == 0 {
+		return
+	}
+	if db.Error != nil && (errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(db.Error, errBoundPassed)) && parent.Err() == nil {
 		var se *ServerError
 		if !errors.As(db.Error, &se) {
 			e := &ServerError{Server: serverOf(stmt.ConnPool), Err: fmt.Errorf("no answer within %v: %w", t, db.Error)}

@@ -197,7 +197,7 @@ func (lp *lookupPools) get(snap *router.Snapshot, name string, hold bool) (*sql.
 	if !inMap {
 		return nil, fmt.Errorf("%w: %q", router.ErrUnknownServer, name)
 	}
-	db, err := lp.ps.open(name, srv.DSN, srv.Primary)
+	db, _, err := lp.ps.open(name, srv.DSN, srv.Primary)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: open server %s for lookups: %w", name, err)
 	}

@@ -26,7 +26,11 @@ type serverDB struct {
 	// named and namedReplicas: reads across shards run as named prepared
 	// statements on the primary's pool, on the replicas' (PreparedReads)
 	named, namedReplicas bool
-	repDBs               []*sql.DB
+	// unnamed: the primary's connections are the plugin's own
+	// (unnamedConn), which bound a one-shard statement themselves
+	// (stmtOpts)
+	unnamed bool
+	repDBs  []*sql.DB
 }
 
 // pools opens one pool per physical server on first use and keeps it
@@ -79,13 +83,13 @@ func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
 
 // openServer opens the pools of a server: its primary and each replica.
 func (ps *pools) openServer(name string, srv router.Server) (*serverDB, error) {
-	primary, err := ps.open(name, srv.DSN, srv.Primary)
+	primary, unnamed, err := ps.open(name, srv.DSN, srv.Primary)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
 	}
-	s := &serverDB{DB: primary, name: name, dsns: dsnKey(srv), named: ps.cfg.namedReads(srv, srv.DSN, false), namedReplicas: len(srv.Replicas) > 0}
+	s := &serverDB{DB: primary, name: name, dsns: dsnKey(srv), named: ps.cfg.namedReads(srv, srv.DSN, false), namedReplicas: len(srv.Replicas) > 0, unnamed: unnamed}
 	for _, dsn := range srv.Replicas {
-		r, err := ps.open(name, dsn, router.Primary{}) // a replica is a standby
+		r, _, err := ps.open(name, dsn, router.Primary{}) // a replica is a standby
 		if err != nil {
 			_ = s.close()
 			return nil, fmt.Errorf("shardkit: open a replica of server %s: %w", name, err)
@@ -108,23 +112,28 @@ func (s *serverDB) close() error {
 
 // open opens a pool of the named server (its primary or a replica),
 // whose connections go only to the host that is rec, the server's
-// recorded primary (zero for a replica, a standby). A pool that
-// Config.OpenDB opens is the caller's own and is not fenced.
-func (ps *pools) open(server, dsn string, rec router.Primary) (*sql.DB, error) {
+// recorded primary (zero for a replica, a standby), and reports whether
+// its connections are unnamedConns. A pool that Config.OpenDB opens is
+// the caller's own and is not fenced.
+func (ps *pools) open(server, dsn string, rec router.Primary) (*sql.DB, bool, error) {
 	var db *sql.DB
-	var err error
+	unnamed := false
 	if ps.cfg.OpenDB != nil {
-		db, err = ps.cfg.OpenDB(dsn)
+		var err error
+		if db, err = ps.cfg.OpenDB(dsn); err != nil {
+			return nil, false, err
+		}
 	} else {
-		db, err = openPrimary(ps.cfg, server, dsn, rec)
-	}
-	if err != nil {
-		return nil, err
+		c, err := newFencedConnector(ps.cfg, server, dsn, rec)
+		if err != nil {
+			return nil, false, err
+		}
+		db, unnamed = sql.OpenDB(c), !c.named
 	}
 	db.SetMaxOpenConns(max(ps.cfg.MaxOpenConns, 0))
 	db.SetMaxIdleConns(max(ps.cfg.MaxIdleConns, 0))
 	db.SetConnMaxIdleTime(max(ps.cfg.ConnMaxIdleTime, 0))
-	return db, nil
+	return db, unnamed, nil
 }
 
 func (ps *pools) close() error {

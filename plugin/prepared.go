@@ -1,24 +1,29 @@
 package plugin
 
 import (
+	"container/list"
 	"context"
 	"database/sql/driver"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/shardkit/shardkit/router"
 )
 
-// PreparedReads says where reads across shards run as named prepared
-// statements. Postgres plans a read of many shard tables in about 22 µs a
-// table, which a prepared statement pays once per connection; a
-// statement of one shard plans in microseconds and stays unnamed
-// whatever this says (every shard has its own text, so caching them would
-// meet thousands of texts). A named statement lives on its server
-// connection: behind a transaction pooler that does not carry prepared
+// PreparedReads says where reads across shards, and the reads of one
+// shard that GORM builds, run as named prepared statements. Postgres
+// plans a read of many shard tables in about 22 µs a table, which a
+// prepared statement pays once per connection; a statement of one shard
+// parsed and planned on every run costs its server about 2.7 times the
+// CPU of its prepared run, and its client the Describe of every run. A
+// named statement lives on its server connection: behind a transaction pooler that does not carry prepared
 // statements it would meet another client's, or be missing on the
 // connection the next statement gets.
 type PreparedReads uint8
@@ -96,6 +101,35 @@ func (*planGeneration) text(query string, gen int64) string {
 // plan generation, and a result type changed under it starts the next
 // generation (once, however many connections fail at the same time).
 func (c unnamedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
+	o := optsOf(ctx)
+	nc, at := c.deadline(o.bound)
+	rows, err := c.query(ctx, query, args, o.prepare)
+	if nc == nil {
+		return rows, err
+	}
+	if sr, ok := rows.(*stdlib.Rows); ok && err == nil {
+		return &boundRows{Rows: sr, nc: nc, at: at}, nil
+	}
+	_ = nc.SetDeadline(time.Time{})
+	if err == nil {
+		_ = rows.Close()
+		return nil, fmt.Errorf("shardkit: rows of type %T", rows)
+	}
+	return rows, passed(err, at)
+}
+
+func (c unnamedConn) query(ctx context.Context, query string, args []driver.NamedValue, prepare bool) (driver.Rows, error) {
+	if prepare {
+		text, err := c.prepared(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := c.pgxConn.QueryContext(ctx, text, args)
+		if c.stale(ctx, text, err) {
+			return c.pgxConn.QueryContext(ctx, query, args)
+		}
+		return rows, err
+	}
 	if c.plans == nil || len(args) == 0 || args[0].Value != asPrepared {
 		return c.pgxConn.QueryContext(ctx, query, args)
 	}
@@ -105,4 +139,123 @@ func (c unnamedConn) QueryContext(ctx context.Context, query string, args []driv
 		c.plans.n.CompareAndSwap(gen, gen+1)
 	}
 	return rows, err
+}
+
+// A read of one shard that GORM built runs as a named prepared statement
+// on servers where reads across shards may (PreparedReads,
+// serverDB.named): unnamed, the server parses and plans it on every run,
+// and the client describes it every time, which costs a one-shard read
+// more server and client CPU than the read itself. Each shard has its own
+// text, so each connection keeps its own statements, least recently used
+// closed first (shardStmts), at most preparedShardStmtsPerConn of them.
+// The context of such a statement says so (stmtOpts, bounded); the
+// connection (unnamedConn) prepares its text on first use.
+
+// preparedShardStmtsPerConn is the most one-shard statements a connection
+// keeps prepared. A cached one-shard read holds about 17 KB of its
+// backend's memory, by ID or by key (measured on Postgres 15 with
+// pg_backend_memory_contexts, generic plans): 2048 of them hold at most
+// about 36 MB, two read shapes of each of a server's 1000 shards; the
+// reads across shards add at most 42 MB (preparedReadsPerConn). A read
+// met for the first time on a connection costs one more round trip (its
+// Prepare), and one for the Close of the statement it evicts: more read
+// shapes than the cache holds cost more than unnamed statements.
+var preparedShardStmtsPerConn = 2048 // a variable for the tests of its bound
+
+// shardStmtsKey is the shardStmts' key in its connection's CustomData.
+const shardStmtsKey = "shardkit.oneshard"
+
+// shardStmts is a connection's prepared one-shard statements by text,
+// least recently used at the back. Only the goroutine holding the
+// connection uses it.
+type shardStmts struct {
+	byText map[string]*list.Element // of string, the text
+	lru    list.List
+}
+
+func shardStmtsOf(c *pgconn.PgConn) *shardStmts {
+	cd := c.CustomData()
+	ss, _ := cd[shardStmtsKey].(*shardStmts)
+	if ss == nil {
+		ss = &shardStmts{byText: map[string]*list.Element{}}
+		cd[shardStmtsKey] = ss
+	}
+	return ss
+}
+
+// prepared returns the text under which query is prepared on the
+// connection (query in the server's plan generation), preparing it, and
+// closing the least recently used to make room, if it is not yet.
+func (c unnamedConn) prepared(ctx context.Context, query string) (string, error) {
+	text := c.plans.text(query, c.plans.n.Load())
+	conn := c.Conn()
+	ss := shardStmtsOf(conn.PgConn())
+	if el, ok := ss.byText[text]; ok {
+		ss.lru.MoveToFront(el)
+		return text, nil
+	}
+	for ss.lru.Len() >= preparedShardStmtsPerConn {
+		if err := c.forget(ctx, ss, ss.lru.Back().Value.(string)); err != nil {
+			return "", err
+		}
+	}
+	// pgx names a statement prepared under its own text by its digest
+	// and runs it prepared when that text comes again (Query, Exec).
+	if _, err := conn.Prepare(ctx, text, text); err != nil {
+		return "", err
+	}
+	ss.byText[text] = ss.lru.PushFront(text)
+	return text, nil
+}
+
+// forget closes the statement prepared for text.
+func (c unnamedConn) forget(ctx context.Context, ss *shardStmts, text string) error {
+	if el, ok := ss.byText[text]; ok {
+		delete(ss.byText, text)
+		ss.lru.Remove(el)
+	}
+	return c.Conn().Deallocate(ctx, text)
+}
+
+// stale reports whether a prepared one-shard statement met a result
+// type changed under it ("cached plan must not change result type", a
+// column added under SELECT *) outside a transaction, where it can run
+// again unnamed, planned afresh. It starts the server's next plan
+// generation and closes the statement, so that the next run prepares
+// it after the change.
+func (c unnamedConn) stale(ctx context.Context, text string, err error) bool {
+	if err == nil || !planChanged(err) {
+		return false
+	}
+	gen := c.plans.n.Load()
+	c.plans.n.CompareAndSwap(gen, gen+1)
+	_ = c.forget(ctx, shardStmtsOf(c.Conn().PgConn()), text)
+	return c.Conn().PgConn().TxStatus() == 'I'
+}
+
+// ExecContext is part of driver.ExecerContext: a one-shard statement
+// bounded and run prepared as its context says (stmtOpts).
+func (c unnamedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
+	o := optsOf(ctx)
+	nc, at := c.deadline(o.bound)
+	res, err := c.exec(ctx, query, args, o.prepare)
+	if nc != nil {
+		_ = nc.SetDeadline(time.Time{})
+	}
+	return res, passed(err, at)
+}
+
+func (c unnamedConn) exec(ctx context.Context, query string, args []driver.NamedValue, prepare bool) (driver.Result, error) {
+	if !prepare {
+		return c.pgxConn.ExecContext(ctx, query, args)
+	}
+	text, err := c.prepared(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	res, err := c.pgxConn.ExecContext(ctx, text, args)
+	if c.stale(ctx, text, err) {
+		return c.pgxConn.ExecContext(ctx, query, args)
+	}
+	return res, err
 }

@@ -9,8 +9,10 @@ import (
 	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
 )
 
-// preparedOn counts the named statements on the one connection of a
-// server's pool (the environment opens one per server).
+// preparedOn counts the named statements of reads across shards on the
+// one connection of a server's pool (the environment opens one per
+// server): those of one shard (pgx's names for them, stmt_…) are not
+// counted.
 func (e *env) preparedOn(t *testing.T, server string) int {
 	t.Helper()
 	srv, err := e.p.pools.get(e.r.Snapshot(), server)
@@ -18,7 +20,7 @@ func (e *env) preparedOn(t *testing.T, server string) int {
 		t.Fatal(err)
 	}
 	var n int
-	if err := srv.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_prepared_statements`).Scan(&n); err != nil {
+	if err := srv.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_prepared_statements WHERE name NOT LIKE 'stmt\_%'`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -27,7 +29,7 @@ func (e *env) preparedOn(t *testing.T, server string) int {
 // TestPreparedReadsDirect: on direct connections a read across shards
 // runs as named prepared statements, one per union, and a connection
 // keeps at most preparedReadsPerConn of them however many read shapes
-// run; statements of one shard stay unnamed.
+// run; statements of one shard are kept apart (shardStmts).
 func TestPreparedReadsDirect(t *testing.T) {
 	e := newEnv(t, envOpts{shards: 40, cfg: func(c *Config) { c.MaxOpenConns = 1 }})
 	var mu sync.Mutex

@@ -47,16 +47,17 @@ func init() {
 		},
 		Figure{
 			Name:    "sharded-vs-plain",
-			Command: "go test ./plugin -run '^$' -bench 'BenchmarkShardedVsPlain/(e2e|sql)/' -count 3",
-			Columns: []string{"sharded / plain", "2 servers", "1 server"},
+			Command: "go test ./plugin -run '^$' -bench BenchmarkOneShardVsPlain -benchtime 1x -count 3",
+			Columns: []string{"one shard's statement", "wall time, sharded / plain", "client CPU, sharded / plain", "servers' CPU, sharded / plain", "sharded, per statement", "plain, per statement"},
 			Rows: []Row{
-				e2eRow("select by key", "select_by_key"),
-				e2eRow("select by ID", "select_by_id"),
-				e2eRow("insert one", "insert_one"),
-				e2eRow("insert batch of 100", "insert_batch_100"),
-				e2eRow("update by ID", "update_by_id"),
-				sqlRow("*lookup by ID in raw SQL, no GORM, no plugin*", "select_by_id"),
-				sqlRow("*update by ID in raw SQL, in a transaction*", "update_by_id"),
+				oneShardRow("select by key", "select_by_key"),
+				oneShardRow("select by ID", "select_by_id"),
+				oneShardRow("insert", "insert"),
+				oneShardRow("update by ID", "update_by_id"),
+				oneShardRow("*raw SQL on plain GORM's pool, prepared (GORM's share)*", "split/plain_sql_prepared"),
+				oneShardRow("*raw SQL on a shard server, unnamed, random shards*", "split/sql_unnamed"),
+				oneShardRow("*the same on one shard only*", "split/sql_unnamed_one_shard"),
+				oneShardRow("*the same prepared, one shard*", "split/sql_prepared_one_shard"),
 			},
 		},
 		Figure{
@@ -100,15 +101,9 @@ func routingRow(label, op string) Row {
 	}}
 }
 
-func e2eRow(label, op string) Row {
-	return Row{Label: label, Bench: "BenchmarkShardedVsPlain/e2e/" + op, Cells: []string{
-		"{/sharded ratio}", "{/sharded_one_server ratio}",
-	}}
-}
-
-func sqlRow(label, op string) Row {
-	return Row{Label: label, Bench: "BenchmarkShardedVsPlain/sql/" + op, Cells: []string{
-		"*{/sharded ratio}*", "*{/sharded_one_server ratio} (one shard: {/sharded_one_shard ratio})*",
+func oneShardRow(label, op string) Row {
+	return Row{Label: label, Bench: "BenchmarkOneShardVsPlain/" + op, Cells: []string{
+		"{. ratio}×", "{. cpu-ratio}×", "{. server-ratio}×", "{. sharded-ns/stmt /1e3} µs", "{. plain-ns/stmt /1e3} µs",
 	}}
 }
 

@@ -1,0 +1,309 @@
+package plugin
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+)
+
+// oneShardBlocks and oneShardBlock are how many blocks of how many
+// statements each side of BenchmarkOneShardVsPlain runs per operation:
+// SHARDKIT_BENCH_BLOCKS and SHARDKIT_BENCH_BLOCK change them.
+const (
+	oneShardBlocks = 40
+	oneShardBlock  = 50
+)
+
+// backendCPU is the CPU time a server backend has run, from the
+// scheduler's own count (/proc/PID/schedstat, nanoseconds): the clock
+// ticks of /proc/PID/stat are too coarse for a block of statements.
+func backendCPU(b *testing.B, pid int) time.Duration {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/schedstat")
+	if err != nil {
+		b.Fatalf("read the CPU time of backend %d (the server must run on this machine): %v", pid, err)
+	}
+	f := strings.Fields(string(raw))
+	ns, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ns)
+}
+
+// backendPID is the pid of the one backend a pool of one connection has.
+func backendPID(b *testing.B, db *sql.DB) int {
+	var pid int
+	if err := db.QueryRow("SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		b.Fatal(err)
+	}
+	return pid
+}
+
+// oneSide is one side of BenchmarkOneShardVsPlain: its statement and the
+// backends it runs on.
+type oneSide struct {
+	run  func(i int) error
+	pids func() []int // read at the start and the end: a pool that replaced its connection fails the run
+}
+
+// blockFigures are per-statement medians over the blocks of one side.
+type blockFigures struct{ wall, client, server time.Duration }
+
+func medianDur(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// inBlocks runs the two sides in turn, blocks blocks of n statements
+// each, a's block then b's, and returns each side's medians per
+// statement: wall time, the client process's CPU time (all its threads,
+// the garbage collector's included) and its backends' CPU time.
+func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []blockFigures {
+	type acc struct{ wall, client, server []time.Duration }
+	accs := make([]acc, len(sides))
+	pids := make([][]int, len(sides))
+	for i, s := range sides {
+		pids[i] = s.pids()
+	}
+	k := 0
+	for range blocks {
+		for i, s := range sides {
+			var srv0 time.Duration
+			for _, pid := range pids[i] {
+				srv0 += backendCPU(b, pid)
+			}
+			t0, c0 := time.Now(), processCPU()
+			for j := range n {
+				if err := s.run(pick[(k+j)%len(pick)]); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wall, client := time.Since(t0), processCPU()-c0
+			var srv1 time.Duration
+			for _, pid := range pids[i] {
+				srv1 += backendCPU(b, pid)
+			}
+			d := time.Duration(n)
+			accs[i].wall = append(accs[i].wall, wall/d)
+			accs[i].client = append(accs[i].client, client/d)
+			accs[i].server = append(accs[i].server, (srv1-srv0)/d)
+		}
+		k += n
+	}
+	out := make([]blockFigures, len(sides))
+	for i, s := range sides {
+		if got := s.pids(); !slices.Equal(got, pids[i]) {
+			b.Fatalf("side %d changed backends during the run (%v, then %v): its server CPU is not its own", i, pids[i], got)
+		}
+		out[i] = blockFigures{medianDur(accs[i].wall), medianDur(accs[i].client), medianDur(accs[i].server)}
+	}
+	return out
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// BenchmarkOneShardVsPlain measures the statements of one shard against plain
+// GORM as separate machines would run them: the plugin on 2000 logical
+// shards over two servers (clusters 0 and 1), plain GORM in its default
+// configuration on one table holding the same rows on a cluster of its
+// own, each side on one connection (one backend a server). The two sides
+// run in turn in blocks (a sharded block, then a plain block), so that
+// neither pays for switching between clusters inside its block, and load
+// from elsewhere on a shared machine falls on both alike. Each
+// sub-benchmark reports the medians per statement over the blocks: wall
+// time (ns/stmt), client CPU (cpu-ns/stmt, the process's, all threads)
+// and the backends' CPU (server-ns/stmt), each side's, and the sharded /
+// plain ratios. Run it with -benchtime 1x: the blocks are the repetition.
+//
+// The split/ sub-benchmarks take a select by ID apart, each against
+// plain GORM: raw SQL on the server's pool (no GORM, no plugin) sent as
+// the plugin sends it, the same prepared, and on one shard only (a
+// backend that touches one schema, not a thousand).
+func BenchmarkOneShardVsPlain(b *testing.B) {
+	ctx := context.Background()
+	e := newEnv(b, envOpts{shards: idgen.DefaultShards, serial: true, cfg: func(c *Config) {
+		c.MaxOpenConns, c.MaxIdleConns = 1, 1
+	}})
+	pc, err := pgtest.Set(b).Add(ctx, pglocal.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = pc.Stop() })
+	plainDSN := pc.DSN("postgres")
+	pgtest.Exec(b, plainDSN, plainPhotosDDL)
+	plain, err := gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	plainSQL, err := plain.DB()
+	if err != nil {
+		b.Fatal(err)
+	}
+	plainSQL.SetMaxOpenConns(1)
+	plainSQL.SetMaxIdleConns(1)
+	sharded := e.db
+
+	const users, photosPerUser = 2000, 10
+	seed := func(db *gorm.DB) []Photo {
+		var all []Photo
+		for range photosPerUser {
+			for u := int64(1); u <= users; u++ {
+				all = append(all, Photo{UserID: u, Caption: "seed"})
+			}
+		}
+		if err := db.Session(&gorm.Session{SkipDefaultTransaction: true}).CreateInBatches(&all, 1000).Error; err != nil {
+			b.Fatal(err)
+		}
+		pick := rand.New(rand.NewPCG(3, 4))
+		one := make([]Photo, users)
+		for u := range one {
+			one[u] = all[pick.IntN(photosPerUser)*users+u]
+		}
+		return one
+	}
+	sp, pp := seed(sharded), seed(plain)
+	for _, dsn := range []string{plainDSN, e.dsn["a"], e.dsn["b"]} {
+		pgtest.Exec(b, dsn, "ANALYZE")
+	}
+	snap := e.r.Snapshot()
+	servers := map[string]*sql.DB{}
+	for _, name := range e.servers {
+		srv, err := e.p.pools.get(snap, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		servers[name] = srv.DB
+	}
+	shardedPIDs := func() []int {
+		var pids []int
+		for _, name := range e.servers {
+			pids = append(pids, backendPID(b, servers[name]))
+		}
+		return pids
+	}
+	plainPIDs := func() []int { return []int{backendPID(b, plainSQL)} }
+
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := make([]int, 1<<16)
+	for i := range pick {
+		pick[i] = r.IntN(users)
+	}
+	blocks, n := envInt("SHARDKIT_BENCH_BLOCKS", oneShardBlocks), envInt("SHARDKIT_BENCH_BLOCK", oneShardBlock)
+
+	ops := []struct {
+		name string
+		fn   func(db *gorm.DB, rows []Photo, i int) error
+	}{
+		{"select_by_key", func(db *gorm.DB, rows []Photo, i int) error {
+			var p Photo
+			return db.Where("user_id = ?", rows[i].UserID).Take(&p).Error
+		}},
+		{"select_by_id", func(db *gorm.DB, rows []Photo, i int) error {
+			var p Photo
+			return db.First(&p, rows[i].ID).Error
+		}},
+		{"insert", func(db *gorm.DB, rows []Photo, i int) error {
+			return db.Create(&Photo{UserID: rows[i].UserID, Caption: "one"}).Error
+		}},
+		{"update_by_id", func(db *gorm.DB, rows []Photo, i int) error {
+			return db.Model(&Photo{ID: rows[i].ID}).Update("caption", "u").Error
+		}},
+	}
+	report := func(b *testing.B, f []blockFigures) {
+		s, p := f[0], f[1]
+		b.ReportMetric(float64(s.wall.Nanoseconds()), "sharded-ns/stmt")
+		b.ReportMetric(float64(p.wall.Nanoseconds()), "plain-ns/stmt")
+		b.ReportMetric(float64(s.client.Nanoseconds()), "sharded-cpu-ns/stmt")
+		b.ReportMetric(float64(p.client.Nanoseconds()), "plain-cpu-ns/stmt")
+		b.ReportMetric(float64(s.server.Nanoseconds()), "sharded-server-ns/stmt")
+		b.ReportMetric(float64(p.server.Nanoseconds()), "plain-server-ns/stmt")
+		b.ReportMetric(float64(s.wall)/float64(p.wall), "ratio")
+		b.ReportMetric(float64(s.client)/float64(p.client), "cpu-ratio")
+		b.ReportMetric(float64(s.server)/float64(p.server), "server-ratio")
+	}
+	// Warm: each side's reads run on its connection warmRounds times a
+	// row, so that the blocks measure the steady state of a long-running
+	// service (catalog caches filled, pages in shared buffers, each
+	// shard's prepared statement past the executions after which
+	// Postgres may plan it once for all), not the first touches.
+	for _, side := range []struct {
+		db   *gorm.DB
+		rows []Photo
+	}{{sharded, sp}, {plain, pp}} {
+		for range warmRounds {
+			for i := range side.rows {
+				for _, o := range ops[:2] {
+					if err := o.fn(side.db, side.rows, i); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
+	}
+	for _, o := range ops {
+		b.Run(o.name, func(b *testing.B) {
+			f := inBlocks(b, blocks, n, pick,
+				oneSide{run: func(i int) error { return o.fn(sharded, sp, i) }, pids: shardedPIDs},
+				oneSide{run: func(i int) error { return o.fn(plain, pp, i) }, pids: plainPIDs})
+			report(b, f)
+		})
+	}
+
+	// The split of a select by ID, each part against plain GORM.
+	var onA []Photo // the rows of server a's shards
+	for _, p := range sp {
+		if pl, _ := snap.Placement(e.shardOf(p.UserID)); pl.Server == "a" {
+			onA = append(onA, p)
+		}
+	}
+	qualified := func(p Photo) string { return fmt.Sprintf(`"shard_%04d"."photos"`, e.shardOf(p.UserID)) }
+	byID := func(db *sql.DB, table string, id int64, args ...any) error {
+		var got, user int64
+		return db.QueryRow(`SELECT id, user_id FROM `+table+` WHERE id = $1`, append(args, id)...).Scan(&got, &user)
+	}
+	aPIDs := func() []int { return []int{backendPID(b, servers["a"])} }
+	plainByID := oneSide{run: func(i int) error { var p Photo; return plain.First(&p, pp[i].ID).Error }, pids: plainPIDs}
+	splits := []struct {
+		name string
+		side oneSide
+	}{
+		{"plain_sql_prepared", oneSide{run: func(i int) error { return byID(plainSQL, "photos", pp[i].ID) }, pids: plainPIDs}},
+		{"sql_unnamed", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
+		{"sql_unnamed_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
+		{"sql_prepared_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID, asPrepared) }, pids: aPIDs}},
+	}
+	for _, s := range splits {
+		for i := range onA {
+			if err := s.side.run(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run("split/"+s.name, func(b *testing.B) {
+			report(b, inBlocks(b, blocks, n, pick, s.side, plainByID))
+		})
+	}
+}
