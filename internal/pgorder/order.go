@@ -293,3 +293,16 @@ func cmp3(less, more bool) int {
 	}
 	return 0
 }
+
+// As reads v, text as a Go string field holds it, as a value of kind k
+// where the column's type is k: the text of a numeric compares by its
+// value. Other values, and NULL, are returned as they are.
+func (v Value) As(k Kind) Value {
+	if v.null || v.kind != Text || k != Numeric {
+		return v
+	}
+	if _, ok := parseNum(v.s); !ok {
+		return Value{}
+	}
+	return Value{kind: Numeric, s: v.s}
+}

@@ -1,0 +1,339 @@
+package plugin
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/router"
+)
+
+// Reads across shards of columns whose Postgres order is not their Go
+// field's (numeric, enum, inet, interval, citext read as strings), of
+// NULLs read into fields that cannot hold them, and of an enum each
+// shard's schema defines for itself; each compared with plain GORM on
+// one table of the same rows.
+
+// Gauge is a model whose every column but its keys is read as a Go type
+// that does not order as the column does.
+type Gauge struct {
+	ID     int64
+	UserID int64  `shard:"key"`
+	Price  string // numeric
+	Points int64  // integer, nullable: NULL reads as 0
+	Mood   string // an enum of each shard's schema: sad < ok < happy
+	Addr   string // inet
+	Span   string // interval
+	Tag    string // citext
+	Name   string // text, nullable
+	Nick   string // text in a case-insensitive collation
+}
+
+// gaugesDDL is the gauges table, in the schema the search_path names.
+const gaugesDDL = `CREATE TABLE gauges (
+    id      bigint PRIMARY KEY,
+    user_id bigint NOT NULL,
+    price   numeric NOT NULL,
+    points  integer,
+    mood    MOOD,
+    addr    inet,
+    span    interval,
+    tag     public.citext,
+    name    text,
+    nick    text COLLATE public.ci
+);
+`
+
+// gaugePtr, gaugeNull and gaugeScan read the gauges into pointer,
+// sql.Null* and custom Scanner fields.
+type gaugePtr struct {
+	ID     int64
+	Price  *string
+	Points *int64
+	Mood   *string
+}
+
+type gaugeNull struct {
+	ID     int64
+	Points sql.NullInt64
+	Name   sql.NullString
+}
+
+type gaugeScan struct {
+	ID     int64
+	Points scanned
+}
+
+// scanned is a custom Scanner that keeps the text of what it scans.
+type scanned struct{ s string }
+
+func (s *scanned) Scan(v any) error {
+	if v == nil {
+		s.s = "NULL"
+		return nil
+	}
+	s.s = fmt.Sprint(v)
+	return nil
+}
+
+func (s scanned) Value() (driver.Value, error) { return s.s, nil }
+
+// gaugeRows are the rows: prices whose text order is not their value's,
+// NULLs in points, every mood out of its text order.
+func gaugeRows(n int) [][]any {
+	prices := []string{"9.5", "100.5", "10", "2.25", "1000", "-3", "99.99"}
+	moods := []any{"happy", "sad", "ok", nil}
+	addrs := []string{"10.0.0.2", "9.0.0.1", "192.168.1.1", "10.0.0.10", "::1"}
+	spans := []string{"1 day", "25 hours", "2 hours", "1 mon", "30 days"}
+	tags := []string{"Alice", "alice", "Bob", "ALICE", "bob", "carol"}
+	var rows [][]any
+	for i := range n {
+		var points any = int64((i * 7) % 5)
+		if i%3 == 0 {
+			points = nil
+		}
+		var name any = fmt.Sprintf("n%02d", (i*11)%17)
+		if i%4 == 1 {
+			name = nil
+		}
+		rows = append(rows, []any{int64(2000 + i*13), prices[i%len(prices)], points, moods[i%len(moods)],
+			addrs[i%len(addrs)], spans[i%len(spans)], tags[i%len(tags)], name})
+	}
+	return rows
+}
+
+// typesEnv is a plugin on two servers of 8 shards holding the gauges,
+// and plain GORM on one table of the same rows.
+type typesEnv struct {
+	e     *env
+	plain *gorm.DB
+}
+
+// moodDDL is the mood enum, made in the schema the search_path names.
+const moodDDL = "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');\n"
+
+// sharedDDL is what the gauges need in public: citext and a
+// case-insensitive collation.
+const sharedDDL = `CREATE EXTENSION IF NOT EXISTS citext SCHEMA public;
+CREATE COLLATION IF NOT EXISTS public.ci (provider = icu, locale = 'und-u-ks-level2', deterministic = false);
+`
+
+// newTypesEnv makes the environment; perSchema makes the mood enum in
+// every shard's schema (as per-shard SQL does), else once in public.
+func newTypesEnv(t *testing.T, pooled, perSchema bool) *typesEnv {
+	t.Helper()
+	ctx := context.Background()
+	o := envOpts{shards: 8, models: []any{&Gauge{}}, before: func(e *env) {
+		for _, srv := range e.servers {
+			conn := pgtest.Connect(t, e.dsn[srv])
+			rows, err := conn.Query(ctx, `SELECT table_schema FROM information_schema.tables WHERE table_name = 'photos' ORDER BY 1`)
+			if err != nil {
+				t.Fatal(err)
+			}
+			schemas, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b strings.Builder
+			b.WriteString(sharedDDL)
+			ddl := strings.ReplaceAll(gaugesDDL, "MOOD", "public.mood")
+			if perSchema {
+				ddl = moodDDL + strings.ReplaceAll(gaugesDDL, "MOOD", "mood")
+			} else {
+				b.WriteString("SET search_path = public;\n" + moodDDL)
+			}
+			for _, s := range schemas {
+				b.WriteString("SET search_path = " + pgx.Identifier{s}.Sanitize() + ";\n" + ddl)
+			}
+			b.WriteString("RESET search_path;\n")
+			pgtest.Exec(t, e.dsn[srv], b.String())
+		}
+	}}
+	if pooled {
+		o.appDSN = viaPooler(t, pgbouncer.Options{})
+	}
+	te := &typesEnv{e: newEnv(t, o)}
+	plainDSN := pgtest.NewDatabase(t, 0)
+	pgtest.Exec(t, plainDSN, sharedDDL+moodDDL+strings.ReplaceAll(gaugesDDL, "MOOD", "mood"))
+	var err error
+	if te.plain, err = gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}); err != nil {
+		t.Fatal(err)
+	}
+	if sqlDB, err := te.plain.DB(); err == nil {
+		t.Cleanup(func() { _ = sqlDB.Close() })
+	}
+	const insert = `INSERT INTO %s (id, user_id, price, points, mood, addr, span, tag, name, nick) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	plain := pgtest.Connect(t, plainDSN)
+	for i, r := range gaugeRows(40) {
+		user := int64(1000 + 37*i)
+		shard := te.e.shardOf(user)
+		args := append(append([]any{r[0], user}, r[1:]...), r[6])
+		conn := pgtest.Connect(t, te.e.dsn[te.e.serverOf(t, shard)])
+		if _, err := conn.Exec(ctx, fmt.Sprintf(insert, pgx.Identifier{router.SchemaName(shard), "gauges"}.Sanitize()), args...); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := plain.Exec(ctx, fmt.Sprintf(insert, "gauges"), args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return te
+}
+
+func gaugesAll(db *gorm.DB) *gorm.DB { return db.Clauses(AllShards()).Model(&Gauge{}) }
+
+// into reads q into a slice of T, as text.
+func into[T any](q func(db *gorm.DB) *gorm.DB) func(db *gorm.DB) (any, error) {
+	return func(db *gorm.DB) (any, error) {
+		var rows []T
+		err := q(db).Find(&rows).Error
+		out := make([]string, len(rows))
+		for i, r := range rows {
+			out[i] = canonRow(reflect.ValueOf(r))
+		}
+		return strings.Join(out, "\n"), err
+	}
+}
+
+// canonRow is a row's fields as text, pointers read through.
+func canonRow(rv reflect.Value) string {
+	var b strings.Builder
+	for i := range rv.NumField() {
+		f := rv.Field(i)
+		if f.Kind() == reflect.Pointer {
+			if f.IsNil() {
+				fmt.Fprintf(&b, "%s:<nil> ", rv.Type().Field(i).Name)
+				continue
+			}
+			f = f.Elem()
+		}
+		fmt.Fprintf(&b, "%s:%+v ", rv.Type().Field(i).Name, f.Interface())
+	}
+	return b.String()
+}
+
+// typedReads are the reads across shards of the gauges that equal plain
+// GORM's.
+var typedReads = []exactRead{
+	{"Offset with Limit(-1)", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id").Offset(2).Limit(-1) })},
+	{"Limit(-1) alone", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id").Limit(-1) })},
+	{"Limit(0)", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id").Limit(0) })},
+	{"Offset alone", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id").Offset(3) })},
+	{"Offset past the rows", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id").Offset(100).Limit(-1) })},
+	{"numeric read as string, top three", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("price desc, id").Limit(3) })},
+	{"numeric read as string, every row", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("price, id") })},
+	{"numeric into a pointer", into[gaugePtr](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("price, id desc").Limit(6) })},
+	{"nullable integer into int64", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("points, id") })},
+	{"nullable integer into int64, descending, paged", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("points desc, id").Limit(7).Offset(2) })},
+	{"nullable integer, NULLS FIRST", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("points nulls first, id").Limit(9) })},
+	{"nullable integer into a pointer", into[gaugePtr](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("points, id").Limit(20) })},
+	{"nullable integer into sql.NullInt64", into[gaugeNull](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("points desc, name, id").Limit(20) })},
+	{"nullable integer into a Scanner", into[gaugeScan](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("points, id") })},
+	{"nullable text into string", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("name, id").Limit(12) })},
+	{"per-schema enum, every row", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id") })},
+	{"per-schema enum, no order", func(db *gorm.DB) (any, error) {
+		var n int64
+		var rows []Gauge
+		err := gaugesAll(db).Find(&rows).Error
+		n = int64(len(rows))
+		return n, err
+	}},
+	{"ordered by a per-schema enum", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("mood desc, id").Limit(11) })},
+	{"ordered by a per-schema enum into pointers", into[gaugePtr](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("mood, id") })},
+	{"inet read as string", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("addr, id").Limit(8) })},
+	{"interval read as string", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("span desc, id").Limit(8) })},
+	{"citext read as string", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("tag, id").Limit(10) })},
+	{"plucked numeric", func(db *gorm.DB) (any, error) {
+		var out []string
+		err := gaugesAll(db).Order("price desc").Limit(5).Pluck("price", &out).Error
+		return out, err
+	}},
+	{"maps ordered by numeric and enum", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Select("id, price, mood").Order("mood, price desc, id").Limit(10).Find(&rows).Error
+		return typedRows(rows), err
+	}},
+}
+
+func runTypedReads(t *testing.T, te *typesEnv) {
+	for _, c := range typedReads {
+		t.Run(c.name, func(t *testing.T) {
+			want, err := c.run(te.plain)
+			if err != nil {
+				t.Fatalf("plain: %v", err)
+			}
+			got, err := c.run(te.e.db)
+			if err != nil {
+				t.Fatalf("plugin: %v", err)
+			}
+			if !sameAnswer(got, want) {
+				t.Fatalf("plugin:\n%s\nplain GORM:\n%s", typed(got), typed(want))
+			}
+		})
+	}
+}
+
+// TestTypedReads: reads across shards order, cut and read every column
+// as plain GORM on one table does.
+func TestTypedReads(t *testing.T) { runTypedReads(t, newTypesEnv(t, false, false)) }
+
+// TestTypedReadsPerSchemaEnum is TestTypedReads with the enum made by
+// the per-shard SQL: each schema has a type of its own.
+func TestTypedReadsPerSchemaEnum(t *testing.T) { runTypedReads(t, newTypesEnv(t, false, true)) }
+
+// TestTypedReadsPooled is TestTypedReads behind PgBouncer in transaction
+// pool mode.
+func TestTypedReadsPooled(t *testing.T) { runTypedReads(t, newTypesEnv(t, true, true)) }
+
+// TestTypedGroupsCitext: groups and DISTINCT of citext across shards are
+// Postgres's (case-insensitive), or a typed refusal.
+func TestTypedGroupsCitext(t *testing.T) {
+	te := newTypesEnv(t, false, false)
+	for _, c := range []exactRead{
+		{"distinct citext, counted", func(db *gorm.DB) (any, error) {
+			var n int64
+			err := gaugesAll(db).Distinct("tag").Count(&n).Error
+			return n, err
+		}},
+		{"group by citext", func(db *gorm.DB) (any, error) {
+			var rows []map[string]any
+			err := gaugesAll(db).Select("count(*) AS n, min(id) AS m").Group("tag").Order("m").Find(&rows).Error
+			return typedRows(rows), err
+		}},
+		{"group by text in a nondeterministic collation", func(db *gorm.DB) (any, error) {
+			var rows []map[string]any
+			err := gaugesAll(db).Select("count(*) AS n, min(id) AS m").Group("nick").Order("m").Find(&rows).Error
+			return typedRows(rows), err
+		}},
+		{"ordered by text in a nondeterministic collation", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("nick, id").Limit(9) })},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want, err := c.run(te.plain)
+			if err != nil {
+				t.Fatalf("plain: %v", err)
+			}
+			got, err := c.run(te.e.db)
+			if errors.Is(err, ErrUnroutableSQL) {
+				t.Logf("refused: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatalf("plugin: %v", err)
+			}
+			if !sameAnswer(got, want) {
+				t.Fatalf("plugin:\n%s\nplain GORM:\n%s", typed(got), typed(want))
+			}
+		})
+	}
+}
