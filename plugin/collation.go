@@ -93,6 +93,9 @@ type collations struct {
 	read  map[string]bool      // servers read
 	tried map[string]time.Time // last failed read of a server
 	byCol atomic.Pointer[map[string]map[string]collation]
+	// def: the database's default collation, as the servers read give
+	// it (mixed where they differ); nil before a server is read
+	def atomic.Pointer[collation]
 	// types: every registered column's type, as byCol (coltype.go)
 	types  atomic.Pointer[map[string]map[string]colType]
 	tables []string
@@ -135,6 +138,13 @@ func (p *Plugin) readCollations(ctx context.Context, snap *router.Snapshot) {
 			continue
 		}
 		c.read[srv.Name] = true
+		if d, ok := dbDefault(found); ok {
+			if had := c.def.Load(); had != nil && !had.same(d) {
+				d = *had
+				d.mixed = true
+			}
+			c.def.Store(&d)
+		}
 		for table, cols := range types {
 			if nextTypes[table] == nil {
 				nextTypes[table] = map[string]colType{}
@@ -205,6 +215,7 @@ func (p *Plugin) readServerCollations(ctx context.Context, snap *router.Snapshot
 	defer rows.Close()
 	found := map[string]map[string]collation{}
 	types := map[string]map[string]colType{}
+	var def string
 	for rows.Next() {
 		var table, column, typtype, category string
 		var c collation
@@ -222,6 +233,7 @@ func (p *Plugin) readServerCollations(ctx context.Context, snap *router.Snapshot
 		}
 		types[table][column] = ct
 		if !collatable {
+			def = c.name // a column of no collation is given the default's name
 			continue
 		}
 		c.nondeterministic = !deterministic
@@ -230,7 +242,31 @@ func (p *Plugin) readServerCollations(ctx context.Context, snap *router.Snapshot
 		}
 		found[table][column] = c
 	}
+	if def != "" {
+		if found[""] == nil {
+			found[""] = map[string]collation{}
+		}
+		found[""][""] = collation{name: def}
+	}
 	return found, types, rows.Err()
+}
+
+// dbDefault takes the database's default collation out of what
+// readServerCollations found: kept under table "" (never a table's name),
+// else that of a text column of the default collation.
+func dbDefault(found map[string]map[string]collation) (collation, bool) {
+	if d, ok := found[""][""]; ok {
+		delete(found, "")
+		return d, true
+	}
+	for _, cols := range found {
+		for _, c := range cols {
+			if c.coll == "" {
+				return collation{name: c.name}, true
+			}
+		}
+	}
+	return collation{}, false
 }
 
 // unreadCollations returns the servers holding shards whose collations
@@ -298,7 +334,33 @@ func (m *model) anyTextCollation(ctx context.Context) string {
 			return fmt.Sprintf("%s (collation %q, not byte order)", col, c.name)
 		}
 	}
+	if d := m.p.coll.def.Load(); d != nil && !d.byteOrder() {
+		return fmt.Sprintf("the database's default collation %q, not byte order", d.name)
+	}
 	return ""
+}
+
+// exprTextOrder returns the collation text computed by an expression over
+// the model's rows orders in when the plugin knows it and it is not byte
+// order: the database's default, where every text column of the model is
+// of the default collation (an expression of them, without COLLATE,
+// derives it). nil otherwise (byte order, or not known: the read is
+// refused if the expression yields text, see hiddenValues).
+func (m *model) exprTextOrder(ctx context.Context) *collation {
+	if len(m.p.unreadCollations(ctx)) > 0 {
+		return nil
+	}
+	d := m.p.coll.def.Load()
+	if d == nil || d.byteOrder() {
+		return nil
+	}
+	for _, c := range (*m.p.coll.byCol.Load())[m.table] {
+		if c.coll != "" || c.schema != "" || c.mixed {
+			return nil
+		}
+	}
+	out := *d
+	return &out
 }
 
 // nondeterministicText reports whether a text column of the model is in

@@ -109,6 +109,10 @@ func hiddenKey(db *gorm.DB, m *model, t []sqlcond.Token) (orderKey, error) {
 		return k, err
 	}
 	k.name, k.sql, k.expr = tokensSQL(e), tokensSQL(e), true
+	// Text the expression computes is in the database's default
+	// collation: ordered in Postgres when that is not byte order (values
+	// of other types are ordered there alike, exactly).
+	k.coll = m.exprTextOrder(db.Statement.Context)
 	return k, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/driver/postgres"
@@ -98,13 +99,14 @@ func gaugeRows(n int) [][]any {
 	addrs := []string{"10.0.0.2", "9.0.0.1", "192.168.1.1", "10.0.0.10", "::1"}
 	spans := []string{"1 day", "25 hours", "2 hours", "1 mon", "30 days"}
 	tags := []string{"Alice", "alice", "Bob", "ALICE", "bob", "carol"}
+	names := []string{"apple", "Banana", "_x", "Apple", "zed", "Zed", "éclair"}
 	var rows [][]any
 	for i := range n {
 		var points any = int64((i * 7) % 5)
 		if i%3 == 0 {
 			points = nil
 		}
-		var name any = fmt.Sprintf("n%02d", (i*11)%17)
+		var name any = fmt.Sprintf("%s%02d", names[i%len(names)], (i*11)%17)
 		if i%4 == 1 {
 			name = nil
 		}
@@ -133,6 +135,23 @@ CREATE COLLATION IF NOT EXISTS public.ci (provider = icu, locale = 'und-u-ks-lev
 // newTypesEnv makes the environment; perSchema makes the mood enum in
 // every shard's schema (as per-shard SQL does), else once in public.
 func newTypesEnv(t *testing.T, pooled, perSchema bool) *typesEnv {
+	return newTypesEnvOn(t, pooled, perSchema, false)
+}
+
+// icuDatabase creates a database on cluster i whose default collation is
+// ICU's en-US, dropped when the test ends, and returns its DSN.
+func icuDatabase(t testing.TB, i int) string {
+	t.Helper()
+	c := pgtest.Cluster(t, i)
+	name := fmt.Sprintf("icu_%d_%d", i, time.Now().UnixNano())
+	pgtest.Exec(t, c.DSN("postgres"), "CREATE DATABASE "+name+" LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0")
+	t.Cleanup(func() { pgtest.Exec(t, c.DSN("postgres"), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	return c.DSN(name)
+}
+
+// newTypesEnvOn is newTypesEnv, on databases whose default collation is
+// ICU's (both sides) when icu is set.
+func newTypesEnvOn(t *testing.T, pooled, perSchema, icu bool) *typesEnv {
 	t.Helper()
 	ctx := context.Background()
 	o := envOpts{shards: 8, models: []any{&Gauge{}}, before: func(e *env) {
@@ -154,6 +173,9 @@ func newTypesEnv(t *testing.T, pooled, perSchema bool) *typesEnv {
 			} else {
 				b.WriteString("SET search_path = public;\n" + moodDDL)
 			}
+			if icu {
+				ddl = strings.ReplaceAll(ddl, " COLLATE public.ci", "")
+			}
 			for _, s := range schemas {
 				b.WriteString("SET search_path = " + pgx.Identifier{s}.Sanitize() + ";\n" + ddl)
 			}
@@ -164,9 +186,20 @@ func newTypesEnv(t *testing.T, pooled, perSchema bool) *typesEnv {
 	if pooled {
 		o.appDSN = viaPooler(t, pgbouncer.Options{})
 	}
+	plainDSN := ""
+	if icu {
+		dsn := map[string]string{"a": icuDatabase(t, 0), "b": icuDatabase(t, 1)}
+		o.dsnOf = func(server string) string { return dsn[server] }
+		plainDSN = icuDatabase(t, 0)
+	} else {
+		plainDSN = pgtest.NewDatabase(t, 0)
+	}
 	te := &typesEnv{e: newEnv(t, o)}
-	plainDSN := pgtest.NewDatabase(t, 0)
-	pgtest.Exec(t, plainDSN, sharedDDL+moodDDL+strings.ReplaceAll(gaugesDDL, "MOOD", "mood"))
+	plainDDL := sharedDDL + moodDDL + strings.ReplaceAll(gaugesDDL, "MOOD", "mood")
+	if icu {
+		plainDDL = strings.ReplaceAll(plainDDL, " COLLATE public.ci", "")
+	}
+	pgtest.Exec(t, plainDSN, plainDDL)
 	var err error
 	if te.plain, err = gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)}); err != nil {
 		t.Fatal(err)
@@ -317,6 +350,47 @@ func TestTypedGroupsCitext(t *testing.T) {
 			return typedRows(rows), err
 		}},
 		{"ordered by text in a nondeterministic collation", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("nick, id").Limit(9) })},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			want, err := c.run(te.plain)
+			if err != nil {
+				t.Fatalf("plain: %v", err)
+			}
+			got, err := c.run(te.e.db)
+			if errors.Is(err, ErrUnroutableSQL) {
+				t.Logf("refused: %v", err)
+				return
+			}
+			if err != nil {
+				t.Fatalf("plugin: %v", err)
+			}
+			if !sameAnswer(got, want) {
+				t.Fatalf("plugin:\n%s\nplain GORM:\n%s", typed(got), typed(want))
+			}
+		})
+	}
+}
+
+// TestTypedReadsICUDefault: on databases whose default collation is ICU
+// (datlocprovider 'i', the locale in daticulocale or datlocale by
+// version, datcollate left at C), text of the default collation, and
+// text an expression computes, is ordered in that collation, not as
+// bytes (every text column is of the default collation here).
+func TestTypedReadsICUDefault(t *testing.T) {
+	te := newTypesEnvOn(t, false, false, true)
+	for _, c := range []exactRead{
+		{"text of the default collation", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("name, id").Limit(12) })},
+		{"text of the default collation, descending, every row", into[gaugeNull](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("name desc, id") })},
+		{"min and max of text", func(db *gorm.DB) (any, error) {
+			var rows []map[string]any
+			err := gaugesAll(db).Select("min(name) AS lo, max(name) AS hi").Find(&rows).Error
+			return typedRows(rows), err
+		}},
+		{"an expression that yields text", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("coalesce(name, '') || 'x', id").Limit(10) })},
+		{"an expression of no column that yields text", into[Gauge](func(db *gorm.DB) *gorm.DB {
+			return gaugesAll(db).Order("CASE WHEN id % 3 = 0 THEN 'apple' WHEN id % 3 = 1 THEN 'Banana' ELSE '_x' END desc, id").Limit(10)
+		})},
+		{"an integer expression", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id % 7, id desc").Limit(10) })},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			want, err := c.run(te.plain)
