@@ -40,6 +40,7 @@ type Gauge struct {
 	Tag    string // citext
 	Name   string // text, nullable
 	Nick   string // text in a case-insensitive collation
+	Label  string // text in an ICU collation
 }
 
 // gaugesDDL is the gauges table, in the schema the search_path names.
@@ -53,7 +54,8 @@ const gaugesDDL = `CREATE TABLE gauges (
     span    interval,
     tag     public.citext,
     name    text,
-    nick    text COLLATE public.ci
+    nick    text COLLATE public.ci,
+    label   text COLLATE "en-x-icu"
 );
 `
 
@@ -207,12 +209,12 @@ func newTypesEnvOn(t *testing.T, pooled, perSchema, icu bool) *typesEnv {
 	if sqlDB, err := te.plain.DB(); err == nil {
 		t.Cleanup(func() { _ = sqlDB.Close() })
 	}
-	const insert = `INSERT INTO %s (id, user_id, price, points, mood, addr, span, tag, name, nick) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`
+	const insert = `INSERT INTO %s (id, user_id, price, points, mood, addr, span, tag, name, nick, label) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 	plain := pgtest.Connect(t, plainDSN)
 	for i, r := range gaugeRows(40) {
 		user := int64(1000 + 37*i)
 		shard := te.e.shardOf(user)
-		args := append(append([]any{r[0], user}, r[1:]...), r[6])
+		args := append(append([]any{r[0], user}, r[1:]...), r[6], r[7])
 		conn := pgtest.Connect(t, te.e.dsn[te.e.serverOf(t, shard)])
 		if _, err := conn.Exec(ctx, fmt.Sprintf(insert, pgx.Identifier{router.SchemaName(shard), "gauges"}.Sanitize()), args...); err != nil {
 			t.Fatal(err)
@@ -291,6 +293,67 @@ var typedReads = []exactRead{
 		var out []string
 		err := gaugesAll(db).Order("price desc").Limit(5).Pluck("price", &out).Error
 		return out, err
+	}},
+	{"maps ordered by text in an ICU collation", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Order("label, id").Limit(10).Find(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"maps of a few columns ordered by text in an ICU collation", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Select("id, label").Order("label desc, id").Find(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"min and max of text in an ICU collation", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Select("min(label) AS lo, max(label) AS hi, count(*) AS n").Find(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"min of text in an ICU collation into a struct", func(db *gorm.DB) (any, error) {
+		var out struct{ Lo, Hi string }
+		err := gaugesAll(db).Select("min(label) AS lo, max(label) AS hi").Scan(&out).Error
+		return out.Lo + "|" + out.Hi, err
+	}},
+	{"min and max of text in an ICU collation per group", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Select("points, min(label) AS lo, max(label) AS hi").Group("points").Order("lo, points").Find(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"Scan into maps ordered by text in an ICU collation", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Select("id, label, price").Order("label, id").Limit(7).Scan(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"Rows ordered by text in an ICU collation", func(db *gorm.DB) (any, error) {
+		rows, err := gaugesAll(db).Select("id, label").Order("label desc, id").Limit(9).Rows()
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []string
+		for rows.Next() {
+			var id int64
+			var label *string
+			if err := rows.Scan(&id, &label); err != nil {
+				return nil, err
+			}
+			if label == nil {
+				out = append(out, fmt.Sprint(id, " NULL"))
+				continue
+			}
+			out = append(out, fmt.Sprint(id, " ", *label))
+		}
+		return out, rows.Err()
+	}},
+	{"plucked text in an ICU collation", func(db *gorm.DB) (any, error) {
+		var out []string
+		err := gaugesAll(db).Order("label").Limit(6).Pluck("label", &out).Error
+		return out, err
+	}},
+	{"min of text in an ICU collation, one Row", func(db *gorm.DB) (any, error) {
+		var lo, hi string
+		err := gaugesAll(db).Select("min(label), max(label)").Row().Scan(&lo, &hi)
+		return lo + "|" + hi, err
 	}},
 	{"maps ordered by numeric and enum", func(db *gorm.DB) (any, error) {
 		var rows []map[string]any
