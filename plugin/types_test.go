@@ -41,6 +41,11 @@ type Gauge struct {
 	Name   string // text, nullable
 	Nick   string // text in a case-insensitive collation
 	Label  string // text in an ICU collation
+	Doc    string // jsonb
+	Raw    []byte // bytea
+	Nums   string // integer[]
+	Day    string // date
+	Big    *float64
 }
 
 // gaugesDDL is the gauges table, in the schema the search_path names.
@@ -55,7 +60,12 @@ const gaugesDDL = `CREATE TABLE gauges (
     tag     public.citext,
     name    text,
     nick    text COLLATE public.ci,
-    label   text COLLATE "en-x-icu"
+    label   text COLLATE "en-x-icu",
+    doc     jsonb,
+    raw     bytea,
+    nums    integer[],
+    day     date,
+    big     bigint
 );
 `
 
@@ -72,6 +82,15 @@ type gaugeNull struct {
 	ID     int64
 	Points sql.NullInt64
 	Name   sql.NullString
+}
+
+type gaugeOther struct {
+	ID   int64
+	Doc  *string
+	Raw  []byte
+	Nums *string
+	Day  *string
+	Big  *float64
 }
 
 type gaugeScan struct {
@@ -209,12 +228,18 @@ func newTypesEnvOn(t *testing.T, pooled, perSchema, icu bool) *typesEnv {
 	if sqlDB, err := te.plain.DB(); err == nil {
 		t.Cleanup(func() { _ = sqlDB.Close() })
 	}
-	const insert = `INSERT INTO %s (id, user_id, price, points, mood, addr, span, tag, name, nick, label) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`
+	const insert = `INSERT INTO %s (id, user_id, price, points, mood, addr, span, tag, name, nick, label, doc, raw, nums, day, big)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13::bytea, $14::integer[], $15::date, $16)`
+	docs := []any{`{"a": 1}`, `[1, 2]`, `"x"`, `{"b": {"c": null}}`, nil, `2`, `{"a": 0.5}`}
+	raws := []any{`\x00ff`, `\x7f`, `\x`, nil, `\x0001`, `\xff`}
+	arrays := []any{"{1,2}", "{10}", "{2}", "{}", nil, "{1,NULL}", "{-1,5,6}"}
+	days := []any{"2024-01-10", "999-12-31 BC", "infinity", "2023-12-31", "-infinity", "10000-01-01", nil}
+	bigs := []any{int64(9007199254740993), int64(9007199254740992), int64(-3), nil, int64(1) << 60}
 	plain := pgtest.Connect(t, plainDSN)
 	for i, r := range gaugeRows(40) {
 		user := int64(1000 + 37*i)
 		shard := te.e.shardOf(user)
-		args := append(append([]any{r[0], user}, r[1:]...), r[6], r[7])
+		args := append(append([]any{r[0], user}, r[1:]...), r[6], r[7], docs[i%len(docs)], raws[i%len(raws)], arrays[i%len(arrays)], days[i%len(days)], bigs[i%len(bigs)])
 		conn := pgtest.Connect(t, te.e.dsn[te.e.serverOf(t, shard)])
 		if _, err := conn.Exec(ctx, fmt.Sprintf(insert, pgx.Identifier{router.SchemaName(shard), "gauges"}.Sanitize()), args...); err != nil {
 			t.Fatal(err)
@@ -296,7 +321,7 @@ var typedReads = []exactRead{
 	}},
 	{"maps ordered by text in an ICU collation", func(db *gorm.DB) (any, error) {
 		var rows []map[string]any
-		err := gaugesAll(db).Order("label, id").Limit(10).Find(&rows).Error
+		err := gaugesAll(db).Select("id, label, name, price").Order("label, id").Limit(10).Find(&rows).Error
 		return typedRows(rows), err
 	}},
 	{"maps of a few columns ordered by text in an ICU collation", func(db *gorm.DB) (any, error) {
@@ -354,6 +379,16 @@ var typedReads = []exactRead{
 		var lo, hi string
 		err := gaugesAll(db).Select("min(label), max(label)").Row().Scan(&lo, &hi)
 		return lo + "|" + hi, err
+	}},
+	{"jsonb read as string", into[gaugeOther](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("doc, id").Limit(12) })},
+	{"bytea, descending", into[gaugeOther](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("raw desc, id").Limit(12) })},
+	{"an integer array read as string", into[gaugeOther](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("nums, id").Limit(12) })},
+	{"a date read as string", into[gaugeOther](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("day desc, id").Limit(12) })},
+	{"bigint into a *float64", into[gaugeOther](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("big, id").Limit(12) })},
+	{"maps ordered by jsonb, bytea and an array", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Select("id, doc, raw, nums").Order("doc desc, raw, nums, id").Limit(10).Find(&rows).Error
+		return typedRows(rows), err
 	}},
 	{"maps ordered by numeric and enum", func(db *gorm.DB) (any, error) {
 		var rows []map[string]any
