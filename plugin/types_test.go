@@ -509,3 +509,29 @@ func TestTypedReadsICUDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestTypedRefusals: the groups and aggregates of types Go cannot compare
+// and Postgres cannot be sent are refused with ErrUnroutableSQL.
+func TestTypedRefusals(t *testing.T) {
+	te := newTypesEnv(t, false, false)
+	for _, c := range []struct{ name, sel, group string }{
+		{"group by a shared enum", "mood, count(*) AS n", "mood"},
+		{"min of an enum", "min(mood) AS m", ""},
+		{"group by interval", "span, count(*) AS n", "span"},
+		{"group by inet", "addr, count(*) AS n", "addr"},
+		{"group by an array", "nums, count(*) AS n", "nums"},
+		{"group by jsonb", "doc::text AS d, count(*) AS n", "doc"},
+		{"min of citext", "min(tag) AS m", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var rows []map[string]any
+			q := gaugesAll(te.e.db).Select(c.sel)
+			if c.group != "" {
+				q = q.Group(c.group)
+			}
+			if err := q.Find(&rows).Error; !errors.Is(err, ErrUnroutableSQL) {
+				t.Fatalf("got %v (%d rows), want ErrUnroutableSQL", err, len(rows))
+			}
+		})
+	}
+}
