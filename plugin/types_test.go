@@ -372,7 +372,10 @@ var typedReads = []exactRead{
 	}},
 	{"plucked text in an ICU collation", func(db *gorm.DB) (any, error) {
 		var out []string
-		err := gaugesAll(db).Order("label").Limit(6).Pluck("label", &out).Error
+		// NULLs left out: a shard read alone (a per-schema type) scans
+		// its rows before the page is cut, and NULL does not scan into a
+		// string
+		err := gaugesAll(db).Where("label IS NOT NULL").Order("label").Limit(6).Pluck("label", &out).Error
 		return out, err
 	}},
 	{"min of text in an ICU collation, one Row", func(db *gorm.DB) (any, error) {
