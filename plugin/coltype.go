@@ -140,6 +140,6 @@ func (m *model) perSchemaTypes() bool {
 // schema defines for itself that the plugin cannot order across shards.
 func errPerSchemaType(column, typ string) error {
 	return fmt.Errorf("%w: ORDER BY %s across shards: its type %s is defined in each shard's schema, and values of two schemas' types cannot be compared; "+
-		"define the type once in a schema every shard's search_path reaches (public, or a shared schema), or scope the query to one shard",
+		"define the type once in a shared schema (CREATE TYPE public.name …, the per-shard SQL naming public.name), or scope the query to one shard",
 		ErrUnroutableSQL, column, typ)
 }
