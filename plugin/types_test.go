@@ -310,6 +310,21 @@ var typedReads = []exactRead{
 	{"Limit(0)", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id").Limit(0) })},
 	{"Offset alone", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id").Offset(3) })},
 	{"Offset past the rows", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id").Offset(100).Limit(-1) })},
+	{"distinct rows, Offset with Limit(-1)", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Distinct("price").Order("price").Offset(2).Limit(-1).Find(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"groups, Offset with Limit(-1)", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Select("price, count(*) AS n").Group("price").Order("price desc").Offset(1).Limit(-1).Find(&rows).Error
+		return typedRows(rows), err
+	}},
+	{"distinct rows, Limit(0)", func(db *gorm.DB) (any, error) {
+		var rows []map[string]any
+		err := gaugesAll(db).Distinct("price").Order("price").Limit(0).Find(&rows).Error
+		return typedRows(rows), err
+	}},
 	{"numeric read as string, top three", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("price desc, id").Limit(3) })},
 	{"numeric read as string, every row", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("price, id") })},
 	{"numeric into a pointer", into[gaugePtr](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("price, id desc").Limit(6) })},
