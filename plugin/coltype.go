@@ -46,7 +46,10 @@ func (c *colType) goKind(field reflect.Type) (as pgorder.Kind, ok bool) {
 	if c == nil {
 		return 0, true
 	}
-	if c.mixed || field == nil {
+	if c.mixed || c.perSchema || field == nil {
+		// a type each schema defines is selected as text where shards are
+		// unioned (unionSQL): its key is read per shard, under a hidden
+		// alias
 		return 0, false
 	}
 	nullable := field.Kind() == reflect.Pointer || field.Kind() == reflect.Interface
@@ -122,8 +125,9 @@ func (m *model) columnType(column string) *colType {
 
 // perSchemaTypes reports whether the model has a column of a type each
 // shard's schema defines (an enum, domain or composite made by the
-// per-shard SQL): Postgres unions no two schemas' values of it, so each
-// shard of a read runs alone.
+// per-shard SQL): Postgres unions no two schemas' values of it, so a
+// read's branches select it as text, or each shard runs alone
+// (unionSQL).
 func (m *model) perSchemaTypes() bool {
 	if m == nil || m.p == nil || m.p.coll.types.Load() == nil {
 		return false
@@ -134,6 +138,18 @@ func (m *model) perSchemaTypes() bool {
 		}
 	}
 	return false
+}
+
+// perSchemaColumns returns the model's columns of a type each shard's
+// schema defines.
+func (m *model) perSchemaColumns() map[string]bool {
+	out := map[string]bool{}
+	for name, c := range (*m.p.coll.types.Load())[m.table] {
+		if c.perSchema {
+			out[name] = true
+		}
+	}
+	return out
 }
 
 // errPerSchemaType is the refusal of an ORDER BY a column of a type each

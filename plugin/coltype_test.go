@@ -48,6 +48,7 @@ func TestColTypeGoKind(t *testing.T) {
 		{"nullable numeric into *string", null(base("numeric")), reflect.TypeFor[*string](), pgorder.Numeric, true},
 		{"nullable int8 into sql.NullInt64", null(base("int8")), reflect.TypeFor[sql.NullInt64](), 0, false},
 		{"servers disagree", &colType{base: "int8", typtype: 'b', mixed: true}, i64, 0, false},
+		{"a domain of each schema over int4", &colType{base: "int4", typtype: 'b', perSchema: true}, i64, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			as, ok := c.col.goKind(c.field)

@@ -76,7 +76,7 @@ func (p *Plugin) planRead(db *gorm.DB, d *decision, s saved) (*readPlan, error) 
 		}
 	}
 	batch := p.batch()
-	if !unionable(stmt) || d.m.perSchemaTypes() {
+	if !unionable(stmt) {
 		batch = 1
 	}
 	rp.units = d.units(batch)

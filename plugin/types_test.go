@@ -602,3 +602,26 @@ func TestTypedComposite(t *testing.T) {
 		}
 	})
 }
+
+// TestPerSchemaTypesUnioned: a read of a model with types of each
+// schema's own still reads a server's shards in one statement, the
+// columns of such types selected as text.
+func TestPerSchemaTypesUnioned(t *testing.T) {
+	te := newTypesEnv(t, false, true)
+	var rows []Gauge
+	tx := gaugesAll(te.e.db).Order("id").Limit(5).Find(&rows)
+	if tx.Error != nil || len(rows) != 5 {
+		t.Fatalf("read: %v, %d rows", tx.Error, len(rows))
+	}
+	te.e.p.unions.mu.Lock()
+	var text string
+	for _, e := range te.e.p.unions.m {
+		text += e.text + "\n"
+	}
+	te.e.p.unions.mu.Unlock()
+	for _, want := range []string{"UNION ALL", `"mood"::text AS "mood"`, `"grade"::text AS "grade"`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the read's statement has no %s:\n%s", want, text)
+		}
+	}
+}
