@@ -61,6 +61,11 @@ func (ap *aggPlan) finishReason(kinds []pgorder.Kind) string {
 			return "ORDER BY an aggregate not selected"
 		}
 	}
+	for i := range len(ap.keys) {
+		if ap.nondet && kinds[i] == pgorder.Text {
+			return "GROUP BY or DISTINCT text in a nondeterministic collation"
+		}
+	}
 	for i, it := range ap.items {
 		switch {
 		case (it.fn == aggSum || it.fn == aggAvg) && kinds[nk+it.part] == pgorder.Float:

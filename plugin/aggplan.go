@@ -73,6 +73,9 @@ type aggOrder struct {
 type aggPlan struct {
 	table    string // the model's table, for messages
 	textColl string // a text column of the model not in byte order, "" if none
+	// nondet: the model has text in a nondeterministic collation, whose
+	// groups (equal values that differ as bytes) only Postgres makes
+	nondet   bool
 	items    []aggItem
 	keys     []string // grouping columns (GROUP BY, or the DISTINCT columns)
 	dkeys    []string // arguments of count(DISTINCT …): each shard groups by them too

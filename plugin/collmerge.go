@@ -32,7 +32,7 @@ const maxOrderedInPostgres = 1 << 20
 // ORDER BY key is text in a collation that is not byte order.
 func (rp *readPlan) pgOrder() bool {
 	for _, k := range rp.keys {
-		if k.coll != nil {
+		if k.coll != nil || k.pgType != "" {
 			return true
 		}
 	}
@@ -145,11 +145,14 @@ func orderStatement(rp *readPlan, m *pageMerger) (string, []any, error) {
 		var vals any
 		var typ string
 		var err error
-		if k.hidden {
+		switch {
+		case k.hidden && k.pgType != "":
+			vals, typ = textArray(m.raw, j), "text"
+		case k.hidden:
 			if vals, typ, err = columnArray(rp.hiddenTypes[j], m.raw, j); err != nil {
 				err = fmt.Errorf("%w: ORDER BY %s across shards: values of type %s cannot be ordered in Postgres: %v", ErrUnroutableSQL, k.name, rp.hiddenTypes[j], err)
 			}
-		} else {
+		default:
 			vals, typ, err = keyArray(m.rows, k, n)
 		}
 		if err != nil {
@@ -159,6 +162,9 @@ func orderStatement(rp *readPlan, m *pageMerger) (string, []any, error) {
 		col := "k" + strconv.Itoa(j)
 		cols = append(cols, fmt.Sprintf("$%d::%s[]", j+1, typ))
 		term := "t." + col
+		if k.pgType != "" {
+			term = "(" + term + ")::" + k.pgType
+		}
 		if k.coll != nil && k.coll.coll != "" {
 			term += " COLLATE " + pgx.Identifier{k.coll.schema, k.coll.coll}.Sanitize()
 		}
@@ -277,4 +283,24 @@ func keyArray(rows reflect.Value, k orderKey, n int) (any, string, error) {
 		return out, "timestamptz", nil
 	}
 	return nil, "", fmt.Errorf("%w: ORDER BY %s across shards: cannot order values of %s in Postgres", ErrUnroutableSQL, k.name, t)
+}
+
+// textArray reads column i of the rows (driver values) as text, for
+// values only Postgres orders: it casts them back to their type.
+func textArray(rows [][]any, i int) []*string {
+	out := make([]*string, len(rows))
+	for r, row := range rows {
+		switch v := row[i].(type) {
+		case nil:
+		case string:
+			out[r] = &v
+		case []byte:
+			s := string(v)
+			out[r] = &s
+		default:
+			s := fmt.Sprint(v)
+			out[r] = &s
+		}
+	}
+	return out
 }

@@ -298,6 +298,7 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 		ap := rp.agg
 		ap.table = rp.d.m.table
 		ap.textColl = rp.d.m.anyTextCollation(stmt.Context)
+		ap.nondet = rp.d.m.nondeterministicText()
 		var rows *memrows.Rows
 		var err error
 		if cols := firstCols(res.parts); cols != nil && ap.finishReason(ap.kinds(cols)) != "" {
@@ -376,9 +377,10 @@ func (p *Plugin) hiddenValues(db *gorm.DB, rp *readPlan, pt partials) (partials,
 		for j, k := range rp.keys {
 			types[j] = pt.cols[w+j].DBType
 			switch kind := pgorder.KindOf(types[j]); {
+			case kind == pgorder.Other && k.pgType != "":
 			case kind == pgorder.Other:
 				return pt, nil, nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin does not order values of type %s; order by integer, numeric, float, text, time, bool or bytea values", ErrUnroutableSQL, k.name, types[j])
-			case kind == pgorder.Text && k.expr:
+			case kind == pgorder.Text && k.expr && k.coll == nil:
 				if c := rp.d.m.anyTextCollation(db.Statement.Context); c != "" {
 					return pt, nil, nil, fmt.Errorf("%w: ORDER BY %s across shards: text computed by an expression cannot be ordered in its collation (%s has text in %s); order by a column, or scope the query to one shard", ErrUnroutableSQL, k.name, rp.d.m.table, c)
 				}

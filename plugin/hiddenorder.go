@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm/callbacks"
 	"gorm.io/gorm/clause"
 
+	"github.com/shardkit/shardkit/internal/pgorder"
 	"github.com/shardkit/shardkit/internal/sqlcond"
 )
 
@@ -90,10 +91,28 @@ func hiddenKey(db *gorm.DB, m *model, t []sqlcond.Token) (orderKey, error) {
 			return k, fmt.Errorf("%w: ORDER BY %s is not a column of %s", ErrUnroutableSQL, src, m.table)
 		}
 		k.name, k.sql = own, sqlcond.QuoteIdent(own)
+		switch ct := m.columnType(own); {
+		case ct == nil:
+		case ct.typtype == 'e' && ct.category != 'A':
+			// an enum orders by its labels' positions: each shard selects
+			// the position, an integer the merge orders (the labels of a
+			// type each schema defines come from one per-shard SQL)
+			k.sql = "array_position(enum_range(" + k.sql + "), " + k.sql + ")"
+			return k, nil
+		case ct.driverKind() != pgorder.Other:
+		case ct.perSchema:
+			return k, errPerSchemaType(own, ct.cast)
+		default:
+			k.pgType = ct.cast
+		}
 		k.coll, err = m.textOrder(db.Statement.Context, own)
 		return k, err
 	}
 	k.name, k.sql, k.expr = tokensSQL(e), tokensSQL(e), true
+	// Text the expression computes is in the database's default
+	// collation: ordered in Postgres when that is not byte order (values
+	// of other types are ordered there alike, exactly).
+	k.coll = m.exprTextOrder(db.Statement.Context)
 	return k, nil
 }
 

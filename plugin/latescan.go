@@ -55,7 +55,7 @@ func (rp *readPlan) lateScan() ([]pgorder.Kind, bool) {
 	}
 	kinds := make([]pgorder.Kind, len(rp.keys))
 	for j, k := range rp.keys {
-		if k.field == nil || k.scalar {
+		if k.field == nil || k.scalar || k.as != 0 {
 			return nil, false
 		}
 		if kinds[j] = orderKind(k); kinds[j] == pgorder.Other {

@@ -263,11 +263,11 @@ func rowKeys(row reflect.Value, keys []orderKey) []pgorder.Value {
 	for i, k := range keys {
 		switch {
 		case k.scalar:
-			out[i] = pgorder.FromReflect(row)
+			out[i] = pgorder.FromReflect(row).As(k.as)
 		case row.Kind() == reflect.Struct && k.field != nil:
-			out[i] = pgorder.FromReflect(row.FieldByIndex(k.field.StructField.Index))
+			out[i] = pgorder.FromReflect(row.FieldByIndex(k.field.StructField.Index)).As(k.as)
 		case row.Kind() == reflect.Map:
-			out[i] = pgorder.FromReflect(row.MapIndex(reflect.ValueOf(k.name)))
+			out[i] = pgorder.FromReflect(row.MapIndex(reflect.ValueOf(k.name))).As(k.as)
 		}
 	}
 	return out

@@ -129,6 +129,9 @@ func (p *Plugin) planRows(db *gorm.DB, rp *readPlan, dest reflect.Value) error {
 		return nil
 	}
 	l, ok := c.Expression.(clause.Limit)
+	if ok && l.Limit != nil && *l.Limit < 0 {
+		l.Limit = nil // Limit(-1) cancels the limit, as GORM writes none
+	}
 	if !ok || l.Limit == nil && l.Offset <= 0 {
 		return nil
 	}

@@ -53,6 +53,12 @@ type orderKey struct {
 	sql    string
 	expr   bool
 	nulls  int8 // hidden: NULLS FIRST (1) or LAST (-1); 0: Postgres's default for the direction
+	// as: the kind the merge reads the key's Go values as (a numeric
+	// column's text as numeric; 0: as FromReflect reads them)
+	as pgorder.Kind
+	// pgType: hidden values that only Postgres orders (citext, inet,
+	// interval, …), sent to it as text and ordered as this type
+	pgType string
 }
 
 // ord is how the key orders values, as Postgres does.
@@ -163,6 +169,14 @@ func orderKeys(db *gorm.DB, m *model, elem reflect.Type) ([]orderKey, error) {
 			}
 			if !pgorder.Orderable(typ) {
 				return nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin merges rows in order only by integer, float, string, bool and time columns", ErrUnroutableSQL, name)
+			}
+			read := typ // what holds the values the merge reads: a map's are the driver's, NULL as nil
+			if k.field == nil && !k.scalar {
+				read = reflect.PointerTo(typ)
+			}
+			var exact bool
+			if k.as, exact = m.columnType(name).goKind(read); !exact {
+				return nil, fmt.Errorf("%w: ORDER BY %s across shards: its %s values do not order as the column's %s", ErrUnroutableSQL, name, typ, m.columnType(name).cast)
 			}
 			if k.coll, err = m.textOrder(db.Statement.Context, name); err != nil {
 				return nil, err

@@ -10,6 +10,8 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
 	"gorm.io/gorm/clause"
+
+	"github.com/shardkit/shardkit/internal/sqlcond"
 )
 
 // A read of many shards sends one statement per server (per batch of at
@@ -84,7 +86,18 @@ func (p *Plugin) unionSQL(db *gorm.DB, rp *readPlan, idx []int) (string, bool) {
 	if rp.shape == shapeRows {
 		cols = modelColumns(stmt, rp.d.m)
 	}
-	branch, ok := buildBranch(db, u.fold, u.count, cols)
+	var cast map[string]bool
+	if rp.d.m.perSchemaTypes() {
+		// Postgres unions no two schemas' values of a type each defines:
+		// the branches select such columns as text (what the driver gives
+		// for them anyway), which only a select list of the model's
+		// columns can say; any other read runs one shard at a time.
+		if cols == nil || u.count {
+			return "", false
+		}
+		cast = rp.d.m.perSchemaColumns()
+	}
+	branch, ok := buildBranch(db, u.fold, u.count, cols, cast)
 	first := rp.d.m.quoted[rp.d.shards[idx[0]]]
 	if !ok || strings.Contains(branch, "'") || strings.Contains(branch, "$$") || !strings.Contains(branch, first) {
 		return "", false
@@ -181,7 +194,7 @@ func (e unionText) size(key string) int {
 // union applies them), and a folded count's branch selects 1; a branch
 // given cols selects them instead of *. The clauses come back for a
 // statement that falls back to one shard at a time.
-func buildBranch(db *gorm.DB, fold, count bool, cols []string) (string, bool) {
+func buildBranch(db *gorm.DB, fold, count bool, cols []string, cast map[string]bool) (string, bool) {
 	stmt := db.Statement
 	if fold || cols != nil {
 		saved := maps.Clone(stmt.Clauses)
@@ -201,6 +214,10 @@ func buildBranch(db *gorm.DB, fold, count bool, cols []string) (string, bool) {
 		sel := clause.Select{Distinct: stmt.Distinct, Columns: make([]clause.Column, len(cols))}
 		for i, c := range cols {
 			sel.Columns[i] = clause.Column{Name: c}
+			if cast[c] {
+				q := sqlcond.QuoteIdent(c)
+				sel.Columns[i] = clause.Column{Name: q + "::text AS " + q, Raw: true}
+			}
 		}
 		stmt.Clauses["SELECT"] = clause.Clause{Name: "SELECT", Expression: sel}
 	}

@@ -43,7 +43,14 @@ func AppendKey(buf []byte, v Value) ([]byte, bool) {
 		buf = strconv.AppendInt(append(buf, 'b'), int64(len(v.b)), 10)
 		buf = append(append(buf, ':'), v.b...)
 	case Time:
-		buf = v.t.UTC().AppendFormat(append(buf, 't'), time.RFC3339Nano)
+		switch v.i {
+		case 1:
+			buf = append(buf, "t+inf"...)
+		case -1:
+			buf = append(buf, "t-inf"...)
+		default:
+			buf = v.t.UTC().AppendFormat(append(buf, 't'), time.RFC3339Nano)
+		}
 	default:
 		return buf, false
 	}

@@ -63,7 +63,7 @@ func KindOf(dbType string) Kind {
 type Value struct {
 	kind Kind
 	null bool
-	i    int64 // Int, Bool (0 or 1)
+	i    int64 // Int, Bool (0 or 1); Time: -1 for -infinity, 1 for infinity
 	u    uint64
 	f    float64
 	s    string // Text, Numeric (its text)
@@ -132,11 +132,21 @@ func Of(k Kind, x any) Value {
 		}
 		v.b = b
 	case Time:
-		t, ok := x.(time.Time)
-		if !ok {
+		switch t := x.(type) {
+		case time.Time:
+			v.t = t
+		case string: // the driver's text of an infinite date or timestamp
+			switch t {
+			case "infinity":
+				v.i = 1
+			case "-infinity":
+				v.i = -1
+			default:
+				return Value{}
+			}
+		default:
 			return Value{}
 		}
-		v.t = t
 	case Bool:
 		b, ok := x.(bool)
 		if !ok {
@@ -265,6 +275,9 @@ func compareValues(a, b Value) int {
 	case Bytes:
 		return bytes.Compare(a.b, b.b)
 	case Time:
+		if a.i != 0 || b.i != 0 { // -infinity before every time, infinity after
+			return cmp3(a.i < b.i, a.i > b.i)
+		}
 		return a.t.Compare(b.t)
 	}
 	return 0
@@ -292,4 +305,17 @@ func cmp3(less, more bool) int {
 		return 1
 	}
 	return 0
+}
+
+// As reads v, text as a Go string field holds it, as a value of kind k
+// where the column's type is k: the text of a numeric compares by its
+// value. Other values, and NULL, are returned as they are.
+func (v Value) As(k Kind) Value {
+	if v.null || v.kind != Text || k != Numeric {
+		return v
+	}
+	if _, ok := parseNum(v.s); !ok {
+		return Value{}
+	}
+	return Value{kind: Numeric, s: v.s}
 }
