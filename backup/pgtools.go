@@ -61,7 +61,7 @@ func majorOf(binDir string) int {
 func libpqEnv(dsn string) ([]string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: server DSN: %w", err)
+		return nil, fmt.Errorf("shardkit: server DSN: %w", pgdsn.Scrub(err))
 	}
 	env := []string{
 		"PGHOST=" + cfg.Host,

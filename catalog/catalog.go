@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/catalogmove"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/sqlversions"
 	"github.com/shardkit/shardkit/router"
 )
@@ -47,14 +48,14 @@ type Catalog struct {
 func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: catalog DSN: %w", err)
+		return nil, fmt.Errorf("shardkit: catalog DSN: %w", pgdsn.Scrub(err))
 	}
 	if !strings.Contains(dsn, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: catalog DSN: %w", err)
+		return nil, fmt.Errorf("shardkit: catalog DSN: %w", pgdsn.Scrub(err))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()

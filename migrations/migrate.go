@@ -17,6 +17,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/catalogmove"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
@@ -482,7 +483,7 @@ func withServer(server string, err error) error {
 func connect(ctx context.Context, name, dsn string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, &ServerError{Server: name, Err: fmt.Errorf("bad DSN: %w", err)}
+		return nil, &ServerError{Server: name, Err: fmt.Errorf("bad DSN: %w", pgdsn.Scrub(err))}
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second

@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
 // openServer is the default OpenDB: database/sql over pgx, through a
@@ -57,7 +59,7 @@ type serverConnector struct {
 func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, error) {
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, &ConfigError{Server: server, Err: fmt.Errorf("parse its DSN: %w", err)}
+		return nil, &ConfigError{Server: server, Err: fmt.Errorf("parse its DSN: %w", pgdsn.Scrub(err))}
 	}
 	c := &serverConnector{server: server, log: cfg.Logger}
 	if c.log == nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -45,9 +44,9 @@ INTERVAL until interrupted.`,
 		ctx := cmd.Context()
 		extra := map[string]string{}
 		for _, d := range dbs {
-			name, dsn, ok := strings.Cut(d, "=")
-			if !ok || name == "" || dsn == "" {
-				return fmt.Errorf("%w: --database %q: want NAME=DSN", errUsage, d)
+			name, dsn, err := nameDSN("--database", d)
+			if err != nil {
+				return err
 			}
 			extra[name] = dsn
 		}

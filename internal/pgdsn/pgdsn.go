@@ -23,7 +23,7 @@ import (
 func Libpq(dsn string) (string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return "", err
+		return "", Scrub(err)
 	}
 	var b strings.Builder
 	add := func(k, v string) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardkit/shardkit/examples/photos/api"
 	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/migrations"
 )
 
@@ -61,7 +62,7 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	addr := fs.String("addr", env(EnvAddr, ":8080"), "listen address ($"+EnvAddr+")")
-	catalog := fs.String("catalog", env(EnvCatalog, ""), "catalog DSN ($"+EnvCatalog+")")
+	catalog := fs.String("catalog", env(EnvCatalog, ""), "catalog DSN, or @FILE holding it ($"+EnvCatalog+")")
 	servers := fs.String("servers", env(EnvServers, ""), "shard servers to provision, name=DSN,… ($"+EnvServers+")")
 	adminServers := fs.String("admin-servers", env(EnvAdminServers, ""), "the servers' direct DSNs for administration and replication, name=DSN,…, where -servers names poolers ($"+EnvAdminServers+")")
 	provision := fs.Bool("provision", env(EnvProvision, "") == "true", "provision the catalog and servers at start ($"+EnvProvision+")")
@@ -102,6 +103,11 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 	if cfg.Catalog == "" {
 		return Config{}, fmt.Errorf("%w: no catalog: pass -catalog DSN or set %s", ErrConfig, EnvCatalog)
 	}
+	catalogDSN, err := pgdsn.Load(string(cfg.Catalog))
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: catalog: %w", ErrConfig, err)
+	}
+	cfg.Catalog = store.CatalogDSN(catalogDSN)
 	if cfg.Provision && len(cfg.Servers) == 0 {
 		return Config{}, fmt.Errorf("%w: provisioning needs servers: pass -servers name=DSN,… or set %s", ErrConfig, EnvServers)
 	}
@@ -128,7 +134,8 @@ func WithAdminDSNs(servers []migrations.ServerSpec, admin string) ([]migrations.
 	return out, nil
 }
 
-// ParseServers reads "name=DSN,name=DSN" (spaces around items ignored).
+// ParseServers reads "name=DSN,name=DSN" (spaces around items ignored); a
+// DSN given as @PATH is read from that file (pgdsn.Load).
 func ParseServers(s string) ([]migrations.ServerSpec, error) {
 	var out []migrations.ServerSpec
 	for _, item := range strings.Split(s, ",") {
@@ -136,11 +143,15 @@ func ParseServers(s string) ([]migrations.ServerSpec, error) {
 		if item == "" {
 			continue
 		}
-		name, dsn, ok := strings.Cut(item, "=")
-		if !ok || name == "" || dsn == "" {
-			return nil, fmt.Errorf("%w: server %q: want name=DSN", ErrConfig, item)
+		name, setting, ok := strings.Cut(item, "=")
+		if !ok || name == "" || setting == "" {
+			return nil, fmt.Errorf("%w: server %q: want name=DSN or name=@FILE", ErrConfig, pgdsn.Redact(item))
 		}
-		out = append(out, migrations.ServerSpec{Name: strings.TrimSpace(name), DSN: strings.TrimSpace(dsn)})
+		dsn, err := pgdsn.Load(strings.TrimSpace(setting))
+		if err != nil {
+			return nil, fmt.Errorf("%w: server %q: %w", ErrConfig, name, err)
+		}
+		out = append(out, migrations.ServerSpec{Name: strings.TrimSpace(name), DSN: dsn})
 	}
 	return out, nil
 }
