@@ -33,7 +33,17 @@ var ErrCatalogTooNew = errors.New("catalog schema is newer than this shardkit")
 // all in the schema "shardkit".
 type Catalog struct {
 	pool *pgxpool.Pool
+	// admin: snapshots carry the servers' admin DSNs (Operator).
+	admin bool
 }
+
+// Operator returns a view of the catalog, on the same pool, whose
+// snapshots carry every server's admin DSN (router.Server.AdminDSN): the
+// direct, privileged connection that moves, provisioning, migrations,
+// backups and the resolver use. The snapshots of Open's catalog, which
+// application processes hold and relays serve, carry none. Close the
+// catalog once, through either.
+func (c *Catalog) Operator() *Catalog { return &Catalog{pool: c.pool, admin: true} }
 
 // Open connects to the catalog database. It does not create or check
 // anything; call Migrate to create the catalog, Load to read it.
@@ -220,7 +230,7 @@ func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
 		if err := tx.QueryRow(ctx, `SELECT map_version FROM shardkit.config`).Scan(&version); err != nil {
 			return err
 		}
-		servers, err := readServers(ctx, tx)
+		servers, err := readServers(ctx, tx, c.admin)
 		if err != nil {
 			return err
 		}

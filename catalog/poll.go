@@ -66,7 +66,7 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	b := &pgx.Batch{}
 	b.Queue(sqlBeginSnapshot)
 	b.Queue(sqlMapVersionNow)
-	b.Queue(sqlServersAll)
+	b.Queue(serversSQL(c.admin))
 	b.Queue(sqlPlacementsSince, since.Version)
 	b.Queue(`COMMIT`)
 	br := c.pool.SendBatch(ctx, b)
@@ -82,7 +82,7 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	if err := br.QueryRow().Scan(&version); err != nil {
 		return nil, err
 	}
-	servers, err := readServers(ctx, batchQuerier{br})
+	servers, err := readServers(ctx, batchQuerier{br}, c.admin)
 	if err != nil {
 		return nil, err
 	}

@@ -145,7 +145,7 @@ func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.F
 	if err := cat.Migrate(ctx); err != nil {
 		return Summary{}, err
 	}
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -373,7 +373,7 @@ type migrateConfig struct {
 // (by server name); others are opened from the catalog's DSNs. The
 // versions applied are the catalog's record (callers record theirs first).
 func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx.Conn, cfg migrateConfig) error {
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return err
 	}

@@ -239,7 +239,7 @@ type moveCtx struct {
 }
 
 func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
-	snap, err := mv.cfg.Catalog.Load(ctx)
+	snap, err := mv.cfg.Catalog.Operator().Load(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -83,6 +83,7 @@ later with ` + "`shardctl server set-dsn`" + `.`,
 		if err != nil {
 			return err
 		}
+		cat = cat.Operator() // shardctl is the operator's tool
 		defer cat.Close()
 		bar := newSchemaBar(cmd.ErrOrStderr(), quiet, "creating shard schemas")
 		err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{

@@ -54,7 +54,11 @@ func openCatalog(ctx context.Context, dsnOf func() (string, error)) (*catalog.Ca
 	if err != nil {
 		return nil, err
 	}
-	return catalog.Open(ctx, dsn)
+	cat, err := catalog.Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return cat.Operator(), nil // shardctl is the operator's tool
 }
 
 // catalogFlag adds --catalog to cmd and returns a getter that falls back to

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/relay"
 	"github.com/shardkit/shardkit/router"
 )
@@ -42,7 +43,13 @@ interrupted.`,
 			return fmt.Errorf("%w: --poll %v: want 0 or more", errUsage, poll)
 		}
 		ctx := cmd.Context()
-		cat, err := openCatalog(ctx, getCatalog)
+		dsn, err := getCatalog()
+		if err != nil {
+			return err
+		}
+		// The application's view: a relay serves routers, which hold no
+		// admin DSN.
+		cat, err := catalog.Open(ctx, dsn)
 		if err != nil {
 			return err
 		}

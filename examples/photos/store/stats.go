@@ -119,7 +119,7 @@ func (s *Stats) serverRows(ctx context.Context, snap *router.Snapshot, srv route
 	for i, sh := range shards {
 		schemas[i] = router.SchemaName(sh)
 	}
-	p, err := s.pool(ctx, srv.Admin())
+	p, err := s.pool(ctx, srv.DSN) // the application's DSN: the service holds no other
 	if err != nil {
 		return r, fmt.Errorf("photos: count rows on %s: %w", srv.Name, err)
 	}
