@@ -34,6 +34,8 @@ interrupted.`,
 	}
 	getCatalog := catalogFlag(cmd)
 	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket path to serve on (required)")
+	var allow []int
+	cmd.Flags().IntSliceVar(&allow, "allow-uid", nil, "uids served beside the relay's own (the kernel's peer credentials decide; repeatable)")
 	cmd.Flags().DurationVar(&poll, "poll", 2*time.Second, "catalog version check beside LISTEN, in case a notification is lost (0: none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if socket == "" {
@@ -54,7 +56,7 @@ interrupted.`,
 			return err
 		}
 		defer cat.Close()
-		l, err := relay.Listen(socket)
+		l, err := relay.Listen(socket, allow...)
 		if err != nil {
 			return err
 		}
