@@ -68,10 +68,10 @@ func libpqEnv(dsn string) ([]string, error) {
 		"PGPORT=" + strconv.Itoa(int(cfg.Port)),
 		"PGDATABASE=" + cfg.Database,
 		"PGUSER=" + cfg.User,
-		"PGSSLMODE=" + pgdsn.SSLMode(cfg),
 		"PGAPPNAME=shardkit-backup",
 		"PGCONNECT_TIMEOUT=30",
 	}
+	env = append(env, pgdsn.Env(dsn, cfg)...) // TLS as the DSN says
 	if cfg.Password != "" {
 		env = append(env, "PGPASSWORD="+cfg.Password)
 	}
