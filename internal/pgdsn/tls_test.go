@@ -27,12 +27,7 @@ import (
 // testCA is a certificate authority made by the test, and the files of
 // a server certificate it signed for 127.0.0.1 and localhost.
 type testCA struct {
-	dir              string
-	ca, cert, key    string // PEM files: the CA's certificate, the server's certificate and key
-	cred             func(path string) error
-	caKey            *ecdsa.PrivateKey
-	caCert           *x509.Certificate
-	caDER, serverDER []byte
+	ca, cert, key string // PEM files: the CA's certificate, the server's certificate and key
 }
 
 func writePEM(t *testing.T, path, kind string, der []byte, mode os.FileMode) {
@@ -58,7 +53,7 @@ func newCA(t *testing.T, dir, name string, server bool) *testCA {
 		t.Fatal(err)
 	}
 	caCert, _ := x509.ParseCertificate(der)
-	c := &testCA{dir: dir, ca: filepath.Join(dir, name+"-ca.crt"), caKey: key, caCert: caCert, caDER: der}
+	c := &testCA{ca: filepath.Join(dir, name+"-ca.crt")}
 	writePEM(t, c.ca, "CERTIFICATE", der, 0o644)
 	if !server {
 		return c

@@ -30,6 +30,10 @@ const (
 	EnvShards       = "PHOTOS_SHARDS"     // logical shards when provisioning, default 2000
 	EnvFenceWait    = "PHOTOS_FENCE_WAIT" // bound on a write's wait on a fenced shard, default 2s
 	EnvLogLevel     = "PHOTOS_LOG_LEVEL"  // debug, info, warn, error
+	// EnvAdminToken opens the admin endpoints to other hosts, for requests
+	// with "Authorization: Bearer TOKEN"; @PATH reads it from a file.
+	// Unset, they answer this host's clients only.
+	EnvAdminToken = "PHOTOS_ADMIN_TOKEN"
 )
 
 // ErrConfig reports an unusable configuration.
@@ -37,9 +41,10 @@ var ErrConfig = errors.New("photos: bad configuration")
 
 // Config is the service's configuration.
 type Config struct {
-	Addr      api.Addr
-	Catalog   store.CatalogDSN
-	FenceWait store.FenceWait
+	Addr       api.Addr
+	AdminToken api.AdminToken
+	Catalog    store.CatalogDSN
+	FenceWait  store.FenceWait
 	// Provision creates (or completes) the catalog and the shard schemas
 	// on Servers before serving.
 	Provision bool
@@ -89,6 +94,13 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 			return Config{}, fmt.Errorf("%w: %s: %w", ErrConfig, EnvFenceWait, err)
 		}
 		cfg.FenceWait = store.FenceWait(d)
+	}
+	if tok := getenv(EnvAdminToken); tok != "" {
+		t, err := pgdsn.Load(tok)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: %s: %w", ErrConfig, EnvAdminToken, err)
+		}
+		cfg.AdminToken = api.AdminToken(t)
 	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(*level)); err != nil {
 		return Config{}, fmt.Errorf("%w: log level %q: use debug, info, warn or error", ErrConfig, *level)

@@ -49,8 +49,9 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 	storeStore := store.New(db, router)
 	apiAPI := api.NewAPI(storeStore, log)
 	stats, cleanup5 := store.NewStats()
-	admin := api.NewAdmin(router, catalog, stats, storeStore, log)
-	handler := api.NewHandler(apiAPI, admin, metricsMetrics, router, catalog)
+	adminToken := cfg.AdminToken
+	admin := api.NewAdmin(router, catalog, stats, storeStore, log, adminToken)
+	handler := api.NewHandler(apiAPI, admin, metricsMetrics, router, catalog, log)
 	server := api.NewServer(addr, handler, log)
 	app := &App{
 		Server:  server,
