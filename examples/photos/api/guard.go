@@ -10,9 +10,13 @@ import (
 )
 
 // AdminToken opens the admin endpoints to clients beyond this host: a
-// request with "Authorization: Bearer TOKEN" is served from anywhere.
+// request with "Authorization: Bearer TOKEN", or with the cookie that
+// opening /admin?token=TOKEN in a browser sets, is served from anywhere.
 // Empty, the admin endpoints answer loopback clients only.
 type AdminToken string
+
+// adminCookie carries the token for the admin page's own requests.
+const adminCookie = "photos_admin"
 
 // guard serves h to loopback clients, and to others that present the
 // token; the rest get 403 without a word about why beyond what to do.
@@ -20,6 +24,14 @@ func (t AdminToken) guard(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if loopback(r.RemoteAddr) || t.presented(r) {
 			h(w, r)
+			return
+		}
+		if q := r.URL.Query().Get("token"); t != "" && subtle.ConstantTimeCompare([]byte(q), []byte(t)) == 1 {
+			// A browser opening /admin?token=…: the page's requests carry
+			// the cookie from here on; the token leaves the address bar.
+			http.SetCookie(w, &http.Cookie{Name: adminCookie, Value: string(t), Path: "/admin",
+				HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.Redirect(w, r, r.URL.Path, http.StatusSeeOther)
 			return
 		}
 		writeJSON(w, http.StatusForbidden, map[string]string{
@@ -31,8 +43,11 @@ func (t AdminToken) presented(r *http.Request) bool {
 	if t == "" {
 		return false
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1
+	if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1
+	}
+	c, err := r.Cookie(adminCookie)
+	return err == nil && subtle.ConstantTimeCompare([]byte(c.Value), []byte(t)) == 1
 }
 
 // loopback reports a client address on this host.

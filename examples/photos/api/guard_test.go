@@ -42,6 +42,28 @@ func TestAdminGuard(t *testing.T) {
 			}
 		})
 	}
+	// A browser: the token once in the address, a cookie after.
+	g := AdminToken("t0ken").guard(ok)
+	req := httptest.NewRequest(http.MethodGet, "/admin?token=t0ken", nil)
+	rec := httptest.NewRecorder()
+	g(rec, req)
+	cookies := rec.Result().Cookies()
+	if rec.Code != http.StatusSeeOther || len(cookies) != 1 || !cookies[0].HttpOnly {
+		t.Fatalf("/admin?token=: %d, cookies %v", rec.Code, cookies)
+	}
+	req = httptest.NewRequest(http.MethodGet, "/admin/api/map", nil)
+	req.AddCookie(cookies[0])
+	rec = httptest.NewRecorder()
+	g(rec, req)
+	if rec.Code != http.StatusNoContent {
+		t.Fatalf("with the cookie: %d", rec.Code)
+	}
+	req = httptest.NewRequest(http.MethodGet, "/admin?token=wrong", nil)
+	rec = httptest.NewRecorder()
+	g(rec, req)
+	if rec.Code != http.StatusForbidden || len(rec.Result().Cookies()) != 0 {
+		t.Fatalf("/admin?token=wrong: %d, cookies %v", rec.Code, rec.Result().Cookies())
+	}
 }
 
 // TestErrorText: a client learns what to change from a request error, and
