@@ -25,7 +25,7 @@ type DumpOptions struct {
 // both from one snapshot on the shard's current home. Writes to the shard
 // go on while it runs; the dump holds the rows committed when it started.
 func Dump(ctx context.Context, cat *catalog.Catalog, shard int, w io.Writer, opts DumpOptions) (*Manifest, error) {
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func majorOf(binDir string) int {
 func libpqEnv(dsn string, at *pgdsn.HostPort) ([]string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: server DSN: %w", err)
+		return nil, fmt.Errorf("shardkit: server DSN: %w", pgdsn.Scrub(err))
 	}
 	hosts := pgdsn.Hosts(cfg)
 	if at != nil {
@@ -75,13 +75,13 @@ func libpqEnv(dsn string, at *pgdsn.HostPort) ([]string, error) {
 		"PGPORT=" + port,
 		"PGDATABASE=" + cfg.Database,
 		"PGUSER=" + cfg.User,
-		"PGSSLMODE=" + pgdsn.SSLMode(cfg),
 		"PGAPPNAME=shardkit-backup",
 		"PGCONNECT_TIMEOUT=30",
 	}
 	if tsa := pgdsn.TargetSessionAttrs(cfg); tsa != "" {
 		env = append(env, "PGTARGETSESSIONATTRS="+tsa)
 	}
+	env = append(env, pgdsn.Env(dsn, cfg)...) // TLS as the DSN says
 	if cfg.Password != "" {
 		env = append(env, "PGPASSWORD="+cfg.Password)
 	}

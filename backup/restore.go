@@ -90,7 +90,7 @@ func Restore(ctx context.Context, cat *catalog.Catalog, r io.Reader, opts Restor
 			"confirm with RestoreOptions.Replace, or restore into a scratch database (RestoreOptions.Into)",
 			m.Shard, ErrNotConfirmed, m.Schema, m.TakenAt.UTC().Format(time.RFC3339))
 	}
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/catalogmove"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/sqlversions"
 	"github.com/shardkit/shardkit/router"
 )
@@ -32,7 +33,17 @@ var ErrCatalogTooNew = errors.New("catalog schema is newer than this shardkit")
 // all in the schema "shardkit".
 type Catalog struct {
 	pool *pgxpool.Pool
+	// admin: snapshots carry the servers' admin DSNs (Operator).
+	admin bool
 }
+
+// Operator returns a view of the catalog, on the same pool, whose
+// snapshots carry every server's admin DSN (router.Server.AdminDSN): the
+// direct, privileged connection that moves, provisioning, migrations,
+// backups and the resolver use. The snapshots of Open's catalog, which
+// application processes hold and relays serve, carry none. Close the
+// catalog once, through either.
+func (c *Catalog) Operator() *Catalog { return &Catalog{pool: c.pool, admin: true} }
 
 // Open connects to the catalog database. It does not create or check
 // anything; call Migrate to create the catalog, Load to read it.
@@ -47,14 +58,14 @@ type Catalog struct {
 func Open(ctx context.Context, dsn string) (*Catalog, error) {
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: catalog DSN: %w", err)
+		return nil, fmt.Errorf("shardkit: catalog DSN: %w", pgdsn.Scrub(err))
 	}
 	if !strings.Contains(dsn, "default_query_exec_mode") {
 		cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("shardkit: catalog DSN: %w", err)
+		return nil, fmt.Errorf("shardkit: catalog DSN: %w", pgdsn.Scrub(err))
 	}
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
@@ -223,7 +234,7 @@ func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
 		if err := tx.QueryRow(ctx, sqlCatalogEpoch).Scan(&epoch); err != nil {
 			return err
 		}
-		servers, err := readServers(ctx, tx)
+		servers, err := readServers(ctx, tx, c.admin)
 		if err != nil {
 			return err
 		}

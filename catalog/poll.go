@@ -76,7 +76,7 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	b.Queue(sqlBeginSnapshot)
 	b.Queue(sqlMapVersionNow)
 	b.Queue(sqlCatalogEpoch)
-	b.Queue(sqlServersAll)
+	b.Queue(serversSQL(c.admin))
 	b.Queue(sqlServerPrimaries)
 	b.Queue(sqlPlacementsSince, since.Version)
 	b.Queue(`COMMIT`)
@@ -97,7 +97,7 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	if err := br.QueryRow().Scan(&epoch); err != nil {
 		return nil, err
 	}
-	servers, err := readServers(ctx, batchQuerier{br})
+	servers, err := readServers(ctx, batchQuerier{br}, c.admin)
 	if err != nil {
 		return nil, err
 	}

@@ -26,8 +26,11 @@ var (
 // has one changes both. sqlServersAll reads admin_dsn through the row's
 // JSON so that it also reads a catalog not yet migrated to version 7
 // (application processes upgraded before the catalog keep starting).
+// sqlServersApp, what application processes read, leaves admin_dsn out
+// and says only whether there is one.
 const (
 	sqlServersAll  = `SELECT name, dsn, coalesce(to_jsonb(s) ->> 'admin_dsn', ''), replicas, state FROM shardkit.servers s ORDER BY name`
+	sqlServersApp  = `SELECT name, dsn, to_jsonb(s) ->> 'admin_dsn' IS NULL, replicas, state FROM shardkit.servers s ORDER BY name`
 	sqlServerAdd   = `INSERT INTO shardkit.servers (name, dsn, admin_dsn, replicas) VALUES ($1, $2, nullif(nullif($3, ''), $2), $4)`
 	sqlServerOne   = `SELECT dsn, coalesce(admin_dsn, '') FROM shardkit.servers WHERE name = $1 FOR UPDATE`
 	sqlServerOwner = `SELECT name FROM shardkit.servers
@@ -35,10 +38,34 @@ const (
 	sqlServerSetDSN = `UPDATE shardkit.servers SET dsn = $2, admin_dsn = nullif(nullif($3, ''), $2) WHERE name = $1`
 )
 
+// serversSQL is the statement that reads the servers, with their admin
+// DSNs or without.
+func serversSQL(admin bool) string {
+	if admin {
+		return sqlServersAll
+	}
+	return sqlServersApp
+}
+
+// readServers reads the servers, with their admin DSNs when admin holds
+// (an operator's catalog), else with only whether each has one.
 func readServers(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}) ([]router.Server, error) {
-	rows, err := q.Query(ctx, sqlServersAll)
+}, admin bool) ([]router.Server, error) {
+	if !admin {
+		rows, err := q.Query(ctx, serversSQL(false))
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (router.Server, error) {
+			var s router.Server
+			var direct bool
+			err := r.Scan(&s.Name, &s.DSN, &direct, &s.Replicas, &s.State)
+			s.AdminHidden = !direct
+			return s, err
+		})
+	}
+	rows, err := q.Query(ctx, serversSQL(true))
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +79,7 @@ func readServers(ctx context.Context, q interface {
 // Servers lists the registered servers (names, DSNs, replicas, states),
 // by name.
 func (t *Tx) Servers(ctx context.Context) ([]router.Server, error) {
-	return readServers(ctx, t.tx)
+	return readServers(ctx, t.tx, true)
 }
 
 // AddServer registers a server (name, DSN, admin DSN, replicas), active.

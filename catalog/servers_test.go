@@ -55,7 +55,9 @@ func TestMigrateKeepsServers(t *testing.T) {
 // TestSetServerDSN changes the DSNs of a server: each change makes a new
 // map version with the new DSNs, an admin DSN equal to the app DSN is one
 // DSN for both, and bad changes are refused with typed errors, changing
-// nothing.
+// nothing. Only the operator's view of the catalog carries the admin DSN:
+// the application's snapshots, loaded whole or as changes, say only that
+// there is one.
 func TestSetServerDSN(t *testing.T) {
 	cat, _ := seedCatalog(t, 4, idgen.DefaultLayout())
 	ctx := testCtx(t)
@@ -88,6 +90,10 @@ func TestSetServerDSN(t *testing.T) {
 			dsns{"postgres://alpha/db?password=newer", "", "postgres://alpha/db?password=newer"}},
 	}
 	version := int64(1)
+	appSnap, err := cat.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, st := range steps {
 		err := set(st.server, st.app, st.admin)
 		if !errors.Is(err, st.wantErr) || (st.wantErr == nil) != (err == nil) {
@@ -96,9 +102,23 @@ func TestSetServerDSN(t *testing.T) {
 		if err == nil {
 			version++
 		}
-		snap, err := cat.Load(ctx)
+		snap, err := cat.Operator().Load(ctx)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, load := range []func() (*router.Snapshot, error){
+			func() (*router.Snapshot, error) { return cat.Load(ctx) },
+			func() (*router.Snapshot, error) { return cat.LoadChanges(ctx, appSnap) },
+		} {
+			app, err := load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			appSnap = app
+			a, _ := app.Server("alpha")
+			if a.AdminDSN != "" || a.AdminHidden != (st.want.admin != "") || a.Direct() != (st.want.admin == "") {
+				t.Fatalf("%s: the application's snapshot has alpha %+v", st.name, a)
+			}
 		}
 		a, _ := snap.Server("alpha")
 		if got := (dsns{a.DSN, a.AdminDSN, a.Admin()}); got != st.want || snap.Version != version {

@@ -75,7 +75,7 @@ func TestAdminDSN(t *testing.T) {
 			t.Fatalf("status of %s: %+v", s.Name, s)
 		}
 	}
-	snap, err := e.cat.Load(ctx)
+	snap, err := e.cat.Operator().Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ const sqlStepApplied = `SELECT EXISTS (SELECT 1 FROM shardkit.shard_migrations W
 // catalog has applied step k. A server that cannot be asked is an error:
 // without its answer a changed file cannot be accepted.
 func appliedAnywhere(ctx context.Context, cat *catalog.Catalog, k stepKey) (bool, error) {
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if errors.Is(err, catalog.ErrNoCatalog) {
 		return false, nil
 	}
@@ -179,7 +179,7 @@ WHERE version > 0 GROUP BY version, part, name, sha256`
 // does not record must be among the run's files, with the content those
 // schemas ran. Every server must answer.
 func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]recorded, files []Version) error {
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return err
 	}

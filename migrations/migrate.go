@@ -17,6 +17,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/catalogmove"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
@@ -144,7 +145,7 @@ func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.F
 	if err := cat.Migrate(ctx); err != nil {
 		return Summary{}, err
 	}
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -372,7 +373,7 @@ type migrateConfig struct {
 // (by server name); others are opened from the catalog's DSNs. The
 // versions applied are the catalog's record (callers record theirs first).
 func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx.Conn, cfg migrateConfig) error {
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return err
 	}
@@ -482,7 +483,7 @@ func withServer(server string, err error) error {
 func connect(ctx context.Context, name, dsn string) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, &ServerError{Server: name, Err: fmt.Errorf("bad DSN: %w", err)}
+		return nil, &ServerError{Server: name, Err: fmt.Errorf("bad DSN: %w", pgdsn.Scrub(err))}
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second

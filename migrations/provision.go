@@ -159,7 +159,7 @@ func Provision(ctx context.Context, cat *catalog.Catalog, opts ProvisionOptions)
 // servers as administration must. A catalog that cannot be read yet (a new
 // one) changes nothing.
 func registeredAdmins(ctx context.Context, cat *catalog.Catalog, servers []ServerSpec) []ServerSpec {
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return servers
 	}

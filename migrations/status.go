@@ -91,7 +91,7 @@ func shardSizes(ctx context.Context, db shardschema.DB, shards []int) (map[int]s
 // size of its shards. A server that cannot be read gets an Error in its
 // line instead of failing the report; the error is only for the catalog.
 func Status(ctx context.Context, cat *catalog.Catalog) (*Report, error) {
-	snap, err := cat.Load(ctx)
+	snap, err := cat.Operator().Load(ctx)
 	if err != nil {
 		return nil, err
 	}

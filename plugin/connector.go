@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -72,7 +73,7 @@ func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, erro
 func newFencedConnector(cfg *Config, server, dsn string, rec router.Primary) (*serverConnector, error) {
 	pc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, &ConfigError{Server: server, Err: fmt.Errorf("parse its DSN: %w", err)}
+		return nil, &ConfigError{Server: server, Err: fmt.Errorf("parse its DSN: %w", pgdsn.Scrub(err))}
 	}
 	c := &serverConnector{server: server, log: cfg.Logger}
 	// Only the recorded primary: an old primary back after a failover

@@ -66,7 +66,7 @@ func (c *Config) namedReads(srv router.Server, dsn string, replica bool) bool {
 	case PreparedReadsAlways:
 		return true
 	case PreparedReadsDirect:
-		return !replica && srv.DSN == srv.Admin()
+		return !replica && srv.Direct()
 	}
 	return false
 }

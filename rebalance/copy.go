@@ -18,6 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
 // The copy of a shard's rows, as pg_dump and its restore do it: the
@@ -100,7 +102,7 @@ type exportedSlot struct {
 func createSlotExporting(ctx context.Context, dsn, slot string) (*exportedSlot, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("create slot %s: the source's DSN: %w", slot, err)
+		return nil, fmt.Errorf("create slot %s: the source's DSN: %w", slot, pgdsn.Scrub(err))
 	}
 	pc := cfg.Config.Copy()
 	if pc.RuntimeParams == nil {

@@ -48,11 +48,16 @@ var (
 	// journal holds the error. Fix the cause, then Mover.Resume or
 	// Mover.Rollback.
 	ErrStopped = errors.New("move stopped at a step")
+	// ErrStatementLogging: the admin role may not turn statement logging
+	// off for the statement that carries a password (CREATE SUBSCRIPTION's
+	// connection string); the move stops rather than log it.
+	ErrStatementLogging = errors.New("the admin role cannot keep CREATE SUBSCRIPTION out of the server log: " +
+		"make it a superuser, or GRANT SET ON PARAMETER log_statement, log_min_error_statement, log_min_duration_statement TO it")
 )
 
 // kinds are the kinds of failure, the more specific first: kindOf returns the first
 // one err matches.
-var kinds = []error{ErrMoveInProgress, ErrSameServer, ErrNotLogical, ErrPreparedTransactions,
+var kinds = []error{ErrMoveInProgress, ErrSameServer, ErrNotLogical, ErrStatementLogging, ErrPreparedTransactions,
 	ErrCutoverAborted, ErrMismatch, ErrWrongState, ErrPreflight, ErrStopped}
 
 // kinded is a cause of failure of a given Kind: errors.Is(err, its kind)

@@ -14,6 +14,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/catalogmove"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
@@ -211,7 +212,7 @@ func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string)
 	}
 	cfg, err := pgxpool.ParseConfig(srv.Admin())
 	if err != nil {
-		return nil, "", fmt.Errorf("shardkit: server %q DSN: %w", name, err)
+		return nil, "", fmt.Errorf("shardkit: server %q DSN: %w", name, pgdsn.Scrub(err))
 	}
 	// A copy holds two connections per worker, on different servers; a
 	// server can be one move's source and another's target at once.
@@ -238,7 +239,7 @@ type moveCtx struct {
 }
 
 func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
-	snap, err := mv.cfg.Catalog.Load(ctx)
+	snap, err := mv.cfg.Catalog.Operator().Load(ctx)
 	if err != nil {
 		return nil, err
 	}

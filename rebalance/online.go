@@ -97,7 +97,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 // the shard map never places the shard on the target before the flip, so
 // nothing there is live.
 func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx) error {
-	snap, err := mv.cfg.Catalog.Load(ctx)
+	snap, err := mv.cfg.Catalog.Operator().Load(ctx)
 	if err != nil {
 		return err
 	}

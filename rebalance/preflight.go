@@ -174,7 +174,7 @@ const (
 // the result must match the source object for object.
 func (mv *Mover) Preflight(ctx context.Context, shard int, target string, opts MoveOptions) (_ Report, err error) {
 	defer asMoveErrorTo(&err, shard, target)
-	snap, err := mv.cfg.Catalog.Load(ctx)
+	snap, err := mv.cfg.Catalog.Operator().Load(ctx)
 	if err != nil {
 		return Report{}, err
 	}

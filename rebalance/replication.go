@@ -104,12 +104,41 @@ func createSub(ctx context.Context, p *pgxpool.Pool, format, name, dsn, pub stri
 	if err != nil {
 		return fmt.Errorf("create subscription %s: the source's DSN: %w", name, err)
 	}
-	var stmt string
-	if err := p.QueryRow(ctx, format, name, conninfo, pub).Scan(&stmt); err != nil {
-		return fmt.Errorf("build CREATE SUBSCRIPTION %s: %w", name, err)
-	}
-	if _, err := p.Exec(ctx, stmt); err != nil {
-		return fmt.Errorf("create subscription %s: %w", name, err)
+	return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
+		if err := quietStatements(ctx, tx); err != nil {
+			return fmt.Errorf("create subscription %s: %w", name, err)
+		}
+		var stmt string
+		if err := tx.QueryRow(ctx, format, name, conninfo, pub).Scan(&stmt); err != nil {
+			return fmt.Errorf("build CREATE SUBSCRIPTION %s: %w", name, err)
+		}
+		// Simple protocol: the text is sent once and never kept as a
+		// prepared statement of the session.
+		if _, err := tx.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return fmt.Errorf("create subscription %s: %w", name, err)
+		}
+		return nil
+	})
+}
+
+// sqlQuietStatements keeps the statements after it in its transaction out
+// of the server's log, whatever the server's settings: none is logged as
+// received (log_statement), on error (log_min_error_statement), for its
+// duration (log_min_duration_statement) or with its parameters. A
+// subscription's connection string carries the source's password, and
+// CREATE SUBSCRIPTION takes it only as literal text.
+const sqlQuietStatements = `SET LOCAL log_statement = 'none'; SET LOCAL log_min_error_statement = 'panic'; SET LOCAL log_min_duration_statement = -1`
+
+// quietStatements runs sqlQuietStatements in tx. The settings need a
+// superuser, or SET privilege on each (GRANT SET ON PARAMETER); without it
+// the move stops with ErrStatementLogging rather than log a password.
+func quietStatements(ctx context.Context, tx pgx.Tx) error {
+	if _, err := tx.Exec(ctx, sqlQuietStatements); err != nil {
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == "42501" { // insufficient_privilege
+			return ofKind(ErrStatementLogging, fmt.Errorf("%w: %w", ErrStatementLogging, err))
+		}
+		return err
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func (mv *Mover) Sizes(ctx context.Context, by Measure) (map[int]int64, error) {
 	default:
 		return nil, fmt.Errorf("shardkit: measure %q: want bytes or rows", by)
 	}
-	snap, err := mv.cfg.Catalog.Load(ctx)
+	snap, err := mv.cfg.Catalog.Operator().Load(ctx)
 	if err != nil {
 		return nil, err
 	}

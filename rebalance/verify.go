@@ -123,7 +123,7 @@ func (mv *Mover) verify(ctx context.Context, shard int) ([]TableSum, error) {
 // on now: the move's source or target, or another server once the shard
 // has moved on.
 func (mv *Mover) servingServer(ctx context.Context, mc *moveCtx) (string, error) {
-	snap, err := mv.cfg.Catalog.Load(ctx)
+	snap, err := mv.cfg.Catalog.Operator().Load(ctx)
 	if err != nil {
 		return "", err
 	}

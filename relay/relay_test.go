@@ -19,7 +19,12 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, 1) }
+func TestMain(m *testing.M) {
+	if path := os.Getenv(peerChildEnv); path != "" {
+		os.Exit(peerChild(path))
+	}
+	pgtest.Main(m, 1)
+}
 
 const testShards = 16
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -228,12 +227,18 @@ func waitParam(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// Serve answers on l until ctx ends; then it stops accepting, ends the
+// Serve answers on l until ctx ends, at most MaxConns connections at once; then it stops accepting, ends the
 // waiting requests and returns nil.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	hs := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second, BaseContext: func(net.Listener) context.Context { return ctx }}
+	// A request is a GET line and a few headers: read it in seconds. A
+	// reply may wait MaxWait for a new version before it is written. An
+	// idle client's connection is closed after two of its long polls.
+	hs := &http.Server{Handler: s, BaseContext: func(net.Listener) context.Context { return ctx },
+		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
+		WriteTimeout: MaxWait + 30*time.Second, IdleTimeout: 2*longPoll + 30*time.Second,
+		MaxHeaderBytes: 8 << 10}
 	done := make(chan error, 1)
-	go func() { done <- hs.Serve(l) }()
+	go func() { done <- hs.Serve(limit(l, MaxConns)) }()
 	select {
 	case err := <-done:
 		return err
@@ -247,36 +252,6 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	}
 	return nil
 }
-
-// Listen opens the relay's Unix socket at path, readable and writable by
-// its owner only (the map holds the servers' DSNs). A socket left by a
-// relay that is gone is replaced; one that answers is not.
-func Listen(path string) (net.Listener, error) {
-	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
-		_ = c.Close()
-		return nil, fmt.Errorf("relay: %s: %w", path, ErrInUse)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("relay: %s exists and is not a socket; choose another path", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("relay: remove the stale socket %s: %w", path, err)
-		}
-	}
-	l, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("relay: listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o600); err != nil {
-		_ = l.Close()
-		return nil, fmt.Errorf("relay: %s: %w", path, err)
-	}
-	return l, nil
-}
-
-// ErrInUse reports a socket path where a relay already answers.
-var ErrInUse = errors.New("a relay already answers on this socket; stop it first or choose another path")
 
 // Start loads src's map, then follows it (a router kept current as o
 // says: listening to the catalog, with a slow poll as a safety net, is

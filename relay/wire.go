@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,12 +37,14 @@ type wireLayout struct {
 type wireServer struct {
 	Name     string   `json:"name"`
 	DSN      string   `json:"dsn"`
-	AdminDSN string   `json:"admin_dsn,omitempty"`
 	Replicas []string `json:"replicas"`
 	State    string   `json:"state"`
 	// Primary is the recorded primary, which routers fenced by it need
 	// as much as the DSN.
 	Primary router.Primary `json:"primary,omitzero"`
+	// AdminApart: the server has an admin DSN apart from DSN, which a
+	// relay never serves (router.Server.AdminHidden).
+	AdminApart bool `json:"admin_apart,omitempty"`
 }
 
 type wirePlacement struct {
@@ -59,7 +62,7 @@ type wireVersion struct {
 func toWireServers(ss []router.Server) []wireServer {
 	out := make([]wireServer, len(ss))
 	for i, s := range ss {
-		out[i] = wireServer{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas, State: s.State, Primary: s.Primary}
+		out[i] = wireServer{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas, State: s.State, AdminApart: !s.Direct(), Primary: s.Primary}
 	}
 	return out
 }
@@ -93,21 +96,90 @@ func delta(old, cur *router.Snapshot) wireMap {
 	return wireMap{Version: cur.Version, Since: old.Version, Servers: toWireServers(cur.Servers()), Placements: toWirePlacements(changed)}
 }
 
+// Bounds on a reply. A catalog's map version grows by one a change, so
+// neither bound is reached by a real catalog.
+const (
+	maxServers     = 1 << 12 // servers a reply may name
+	maxVersion     = 1 << 40 // map versions a reply may carry: below this
+	maxVersionStep = 1 << 20 // how far past the client's version a reply may go
+)
+
+// wireMapLists is wireMap with its lists left undecoded, so that their
+// lengths are checked against the map's shard count before anything is
+// allocated by them: a reply of millions of empty placements costs its
+// own bytes, not tens of times as much.
+type wireMapLists struct {
+	Version    int64           `json:"version"`
+	Since      int64           `json:"since,omitempty"`
+	Shards     int             `json:"shards,omitempty"`
+	Layout     *wireLayout     `json:"layout,omitempty"`
+	Servers    json.RawMessage `json:"servers"`
+	Placements json.RawMessage `json:"placements"`
+}
+
+// decodeList decodes a JSON array of at most max items, refusing the
+// item past max before decoding it.
+func decodeList[T any](raw json.RawMessage, max int, what string) ([]T, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return nil, fmt.Errorf("%w: %s: not a list", ErrBadReply, what)
+	}
+	var out []T
+	for dec.More() {
+		if len(out) >= max {
+			return nil, fmt.Errorf("%w: over %d %s", ErrBadReply, max, what)
+		}
+		var v T
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", ErrBadReply, what, err)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // decodeMap reads a relay's map reply and builds the snapshot it
 // describes: the whole map, or, when the reply is a delta, the next
 // snapshot after since (which must be the version the delta starts from).
 // Every snapshot it returns was checked as router.NewSnapshot checks one.
 func decodeMap(body []byte, since *router.Snapshot) (*router.Snapshot, error) {
-	var m wireMap
-	if err := json.Unmarshal(body, &m); err != nil {
+	var raw wireMapLists
+	if err := json.Unmarshal(body, &raw); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadReply, err)
 	}
-	if m.Version <= 0 {
+	// A whole map has at most as many placements as its shards, and its
+	// shard count fits its layout (checked below); a delta at most as many
+	// as the map it applies to.
+	maxPlacements := 0
+	switch {
+	case raw.Since != 0 && since != nil:
+		maxPlacements = since.Shards
+	case raw.Since == 0 && raw.Layout != nil && raw.Layout.ShardBits < 31:
+		maxPlacements = min(raw.Shards, 1<<raw.Layout.ShardBits)
+	}
+	m := wireMap{Version: raw.Version, Since: raw.Since, Shards: raw.Shards, Layout: raw.Layout}
+	var err error
+	if m.Servers, err = decodeList[wireServer](raw.Servers, maxServers, "servers"); err != nil {
+		return nil, err
+	}
+	if m.Placements, err = decodeList[wirePlacement](raw.Placements, maxPlacements, "placements"); err != nil {
+		return nil, err
+	}
+	if m.Version <= 0 || m.Version >= maxVersion {
 		return nil, fmt.Errorf("%w: map version %d", ErrBadReply, m.Version)
+	}
+	// A router keeps the highest version it saw and ignores lower ones: a
+	// version far past the one held would stop it following the catalog.
+	if since != nil && m.Version > since.Version+maxVersionStep {
+		return nil, fmt.Errorf("%w: map version %d, %d past the version held (%d): more changes than a catalog makes between two polls",
+			ErrBadReply, m.Version, m.Version-since.Version, since.Version)
 	}
 	servers := make([]router.Server, len(m.Servers))
 	for i, s := range m.Servers {
-		servers[i] = router.Server{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas, State: s.State, Primary: s.Primary}
+		servers[i] = router.Server{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas, State: s.State, AdminHidden: s.AdminApart, Primary: s.Primary}
 	}
 	placements := make([]router.Placement, len(m.Placements))
 	for i, p := range m.Placements {

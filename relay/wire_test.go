@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/shardkit/shardkit/idgen"
@@ -29,6 +31,9 @@ func testSnapshot(t testing.TB, v int64, n int) *router.Snapshot {
 	return s
 }
 
+// TestWireRoundTrip: a reply decodes to the map it was made from, except
+// the admin DSN, which a relay never serves: the client learns only that
+// the server has one (AdminHidden, so Admin is "", never the app DSN).
 func TestWireRoundTrip(t *testing.T) {
 	old := testSnapshot(t, 4, 8)
 	ps := old.Placements()
@@ -56,6 +61,9 @@ func TestWireRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if strings.Contains(string(b), "b-direct") {
+				t.Fatalf("the reply carries an admin DSN: %s", b)
+			}
 			got, err := decodeMap(b, tt.since)
 			if err != nil {
 				t.Fatal(err)
@@ -69,8 +77,9 @@ func TestWireRoundTrip(t *testing.T) {
 				}
 			}
 			for _, s := range cur.Servers() {
-				if g, ok := got.Server(s.Name); !ok || g.DSN != s.DSN || g.AdminDSN != s.AdminDSN || g.Primary != s.Primary {
-					t.Fatalf("server %s: got %+v, want %+v", s.Name, g, s)
+				g, ok := got.Server(s.Name)
+				if !ok || g.DSN != s.DSN || g.AdminDSN != "" || g.Direct() != s.Direct() || (!s.Direct() && g.Admin() != "") || g.Primary != s.Primary {
+					t.Fatalf("server %s: got %+v, want %+v without its admin DSN", s.Name, g, s)
 				}
 			}
 		})
@@ -79,6 +88,23 @@ func TestWireRoundTrip(t *testing.T) {
 
 func TestDecodeRefuses(t *testing.T) {
 	held := testSnapshot(t, 4, 8)
+	// A version a router would then never leave: refused, whole or delta.
+	for _, v := range []int64{1 << 62, 4 + maxVersionStep + 1} {
+		jump := fullMap(testSnapshot(t, v, 8))
+		b, _ := json.Marshal(jump)
+		if _, err := decodeMap(b, held); !errors.Is(err, ErrBadReply) {
+			t.Errorf("a whole map at version %d to a client at 4: %v", v, err)
+		}
+		d := delta(held, testSnapshot(t, v, 8))
+		b, _ = json.Marshal(d)
+		if _, err := decodeMap(b, held); !errors.Is(err, ErrBadReply) {
+			t.Errorf("a delta to version %d from 4: %v", v, err)
+		}
+	}
+	b, _ := json.Marshal(fullMap(testSnapshot(t, 1<<62, 8)))
+	if _, err := decodeMap(b, nil); !errors.Is(err, ErrBadReply) {
+		t.Errorf("a first map at version 2^62: %v", err)
+	}
 	whole, _ := json.Marshal(fullMap(held))
 	tests := []struct {
 		name  string
@@ -199,5 +225,32 @@ func TestServerAnswers(t *testing.T) {
 	}
 	if n := len(s.encoded); n > history+1 {
 		t.Fatalf("%d replies cached for one version, holding %d", n, history)
+	}
+}
+
+// TestOversizedReplyRefusedCheaply: a reply of maxReply bytes of empty
+// placements is refused before it is decoded into them; decoding it
+// allocates about its own size (the undecoded list), not the tens of
+// times that a placement per two bytes would cost.
+func TestOversizedReplyRefusedCheaply(t *testing.T) {
+	const head = `{"version":1,"shards":8192,"layout":{"epoch_ms":1314220021721,"time_bits":41,"shard_bits":13,"seq_bits":10,"slot_bits":6},"servers":[],"placements":[`
+	body := make([]byte, 0, maxReply)
+	body = append(body, head...)
+	for len(body) < maxReply-16 {
+		body = append(body, "{},"...)
+	}
+	body = append(body, "{}]}"...)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := decodeMap(body, nil)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrBadReply) {
+		t.Fatalf("a reply of %d placements for 8192 shards: %v", len(body)/3, err)
+	}
+	allocated := after.TotalAlloc - before.TotalAlloc
+	t.Logf("decoding a %d MiB reply allocated %d MiB", len(body)>>20, allocated>>20)
+	if allocated > 3*uint64(len(body)) {
+		t.Fatalf("decoding a %d MiB reply allocated %d MiB", len(body)>>20, allocated>>20)
 	}
 }

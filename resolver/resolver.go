@@ -283,7 +283,15 @@ func (r *Resolver) connect(ctx context.Context, rep *Report) []*database {
 	}
 	var ts []target
 	for _, s := range r.cfg.Servers.Snapshot().Servers() {
-		ts = append(ts, target{s.Name, s.Admin(), true}) // direct: an operator's tool, not application traffic
+		// Direct where the snapshot has the admin DSN (an operator's
+		// resolver); else the application's DSN, whose role may finish
+		// the transactions it prepared (COMMIT PREPARED needs the role
+		// that prepared or a superuser).
+		dsn := s.Admin()
+		if dsn == "" {
+			dsn = s.DSN
+		}
+		ts = append(ts, target{s.Name, dsn, true})
 	}
 	names := make([]string, 0, len(r.cfg.Databases))
 	for n := range r.cfg.Databases {

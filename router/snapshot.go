@@ -43,16 +43,28 @@ type Server struct {
 	// Primary is the cluster the catalog records as the server's primary
 	// (see Primary): the plugin uses no host that is not it.
 	Primary Primary `json:"primary,omitzero"`
+	// AdminHidden: the server has an admin DSN apart from DSN that this
+	// snapshot does not carry. Application processes' snapshots hold no
+	// admin DSN (catalog.Catalog.Operator's do).
+	AdminHidden bool `json:"-"`
 }
 
 // Admin returns the DSN that administration and replication use:
-// AdminDSN, or DSN when the server has no separate one.
+// AdminDSN, or DSN when the server has no separate one; "" when the
+// snapshot does not carry the server's admin DSN (AdminHidden).
 func (s Server) Admin() string {
 	if s.AdminDSN != "" {
 		return s.AdminDSN
 	}
+	if s.AdminHidden {
+		return ""
+	}
 	return s.DSN
 }
+
+// Direct reports whether DSN reaches the server itself: it is the
+// server's admin DSN too, so no pooler stands in between.
+func (s Server) Direct() bool { return (s.AdminDSN == "" && !s.AdminHidden) || s.AdminDSN == s.DSN }
 
 // Placement says where a logical shard lives.
 type Placement struct {

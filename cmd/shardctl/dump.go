@@ -51,6 +51,7 @@ shardctl restore --in FILE --into DSN (into a scratch database).`,
 		if err != nil {
 			return err
 		}
+		cat = cat.Operator() // shardctl is the operator's tool
 		defer cat.Close()
 		// Write beside the target and rename when complete, so a file
 		// with the final name is always a whole dump.

@@ -5,6 +5,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/schollz/progressbar/v3"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/migrations"
 )
 
@@ -81,6 +83,7 @@ later with ` + "`shardctl server set-dsn`" + `.`,
 		if err != nil {
 			return err
 		}
+		cat = cat.Operator() // shardctl is the operator's tool
 		defer cat.Close()
 		bar := newSchemaBar(cmd.ErrOrStderr(), quiet, "creating shard schemas")
 		err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{
@@ -106,15 +109,15 @@ func parseServers(servers, admins, replicas []string) ([]migrations.ServerSpec, 
 	index := map[string]int{}
 	dsns := map[string]string{}
 	for _, s := range servers {
-		name, dsn, ok := strings.Cut(s, "=")
-		if !ok || name == "" || dsn == "" {
-			return nil, fmt.Errorf("%w: --server %q: want NAME=DSN", errUsage, s)
+		name, dsn, err := nameDSN("--server", s)
+		if err != nil {
+			return nil, err
 		}
 		if _, dup := index[name]; dup {
-			return nil, fmt.Errorf("%w: --server %q: server name %q given twice", errUsage, s, name)
+			return nil, fmt.Errorf("%w: --server %s: server name %q given twice", errUsage, shownNameDSN(s), name)
 		}
 		if other, dup := dsns[dsn]; dup {
-			return nil, fmt.Errorf("%w: --server %q: the same DSN as server %q", errUsage, s, other)
+			return nil, fmt.Errorf("%w: --server %s: the same DSN as server %q", errUsage, shownNameDSN(s), other)
 		}
 		dsns[dsn] = name
 		index[name] = len(specs)
@@ -124,29 +127,57 @@ func parseServers(servers, admins, replicas []string) ([]migrations.ServerSpec, 
 		return nil, fmt.Errorf("%w: no servers: pass --server NAME=DSN for each shard server", errUsage)
 	}
 	for _, a := range admins {
-		name, dsn, ok := strings.Cut(a, "=")
+		name, dsn, err := nameDSN("--admin", a)
 		i, known := index[name]
-		if !ok || dsn == "" || !known {
-			return nil, fmt.Errorf("%w: --admin %q: want NAME=DSN with NAME one of the --server names", errUsage, a)
+		if err == nil && !known {
+			err = fmt.Errorf("%w: --admin %s: want NAME=DSN with NAME one of the --server names", errUsage, shownNameDSN(a))
+		}
+		if err != nil {
+			return nil, err
 		}
 		if specs[i].AdminDSN != "" {
-			return nil, fmt.Errorf("%w: --admin %q: server %q has an admin DSN already", errUsage, a, name)
+			return nil, fmt.Errorf("%w: --admin %s: server %q has an admin DSN already", errUsage, shownNameDSN(a), name)
 		}
 		if other, dup := dsns[dsn]; dup && other != name {
-			return nil, fmt.Errorf("%w: --admin %q: the same DSN as server %q", errUsage, a, other)
+			return nil, fmt.Errorf("%w: --admin %s: the same DSN as server %q", errUsage, shownNameDSN(a), other)
 		}
 		dsns[dsn] = name
 		specs[i].AdminDSN = dsn
 	}
 	for _, r := range replicas {
-		name, dsn, ok := strings.Cut(r, "=")
+		name, dsn, err := nameDSN("--replica", r)
 		i, known := index[name]
-		if !ok || dsn == "" || !known {
-			return nil, fmt.Errorf("%w: --replica %q: want NAME=DSN with NAME one of the --server names", errUsage, r)
+		if err == nil && !known {
+			err = fmt.Errorf("%w: --replica %s: want NAME=DSN with NAME one of the --server names", errUsage, shownNameDSN(r))
+		}
+		if err != nil {
+			return nil, err
 		}
 		specs[i].Replicas = append(specs[i].Replicas, dsn)
 	}
 	return specs, nil
+}
+
+// nameDSN reads a flag's NAME=DSN, the DSN read from a file when given as
+// @PATH (pgdsn.Load). Its errors show the DSN redacted.
+func nameDSN(flag, s string) (name, dsn string, err error) {
+	name, setting, ok := strings.Cut(s, "=")
+	if !ok || name == "" || setting == "" {
+		return "", "", fmt.Errorf("%w: %s %s: want NAME=DSN or NAME=@FILE", errUsage, flag, shownNameDSN(s))
+	}
+	if dsn, err = pgdsn.Load(setting); err != nil {
+		return "", "", fmt.Errorf("%w: %s %s: %w", errUsage, flag, name, err)
+	}
+	return name, dsn, nil
+}
+
+// shownNameDSN is a NAME=DSN flag value as errors show it: the DSN redacted.
+func shownNameDSN(s string) string {
+	name, dsn, ok := strings.Cut(s, "=")
+	if !ok {
+		return strconv.Quote(pgdsn.Redact(s))
+	}
+	return strconv.Quote(name + "=" + pgdsn.Redact(dsn))
 }
 
 // sqlFS opens --sql DIR; an empty dir means none.

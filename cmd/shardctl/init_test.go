@@ -2,6 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -38,8 +41,12 @@ func TestInitMigrateStatus(t *testing.T) {
 		t.Fatalf("init again: exit %d, %q %q; want a no-op", code, out, errOut)
 	}
 
-	// The catalog from the environment from here on.
-	t.Setenv(CatalogEnv, catalog)
+	// The catalog from the environment from here on, read from a file.
+	catFile := filepath.Join(t.TempDir(), "catalog.dsn")
+	if err := os.WriteFile(catFile, []byte(catalog+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(CatalogEnv, "@"+catFile)
 	v2 := testSQLDirV2(t)
 	code, out, errOut = shardctl("migrate", "--sql", v2, "--quiet")
 	if code != 0 || !strings.Contains(out, "migrated 20 shard schemas") {
@@ -123,5 +130,44 @@ func TestInitErrors(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, errOut, tt.code, tt.want)
 			}
 		})
+	}
+}
+
+// TestFlagErrorsRedactDSN: a malformed or conflicting NAME=DSN flag is
+// refused with the DSN shown redacted, whatever form its password takes;
+// a DSN read from a file (NAME=@PATH) is the file's content.
+func TestFlagErrorsRedactDSN(t *testing.T) {
+	const url, kv = "postgres://u:s3cret@h/db", `host=h password=s3c\ ret dbname=db`
+	file := filepath.Join(t.TempDir(), "a.dsn")
+	if err := os.WriteFile(file, []byte(url+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name                      string
+		servers, admins, replicas []string
+	}{
+		{"same DSN twice", []string{"a=" + url, "b=" + url}, nil, nil},
+		{"same DSN twice, one from a file", []string{"a=@" + file, "b=" + url}, nil, nil},
+		{"name twice", []string{"a=" + kv, "a=postgres://x"}, nil, nil},
+		{"admin of no server", []string{"a=postgres://x"}, []string{"z=" + kv}, nil},
+		{"admin given twice", []string{"a=postgres://x"}, []string{"a=" + kv, "a=" + url}, nil},
+		{"replica of no server", []string{"a=postgres://x"}, nil, []string{"z=" + url}},
+		{"no name", []string{"=" + kv}, nil, nil},
+		{"unreadable file", []string{"a=@" + file + ".missing"}, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := parseServers(tt.servers, tt.admins, tt.replicas)
+			if !errors.Is(err, errUsage) {
+				t.Fatalf("error %v, want a usage error", err)
+			}
+			if strings.Contains(err.Error(), "s3c") || strings.Contains(err.Error(), "ret") {
+				t.Fatalf("error %q shows a password", err)
+			}
+		})
+	}
+	specs, err := parseServers([]string{"a=@" + file}, []string{"a=" + kv}, nil)
+	if err != nil || specs[0].DSN != url || specs[0].AdminDSN != kv {
+		t.Fatalf("parseServers with a DSN file: %+v, %v", specs, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 )
 
 // CatalogEnv is the environment variable read when --catalog is absent.
@@ -47,26 +48,35 @@ func newRoot() *cobra.Command {
 // appends its own in an init function.
 var commands []func() *cobra.Command
 
-// catalogFlag adds --catalog to cmd and returns a getter that falls back to
-// $SHARDKIT_CATALOG and fails with a usage error when neither is set.
 // openCatalog opens the catalog whose DSN dsnOf gives (a catalogFlag).
 func openCatalog(ctx context.Context, dsnOf func() (string, error)) (*catalog.Catalog, error) {
 	dsn, err := dsnOf()
 	if err != nil {
 		return nil, err
 	}
-	return catalog.Open(ctx, dsn)
+	cat, err := catalog.Open(ctx, dsn)
+	if err != nil {
+		return nil, err
+	}
+	return cat.Operator(), nil // shardctl is the operator's tool
 }
 
+// catalogFlag adds --catalog to cmd and returns a getter that falls back to
+// $SHARDKIT_CATALOG and fails with a usage error when neither is set. A
+// value @PATH is read from that file (pgdsn.Load).
 func catalogFlag(cmd *cobra.Command) func() (string, error) {
 	var dsn string
-	cmd.Flags().StringVar(&dsn, "catalog", "", "catalog database DSN (default $"+CatalogEnv+")")
+	cmd.Flags().StringVar(&dsn, "catalog", "", "catalog database DSN, or @FILE holding it (default $"+CatalogEnv+")")
 	return func() (string, error) {
-		if dsn != "" {
-			return dsn, nil
+		if dsn == "" {
+			dsn = os.Getenv(CatalogEnv)
 		}
-		if env := os.Getenv(CatalogEnv); env != "" {
-			return env, nil
+		if dsn != "" {
+			d, err := pgdsn.Load(dsn)
+			if err != nil {
+				return "", fmt.Errorf("%w: --catalog: %w", errUsage, err)
+			}
+			return d, nil
 		}
 		return "", fmt.Errorf("%w: no catalog: pass --catalog DSN or set %s", errUsage, CatalogEnv)
 	}

@@ -106,6 +106,7 @@ back): complete or roll it back first. While migrate runs, no move starts.`,
 		if err != nil {
 			return err
 		}
+		cat = cat.Operator() // shardctl is the operator's tool
 		defer cat.Close()
 		if err := checkServersExist(ctx, cat, "--server", servers); err != nil {
 			return err

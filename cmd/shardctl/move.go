@@ -192,6 +192,7 @@ func openMover(cmd *cobra.Command, getCatalog func() (string, error), bars bool,
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	cat = cat.Operator() // shardctl is the operator's tool
 	cfg := rebalance.Config{
 		Catalog: cat,
 		Logger:  slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn})),

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/relay"
 	"github.com/shardkit/shardkit/router"
 )
@@ -33,6 +34,8 @@ interrupted.`,
 	}
 	getCatalog := catalogFlag(cmd)
 	cmd.Flags().StringVar(&socket, "socket", "", "Unix socket path to serve on (required)")
+	var allow []int
+	cmd.Flags().IntSliceVar(&allow, "allow-uid", nil, "uids served beside the relay's own (the kernel's peer credentials decide; repeatable)")
 	cmd.Flags().DurationVar(&poll, "poll", 2*time.Second, "catalog version check beside LISTEN, in case a notification is lost (0: none)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if socket == "" {
@@ -42,12 +45,18 @@ interrupted.`,
 			return fmt.Errorf("%w: --poll %v: want 0 or more", errUsage, poll)
 		}
 		ctx := cmd.Context()
-		cat, err := openCatalog(ctx, getCatalog)
+		dsn, err := getCatalog()
+		if err != nil {
+			return err
+		}
+		// The application's view: a relay serves routers, which hold no
+		// admin DSN.
+		cat, err := catalog.Open(ctx, dsn)
 		if err != nil {
 			return err
 		}
 		defer cat.Close()
-		l, err := relay.Listen(socket)
+		l, err := relay.Listen(socket, allow...)
 		if err != nil {
 			return err
 		}

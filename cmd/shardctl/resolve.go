@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -52,9 +51,9 @@ them, since a part on the default connection may still need its row.`,
 		ctx := cmd.Context()
 		extra := map[string]string{}
 		for _, d := range dbs {
-			name, dsn, ok := strings.Cut(d, "=")
-			if !ok || name == "" || dsn == "" {
-				return fmt.Errorf("%w: --database %q: want NAME=DSN", errUsage, d)
+			name, dsn, err := nameDSN("--database", d)
+			if err != nil {
+				return err
 			}
 			extra[name] = dsn
 		}

@@ -65,6 +65,7 @@ inspection; the catalog is not changed.`,
 		if err != nil {
 			return err
 		}
+		cat = cat.Operator() // shardctl is the operator's tool
 		defer cat.Close()
 		res, err := backup.Restore(ctx, cat, f, backup.RestoreOptions{Into: into, Replace: yes, LockTimeout: lockTimeout, PGBin: pgBin})
 		if errors.Is(err, backup.ErrNotConfirmed) {

@@ -32,7 +32,7 @@ func TestServerSetDSN(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		snap, err := c.Load(context.Background())
+		snap, err := c.Operator().Load(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,14 +16,16 @@ import (
 )
 
 // Libpq returns dsn as a libpq keyword/value connection string: host,
-// port, database, user, password, sslmode (see SSLMode), connect_timeout
+// port, database, user, password, sslmode as written (else see SSLMode),
+// sslrootcert, sslcert, sslkey, sslpassword, sslsni, sslcrl,
+// channel_binding and require_auth as written, connect_timeout
 // and application_name as keywords, every other run-time parameter as
 // `-c name=value` in options, and pgx's own settings left out. Every host
 // is kept (see Hosts), with target_session_attrs.
 func Libpq(dsn string) (string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return "", err
+		return "", Scrub(err)
 	}
 	var b strings.Builder
 	add := func(k, v string) {
@@ -55,7 +57,15 @@ func Libpq(dsn string) (string, error) {
 	if cfg.Password != "" {
 		add("password", cfg.Password)
 	}
-	add("sslmode", SSLMode(cfg))
+	// TLS as written: verify-ca stays verify-ca, and the certificates,
+	// the key and channel binding reach libpq.
+	add("sslmode", sslMode(dsn, cfg))
+	w := written(dsn)
+	for _, k := range tlsKeys {
+		if v, ok := w[k]; ok {
+			add(k, v)
+		}
+	}
 	if cfg.ConnectTimeout > 0 {
 		secs := (cfg.ConnectTimeout + 999_999_999) / 1_000_000_000 // whole seconds, rounded up
 		add("connect_timeout", strconv.FormatInt(int64(secs), 10))
@@ -111,7 +121,9 @@ func escapeOption(s string) string {
 }
 
 // SSLMode approximates the DSN's sslmode from pgx's parsed form: no TLS
-// is "disable", TLS with a plain fallback "prefer", TLS that skips
+// is "disable", TLS with a plain fallback "prefer", TLS that checks the
+// certificate's chain but not its name "verify-ca" (pgx's verify-ca, and
+// require with a root certificate, as libpq reads it), TLS that skips
 // verification "require", verified TLS "verify-full".
 func SSLMode(cfg *pgconn.Config) string {
 	switch {
@@ -119,6 +131,8 @@ func SSLMode(cfg *pgconn.Config) string {
 		return "disable"
 	case len(cfg.Fallbacks) > 0 && cfg.Fallbacks[len(cfg.Fallbacks)-1].TLSConfig == nil:
 		return "prefer"
+	case cfg.TLSConfig.InsecureSkipVerify && cfg.TLSConfig.VerifyPeerCertificate != nil:
+		return "verify-ca"
 	case cfg.TLSConfig.InsecureSkipVerify:
 		return "require"
 	default:

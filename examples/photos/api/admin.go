@@ -23,28 +23,31 @@ var adminHTML []byte
 // (/admin/api/...): the shard map, rows per server, moves, and a user's
 // photos with their IDs decoded.
 type Admin struct {
-	rt    *router.Router
-	cat   *catalog.Catalog
-	stats *store.Stats
-	st    *store.Store
-	log   *slog.Logger
+	rt     *router.Router
+	cat    *catalog.Catalog
+	stats  *store.Stats
+	st     *store.Store
+	log    *slog.Logger
+	token  AdminToken
+	counts *rowsCache
 }
 
-// NewAdmin returns the admin handlers.
-func NewAdmin(rt *router.Router, cat *catalog.Catalog, stats *store.Stats, st *store.Store, log *slog.Logger) *Admin {
-	return &Admin{rt: rt, cat: cat, stats: stats, st: st, log: log}
+// NewAdmin returns the admin handlers, served to loopback clients and to
+// those presenting token.
+func NewAdmin(rt *router.Router, cat *catalog.Catalog, stats *store.Stats, st *store.Store, log *slog.Logger, token AdminToken) *Admin {
+	return &Admin{rt: rt, cat: cat, stats: stats, st: st, log: log, token: token, counts: newRowsCache()}
 }
 
 // Register adds the admin routes to mux.
 func (a *Admin) Register(mux *http.ServeMux) {
-	mux.HandleFunc("GET /admin", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /admin", a.token.guard(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		_, _ = w.Write(adminHTML)
-	})
-	mux.HandleFunc("GET /admin/api/map", a.shardMap)
-	mux.HandleFunc("GET /admin/api/rows", a.rows)
-	mux.HandleFunc("GET /admin/api/moves", a.moves)
-	mux.HandleFunc("GET /admin/api/users/{id}/photos", a.userPhotos)
+	}))
+	mux.HandleFunc("GET /admin/api/map", a.token.guard(a.shardMap))
+	mux.HandleFunc("GET /admin/api/rows", a.token.guard(a.rows))
+	mux.HandleFunc("GET /admin/api/moves", a.token.guard(a.moves))
+	mux.HandleFunc("GET /admin/api/users/{id}/photos", a.token.guard(a.userPhotos))
 }
 
 // MapView is the shard map as the admin page draws it: servers, and per
@@ -83,20 +86,41 @@ func (a *Admin) shardMap(w http.ResponseWriter, _ *http.Request) {
 // of seconds over.
 const rowsTimeout = time.Minute
 
+// rows answers the row count, counted at most once a rowsEvery and one
+// count at a time, however many clients ask.
 func (a *Admin) rows(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), rowsTimeout)
 	defer cancel()
-	rows, err := a.stats.Rows(ctx, a.rt.Snapshot())
+	snap := a.rt.Snapshot()
+	if rows, ok := a.counts.fresh(snap.Version); ok {
+		writeJSON(w, http.StatusOK, rows)
+		return
+	}
+	select {
+	case a.counts.running <- struct{}{}:
+	case <-ctx.Done():
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "photos: rows are being counted; try again"})
+		return
+	}
+	defer func() { <-a.counts.running }()
+	if rows, ok := a.counts.fresh(snap.Version); ok { // counted while this request waited
+		writeJSON(w, http.StatusOK, rows)
+		return
+	}
+	rows, err := a.stats.Rows(ctx, snap)
+	if err == nil {
+		a.counts.keep(snap.Version, rows)
+	}
 	if err != nil {
 		if r.Context().Err() != nil {
 			return // the client went away
 		}
 		a.log.ErrorContext(ctx, "count rows", "err", err)
-		code := http.StatusInternalServerError
+		code, msg := http.StatusInternalServerError, internalError
 		if errors.Is(err, context.DeadlineExceeded) {
-			code = http.StatusServiceUnavailable // busy servers: try again
+			code, msg = http.StatusServiceUnavailable, "photos: counting rows took too long; try again" // busy servers
 		}
-		writeJSON(w, code, map[string]string{"error": err.Error()})
+		writeJSON(w, code, map[string]string{"error": msg})
 		return
 	}
 	writeJSON(w, http.StatusOK, rows)
@@ -123,7 +147,8 @@ func (a *Admin) moves(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	ms, err := rebalance.RecentMoves(ctx, a.cat, 50)
 	if err != nil {
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		a.log.ErrorContext(ctx, "recent moves", "err", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": internalError})
 		return
 	}
 	out := make([]MoveView, 0, len(ms))
@@ -157,7 +182,7 @@ func (a *Admin) userPhotos(w http.ResponseWriter, r *http.Request) {
 	}
 	ps, err := a.st.ListPhotos(r.Context(), id, before, limit)
 	if err != nil {
-		writeJSON(w, statusOf(err), map[string]string{"error": err.Error()})
+		writeJSON(w, statusOf(err), map[string]string{"error": a.clientError(r, err)})
 		return
 	}
 	snap := a.rt.Snapshot()
@@ -165,7 +190,8 @@ func (a *Admin) userPhotos(w http.ResponseWriter, r *http.Request) {
 	for _, p := range ps {
 		parts, err := snap.Layout.Decode(p.ID)
 		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			a.log.ErrorContext(r.Context(), "decode an ID", "id", p.ID, "err", err)
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": internalError})
 			return
 		}
 		d := DecodedPhoto{Photo: p, Parts: parts}
@@ -175,4 +201,11 @@ func (a *Admin) userPhotos(w http.ResponseWriter, r *http.Request) {
 		out = append(out, d)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"user_id": strconv.FormatInt(id, 10), "items": out})
+}
+
+func (a *Admin) clientError(r *http.Request, err error) string {
+	if statusOf(err) >= 500 {
+		a.log.ErrorContext(r.Context(), "admin request failed", "path", r.URL.Path, "err", err)
+	}
+	return errorText(err)
 }

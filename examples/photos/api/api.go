@@ -228,10 +228,34 @@ func (a *API) reply(w http.ResponseWriter, r *http.Request, status int, v any, e
 		if code >= 500 {
 			a.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 		}
-		writeJSON(w, code, map[string]string{"error": err.Error()})
+		writeJSON(w, code, map[string]string{"error": errorText(err)})
 		return
 	}
 	writeJSON(w, status, v)
+}
+
+// internalError is what a client learns of a failure inside the service;
+// the service's log has the error itself.
+const internalError = "photos: internal error; the service's log has the details"
+
+// unavailableError is what a client learns of a failure it may retry.
+const unavailableError = "photos: temporarily unavailable (a shard moving or a server down); retry after a second"
+
+// errorText is the error as a client sees it: the message of a request
+// error (4xx), which says what to change; for the others a fixed text, so
+// no server name, DSN part, SQL or stack of the service reaches a client.
+func errorText(err error) string {
+	switch code := statusOf(err); {
+	case code == http.StatusServiceUnavailable:
+		var se *plugin.ServerError
+		if errors.As(err, &se) { // the server's name, not its address or the driver's words
+			return fmt.Sprintf("photos: server %s unavailable; retry after a second", se.Server)
+		}
+		return unavailableError
+	case code >= 500:
+		return internalError
+	}
+	return err.Error()
 }
 
 // statusOf maps store and shardkit errors to HTTP statuses. A fenced shard,

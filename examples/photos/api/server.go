@@ -22,7 +22,7 @@ var ProviderSet = wire.NewSet(NewAPI, NewAdmin, NewHandler, NewServer)
 
 // NewHandler routes the JSON API, the admin page, /healthz and /metrics,
 // with request metrics around all of them.
-func NewHandler(a *API, adm *Admin, m *metrics.Metrics, rt *router.Router, cat *catalog.Catalog) http.Handler {
+func NewHandler(a *API, adm *Admin, m *metrics.Metrics, rt *router.Router, cat *catalog.Catalog, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	a.Register(mux)
 	adm.Register(mux)
@@ -31,7 +31,9 @@ func NewHandler(a *API, adm *Admin, m *metrics.Metrics, rt *router.Router, cat *
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := cat.Ping(ctx); err != nil {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "catalog unreachable", "error": err.Error()})
+			// The error names the catalog's host and user: for the log only.
+			log.WarnContext(ctx, "healthz: catalog unreachable", "err", err)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "catalog unreachable"})
 			return
 		}
 		snap := rt.Snapshot()
@@ -41,12 +43,19 @@ func NewHandler(a *API, adm *Admin, m *metrics.Metrics, rt *router.Router, cat *
 	return m.Middleware(mux)
 }
 
-// NewServer returns the HTTP server (not yet listening).
+// NewServer returns the HTTP server (not yet listening). Every timeout is
+// set: a request's headers and body are read within seconds (bodies are
+// at most MaxBody), a reply is written within the longest request (a row
+// count, rowsTimeout), and an idle connection is closed.
 func NewServer(addr Addr, h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Addr:              string(addr),
 		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      rowsTimeout + 30*time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    32 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

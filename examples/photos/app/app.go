@@ -25,8 +25,6 @@ type App struct {
 	Stats   *store.Stats
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
-	// Fences ends the fences of moves whose mover died in a cutover.
-	Fences *store.FenceWatcher
 }
 
 // ShutdownTimeout bounds how long Serve waits for requests in flight.

@@ -235,6 +235,7 @@ func (f *fixture) serve(t testing.TB, method, path string, body []byte) (int, []
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	req := httptest.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
+	req.RemoteAddr = "127.0.0.1:40000" // this host: the admin endpoints answer it
 	rec := httptest.NewRecorder()
 	done := make(chan struct{})
 	go func() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardkit/shardkit/examples/photos/api"
 	"github.com/shardkit/shardkit/examples/photos/store"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/migrations"
 )
 
@@ -29,6 +30,10 @@ const (
 	EnvShards       = "PHOTOS_SHARDS"     // logical shards when provisioning, default 2000
 	EnvFenceWait    = "PHOTOS_FENCE_WAIT" // bound on a write's wait on a fenced shard, default 2s
 	EnvLogLevel     = "PHOTOS_LOG_LEVEL"  // debug, info, warn, error
+	// EnvAdminToken opens the admin endpoints to other hosts, for requests
+	// with "Authorization: Bearer TOKEN"; @PATH reads it from a file.
+	// Unset, they answer this host's clients only.
+	EnvAdminToken = "PHOTOS_ADMIN_TOKEN"
 )
 
 // ErrConfig reports an unusable configuration.
@@ -36,9 +41,10 @@ var ErrConfig = errors.New("photos: bad configuration")
 
 // Config is the service's configuration.
 type Config struct {
-	Addr      api.Addr
-	Catalog   store.CatalogDSN
-	FenceWait store.FenceWait
+	Addr       api.Addr
+	AdminToken api.AdminToken
+	Catalog    store.CatalogDSN
+	FenceWait  store.FenceWait
 	// Provision creates (or completes) the catalog and the shard schemas
 	// on Servers before serving.
 	Provision bool
@@ -61,7 +67,7 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 	}
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	addr := fs.String("addr", env(EnvAddr, ":8080"), "listen address ($"+EnvAddr+")")
-	catalog := fs.String("catalog", env(EnvCatalog, ""), "catalog DSN ($"+EnvCatalog+")")
+	catalog := fs.String("catalog", env(EnvCatalog, ""), "catalog DSN, or @FILE holding it ($"+EnvCatalog+")")
 	servers := fs.String("servers", env(EnvServers, ""), "shard servers to provision, name=DSN,… ($"+EnvServers+")")
 	adminServers := fs.String("admin-servers", env(EnvAdminServers, ""), "the servers' direct DSNs for administration and replication, name=DSN,…, where -servers names poolers ($"+EnvAdminServers+")")
 	provision := fs.Bool("provision", env(EnvProvision, "") == "true", "provision the catalog and servers at start ($"+EnvProvision+")")
@@ -89,6 +95,13 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 		}
 		cfg.FenceWait = store.FenceWait(d)
 	}
+	if tok := getenv(EnvAdminToken); tok != "" {
+		t, err := pgdsn.Load(tok)
+		if err != nil {
+			return Config{}, fmt.Errorf("%w: %s: %w", ErrConfig, EnvAdminToken, err)
+		}
+		cfg.AdminToken = api.AdminToken(t)
+	}
 	if err := cfg.LogLevel.UnmarshalText([]byte(*level)); err != nil {
 		return Config{}, fmt.Errorf("%w: log level %q: use debug, info, warn or error", ErrConfig, *level)
 	}
@@ -102,6 +115,11 @@ func ParseConfig(name string, args []string, getenv func(string) string) (Config
 	if cfg.Catalog == "" {
 		return Config{}, fmt.Errorf("%w: no catalog: pass -catalog DSN or set %s", ErrConfig, EnvCatalog)
 	}
+	catalogDSN, err := pgdsn.Load(string(cfg.Catalog))
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: catalog: %w", ErrConfig, err)
+	}
+	cfg.Catalog = store.CatalogDSN(catalogDSN)
 	if cfg.Provision && len(cfg.Servers) == 0 {
 		return Config{}, fmt.Errorf("%w: provisioning needs servers: pass -servers name=DSN,… or set %s", ErrConfig, EnvServers)
 	}
@@ -128,7 +146,8 @@ func WithAdminDSNs(servers []migrations.ServerSpec, admin string) ([]migrations.
 	return out, nil
 }
 
-// ParseServers reads "name=DSN,name=DSN" (spaces around items ignored).
+// ParseServers reads "name=DSN,name=DSN" (spaces around items ignored); a
+// DSN given as @PATH is read from that file (pgdsn.Load).
 func ParseServers(s string) ([]migrations.ServerSpec, error) {
 	var out []migrations.ServerSpec
 	for _, item := range strings.Split(s, ",") {
@@ -136,11 +155,15 @@ func ParseServers(s string) ([]migrations.ServerSpec, error) {
 		if item == "" {
 			continue
 		}
-		name, dsn, ok := strings.Cut(item, "=")
-		if !ok || name == "" || dsn == "" {
-			return nil, fmt.Errorf("%w: server %q: want name=DSN", ErrConfig, item)
+		name, setting, ok := strings.Cut(item, "=")
+		if !ok || name == "" || setting == "" {
+			return nil, fmt.Errorf("%w: server %q: want name=DSN or name=@FILE", ErrConfig, pgdsn.Redact(item))
 		}
-		out = append(out, migrations.ServerSpec{Name: strings.TrimSpace(name), DSN: strings.TrimSpace(dsn)})
+		dsn, err := pgdsn.Load(strings.TrimSpace(setting))
+		if err != nil {
+			return nil, fmt.Errorf("%w: server %q: %w", ErrConfig, name, err)
+		}
+		out = append(out, migrations.ServerSpec{Name: strings.TrimSpace(name), DSN: dsn})
 	}
 	return out, nil
 }

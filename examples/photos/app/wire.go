@@ -17,7 +17,7 @@ import (
 // closes everything Initialize opened, in reverse order.
 func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func(), error) {
 	wire.Build(
-		wire.FieldsOf(new(Config), "Addr", "Catalog", "FenceWait"),
+		wire.FieldsOf(new(Config), "Addr", "Catalog", "FenceWait", "AdminToken"),
 		store.ProviderSet,
 		metrics.ProviderSet,
 		api.ProviderSet,

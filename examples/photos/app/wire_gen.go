@@ -49,18 +49,10 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 	storeStore := store.New(db, router)
 	apiAPI := api.NewAPI(storeStore, log)
 	stats, cleanup5 := store.NewStats()
-	admin := api.NewAdmin(router, catalog, stats, storeStore, log)
-	handler := api.NewHandler(apiAPI, admin, metricsMetrics, router, catalog)
+	adminToken := cfg.AdminToken
+	admin := api.NewAdmin(router, catalog, stats, storeStore, log, adminToken)
+	handler := api.NewHandler(apiAPI, admin, metricsMetrics, router, catalog, log)
 	server := api.NewServer(addr, handler, log)
-	fenceWatcher, cleanup6, err := store.NewFenceWatcher(catalog, log)
-	if err != nil {
-		cleanup5()
-		cleanup4()
-		cleanup3()
-		cleanup2()
-		cleanup()
-		return nil, nil, err
-	}
 	app := &App{
 		Server:  server,
 		Catalog: catalog,
@@ -69,10 +61,8 @@ func Initialize(ctx context.Context, cfg Config, log *slog.Logger) (*App, func()
 		Stats:   stats,
 		Metrics: metricsMetrics,
 		Log:     log,
-		Fences:  fenceWatcher,
 	}
 	return app, func() {
-		cleanup6()
 		cleanup5()
 		cleanup4()
 		cleanup3()

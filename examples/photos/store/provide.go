@@ -29,7 +29,7 @@ type FenceWait time.Duration
 // ProviderSet provides the catalog, the router (watching the map), the ID
 // generator, the GORM handle with the shardkit plugin, the row counter, the
 // fence watcher and the Store.
-var ProviderSet = wire.NewSet(OpenCatalog, NewRouter, NewIDs, OpenDB, NewStats, NewFenceWatcher, New)
+var ProviderSet = wire.NewSet(OpenCatalog, NewRouter, NewIDs, OpenDB, NewStats, New)
 
 // OpenCatalog connects to the catalog.
 func OpenCatalog(ctx context.Context, dsn CatalogDSN) (*catalog.Catalog, func(), error) {
@@ -97,6 +97,9 @@ func OpenDB(dsn CatalogDSN, rt *router.Router, ids *idgen.Generator, fence Fence
 		closeDB()
 		return nil, nil, err
 	}
+	// The resolver connects with the application's DSNs (the router holds no
+	// admin DSN): the application's role finishes the transactions it
+	// prepared itself.
 	res := resolver.New(resolver.Config{Servers: rt, Databases: map[string]string{"catalog": string(dsn)}, Logger: log})
 	if err := m.WatchInDoubt(res.Last); err != nil {
 		closeDB()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -66,7 +67,7 @@ func (s *Stats) pool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		return nil, err
+		return nil, pgdsn.Scrub(err)
 	}
 	cfg.MaxConns = 2
 	// A count opens every table of the server, and the backend keeps their
@@ -118,7 +119,7 @@ func (s *Stats) serverRows(ctx context.Context, snap *router.Snapshot, srv route
 	for i, sh := range shards {
 		schemas[i] = router.SchemaName(sh)
 	}
-	p, err := s.pool(ctx, srv.Admin())
+	p, err := s.pool(ctx, srv.DSN) // the application's DSN: the service holds no other
 	if err != nil {
 		return r, fmt.Errorf("photos: count rows on %s: %w", srv.Name, err)
 	}

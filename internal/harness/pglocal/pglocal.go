@@ -413,6 +413,14 @@ func runEnv(ctx context.Context, cred *syscall.Credential, env []string, name st
 		cmd.Dir = "/"
 	}
 	cmd.Env = append(append(os.Environ(), "LC_ALL=C"), env...)
+	if cred != nil {
+		// The server's own libpq connections (a subscription's) look for
+		// client certificates under $HOME/.postgresql: not root's, which
+		// the postgres user may not read.
+		if u, err := user.LookupId(strconv.FormatUint(uint64(cred.Uid), 10)); err == nil {
+			cmd.Env = append(cmd.Env, "HOME="+u.HomeDir)
+		}
+	}
 	// The server must outlive a cancelled test context only until Stop.
 	out, err := cmd.CombinedOutput()
 	if err != nil {

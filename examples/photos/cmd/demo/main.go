@@ -240,7 +240,13 @@ func sayResources(ctx context.Context, start time.Time, a *app.App, say func(str
 
 // serverBackends describes the servers' backends, or why they could not be read.
 func serverBackends(ctx context.Context, a *app.App) string {
-	b, err := readBackends(ctx, directDSNs(a.Router.Snapshot()))
+	// The service's router holds no admin DSN; the demo, which also plays
+	// the operator, reads them from the operator's view of the catalog.
+	snap, err := a.Catalog.Operator().Load(ctx)
+	if err != nil {
+		return "server backends unknown: " + err.Error()
+	}
+	b, err := readBackends(ctx, directDSNs(snap))
 	if err != nil {
 		return "server backends unknown: " + err.Error()
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/migrations"
 )
 
@@ -55,7 +56,7 @@ func fromEnv() (cluster, bool, error) {
 	if ns := os.Getenv(envNewServer); ns != "" {
 		added, err := app.ParseServers(ns)
 		if err != nil || len(added) != 1 {
-			return cluster{}, false, fmt.Errorf("demo: %s=%q: want one name=DSN", envNewServer, ns)
+			return cluster{}, false, fmt.Errorf("demo: %s=%q: want one name=DSN", envNewServer, pgdsn.Redact(ns))
 		}
 		c.addServer = func(context.Context) (migrations.ServerSpec, error) { return added[0], nil }
 	}
