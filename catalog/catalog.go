@@ -171,10 +171,15 @@ func (c *Catalog) migrateTo(ctx context.Context, upto int) error {
 	return nil
 }
 
-// Config is the catalog's fixed configuration: the shard count and the ID layout.
+// Config is the catalog's fixed configuration: the shard count and the ID
+// layout, and the application's group role.
 type Config struct {
 	Shards int
 	Layout idgen.Layout
+	// AppRole is the NOLOGIN group role application processes log in as
+	// members of (DefaultAppRole unless provisioning named another). Only
+	// the shard schemas' home copies grant it anything.
+	AppRole string
 }
 
 // Config reads the configuration row. A catalog without one returns ErrNoCatalog.
@@ -187,8 +192,7 @@ func readConfig(ctx context.Context, q interface {
 }) (Config, error) {
 	var cfg Config
 	var tb, sb, qb, lb int16
-	err := q.QueryRow(ctx, `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits FROM shardkit.config`).
-		Scan(&cfg.Shards, &cfg.Layout.EpochMs, &tb, &sb, &qb, &lb)
+	err := q.QueryRow(ctx, sqlConfigRow).Scan(&cfg.Shards, &cfg.Layout.EpochMs, &tb, &sb, &qb, &lb, &cfg.AppRole)
 	if errors.Is(err, pgx.ErrNoRows) || isUndefinedTable(err) {
 		return Config{}, fmt.Errorf("shardkit: %w", ErrNoCatalog)
 	}
