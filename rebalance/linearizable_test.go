@@ -390,7 +390,7 @@ func pollingClients(t *testing.T, e *env, dsn string) func(i int) *historyClient
 // old home. Short here; SHARDKIT_RELIABILITY=1 runs it for 90 s and at
 // least ten moves.
 func TestReadsLinearizableAcrossMoves(t *testing.T) {
-	e := newEnv(t, 2, 2, 4)
+	e := newAppEnv(t, 2, 2, 4)
 	spec := historySpec{clients: 6, keys: 12, duration: 15 * time.Second, minMoves: 4, rollback: 0.4}
 	if historyLong() {
 		spec.duration, spec.minMoves = 90*time.Second, 10
