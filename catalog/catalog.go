@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -32,6 +33,9 @@ var ErrCatalogTooNew = errors.New("catalog schema is newer than this shardkit")
 // all in the schema "shardkit".
 type Catalog struct {
 	pool *pgxpool.Pool
+	// serversSQL is the statement that reads the servers, once known for
+	// the pool's role (see serversQuery).
+	serversSQL atomic.Pointer[string]
 }
 
 // Open connects to the catalog database. It does not create or check
@@ -223,7 +227,11 @@ func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
 		if err := tx.QueryRow(ctx, `SELECT map_version FROM shardkit.config`).Scan(&version); err != nil {
 			return err
 		}
-		servers, err := readServers(ctx, tx)
+		q, err := c.serversQuery(ctx, tx)
+		if err != nil {
+			return err
+		}
+		servers, err := readServers(ctx, tx, q)
 		if err != nil {
 			return err
 		}

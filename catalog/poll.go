@@ -63,10 +63,14 @@ func (c *Catalog) LoadChanges(ctx context.Context, since *router.Snapshot) (*rou
 }
 
 func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap *router.Snapshot, err error) {
+	q, err := c.serversQuery(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
 	b := &pgx.Batch{}
 	b.Queue(sqlBeginSnapshot)
 	b.Queue(sqlMapVersionNow)
-	b.Queue(sqlServersAll)
+	b.Queue(q)
 	b.Queue(sqlPlacementsSince, since.Version)
 	b.Queue(`COMMIT`)
 	br := c.pool.SendBatch(ctx, b)
@@ -82,7 +86,7 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	if err := br.QueryRow().Scan(&version); err != nil {
 		return nil, err
 	}
-	servers, err := readServers(ctx, batchQuerier{br})
+	servers, err := readServers(ctx, batchQuerier{br}, q)
 	if err != nil {
 		return nil, err
 	}

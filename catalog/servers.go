@@ -27,7 +27,16 @@ var (
 // JSON so that it also reads a catalog not yet migrated to version 7
 // (application processes upgraded before the catalog keep starting).
 const (
-	sqlServersAll  = `SELECT name, dsn, coalesce(to_jsonb(s) ->> 'admin_dsn', ''), replicas, state FROM shardkit.servers s ORDER BY name`
+	sqlServersAll = `SELECT name, dsn, coalesce(to_jsonb(s) ->> 'admin_dsn', ''), replicas, state FROM shardkit.servers s ORDER BY name`
+	// sqlServersApp is sqlServersAll for a role that may not read the
+	// admin DSNs (the application role, docs/security.md): its snapshot
+	// has none.
+	sqlServersApp = `SELECT name, dsn, '', replicas, state FROM shardkit.servers ORDER BY name`
+	// sqlAdminReadable asks whether the role may read the admin DSNs; a
+	// catalog before version 7 has none to refuse, and sqlServersAll reads
+	// around the missing column.
+	sqlAdminReadable = `SELECT coalesce((SELECT has_column_privilege(a.attrelid, a.attnum, 'SELECT') FROM pg_attribute a
+	WHERE a.attrelid = to_regclass('shardkit.servers') AND a.attname = 'admin_dsn' AND NOT a.attisdropped), true)`
 	sqlServerAdd   = `INSERT INTO shardkit.servers (name, dsn, admin_dsn, replicas) VALUES ($1, $2, nullif(nullif($3, ''), $2), $4)`
 	sqlServerOne   = `SELECT dsn, coalesce(admin_dsn, '') FROM shardkit.servers WHERE name = $1 FOR UPDATE`
 	sqlServerOwner = `SELECT name FROM shardkit.servers
@@ -35,10 +44,31 @@ const (
 	sqlServerSetDSN = `UPDATE shardkit.servers SET dsn = $2, admin_dsn = nullif(nullif($3, ''), $2) WHERE name = $1`
 )
 
+// serversQuery returns the statement that reads the servers as the
+// catalog's role may: sqlServersAll, or sqlServersApp for a role refused
+// the admin DSNs. It asks q once per Catalog.
+func (c *Catalog) serversQuery(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (string, error) {
+	if s := c.serversSQL.Load(); s != nil {
+		return *s, nil
+	}
+	var ok bool
+	if err := q.QueryRow(ctx, sqlAdminReadable).Scan(&ok); err != nil {
+		return "", err
+	}
+	s := sqlServersApp
+	if ok {
+		s = sqlServersAll
+	}
+	c.serversSQL.Store(&s)
+	return s, nil
+}
+
 func readServers(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}) ([]router.Server, error) {
-	rows, err := q.Query(ctx, sqlServersAll)
+}, sql string) ([]router.Server, error) {
+	rows, err := q.Query(ctx, sql)
 	if err != nil {
 		return nil, err
 	}
@@ -52,7 +82,7 @@ func readServers(ctx context.Context, q interface {
 // Servers lists the registered servers (names, DSNs, replicas, states),
 // by name.
 func (t *Tx) Servers(ctx context.Context) ([]router.Server, error) {
-	return readServers(ctx, t.tx)
+	return readServers(ctx, t.tx, sqlServersAll)
 }
 
 // AddServer registers a server (name, DSN, admin DSN, replicas), active.

@@ -58,6 +58,18 @@ func TestAppRoleOnTheCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
+	snap, err := cat.Load(ctx)
+	if err != nil {
+		t.Fatalf("app loads the map: %v", err)
+	}
+	for _, s := range snap.Servers() {
+		if s.AdminDSN != "" {
+			t.Errorf("app's snapshot holds server %s's admin DSN", s.Name)
+		}
+	}
+	if _, err := cat.LoadChanges(ctx, snap); err != nil {
+		t.Errorf("app loads the map's changes: %v", err)
+	}
 	gen, stop, err := catalog.StartGenerator(ctx, cat, catalog.LeaserConfig{}, idgen.Config{})
 	if err != nil {
 		t.Fatalf("app leases an ID slot: %v", err)
