@@ -2,18 +2,23 @@ package rebalance
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
@@ -206,5 +211,50 @@ func TestStaleRouterReadsTheNewHome(t *testing.T) {
 	err = db.Where("user_id = ?", 1).Find(&ps).Error
 	if !isInsufficientPrivilege(err) || errors.Is(err, plugin.ErrShardMoved) {
 		t.Errorf("read without the grant: err %v; want insufficient_privilege, not ErrShardMoved", err)
+	}
+}
+
+// TestPluginReportsAPrivilegedRole: a plugin whose pools connect as the
+// superuser reports it (ServerHealth.Privileged: the old home of a moved
+// shard cannot refuse it), one on the application role does not.
+func TestPluginReportsAPrivilegedRole(t *testing.T) {
+	ctx := context.Background()
+	e := newAppEnv(t, 2, 2, 4)
+	r, err := router.New(ctx, e.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plugins []*plugin.Plugin
+	for _, super := range []bool{false, true} {
+		cfg := plugin.Config{Router: r, IDs: shardtest.Generator(t, e.cat)}
+		if super {
+			cfg.OpenDB = func(dsn string) (*sql.DB, error) {
+				return sql.Open("pgx", strings.Replace(dsn, shardtest.AppLogin+"@", "postgres@", 1))
+			}
+		}
+		db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := plugin.Register(cfg, &photos.Photo{})
+		if err := db.Use(p); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Close() })
+		var ps []photos.Photo
+		if err := db.Where("user_id = ?", 0).Find(&ps).Error; err != nil {
+			t.Fatal(err)
+		}
+		plugins = append(plugins, p)
+	}
+	testkit.Eventually(t, testkit.Wait, func() bool {
+		h := plugins[1].Health()
+		return len(h) > 0 && h[0].Privileged
+	})
+	// The application's check began first and had as long.
+	for _, h := range plugins[0].Health() {
+		if h.Privileged {
+			t.Errorf("server %s: the application role reported privileged", h.Server)
+		}
 	}
 }
