@@ -17,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
@@ -138,11 +139,13 @@ type historyClient struct {
 }
 
 type historyRun struct {
-	mu    sync.Mutex
-	ops   []porcupine.Operation
-	start time.Time
-	next  atomic.Int64 // values written are unique
-	last  []atomic.Int64
+	mu     sync.Mutex
+	ops    []porcupine.Operation
+	moves  []moveEvent
+	start  time.Time
+	next   atomic.Int64 // values written are unique
+	missed atomic.Int64 // writes acknowledged with no row updated
+	last   []atomic.Int64
 }
 
 func (h *historyRun) record(op porcupine.Operation) {
@@ -171,7 +174,14 @@ func (h *historyRun) one(ctx context.Context, c *historyClient, rng *rand.Rand, 
 		out.value = ph.Version
 	case p < 8:
 		in.kind, in.arg = regWrite, int(h.next.Add(1))
-		err = c.db.WithContext(ctx).Model(&photos.Photo{ID: k.id, UserID: k.user}).Update("version", in.arg).Error
+		res := c.db.WithContext(ctx).Model(&photos.Photo{ID: k.id, UserID: k.user}).Update("version", in.arg)
+		err = res.Error
+		if err == nil && res.RowsAffected != 1 {
+			// The row exists on the shard's home: a write that found none
+			// ran elsewhere, and its success is a lie.
+			h.missed.Add(1)
+			meta.err = fmt.Sprintf("acknowledged, %d rows updated", res.RowsAffected)
+		}
 	default:
 		in.kind, in.arg, in.old = regCAS, int(h.next.Add(1)), int(h.last[ki].Load())
 		res := c.db.WithContext(ctx).Model(&photos.Photo{ID: k.id, UserID: k.user}).Where("version = ?", in.old).Update("version", in.arg)
@@ -179,19 +189,30 @@ func (h *historyRun) one(ctx context.Context, c *historyClient, rng *rand.Rand, 
 	}
 	ret := h.now()
 	meta.after = c.r.Snapshot().Version
-	if ctx.Err() != nil && err != nil {
-		return // cut by the end of the run: left out, like any failed read
-	}
 	if err != nil {
 		if in.kind == regRead {
 			return // a failed read has no effect
 		}
+		// A write that failed, the end of the run cutting it short
+		// included, may have committed all the same.
 		out.unknown, ret, meta.err = true, math.MaxInt64, err.Error()
 	}
 	if in.kind == regRead && err == nil {
 		h.last[ki].Store(int64(out.value))
 	}
 	h.record(porcupine.Operation{ClientId: c.id, Input: in, Call: call, Output: out, Return: ret, Metadata: meta})
+}
+
+// moveEvent is a change of the map the mover made, for a violation's report.
+type moveEvent struct {
+	at   int64
+	what string
+}
+
+func (h *historyRun) moved(format string, args ...any) {
+	h.mu.Lock()
+	h.moves = append(h.moves, moveEvent{at: h.now(), what: fmt.Sprintf(format, args...)})
+	h.mu.Unlock()
 }
 
 // historySpec is the shape of one run.
@@ -205,6 +226,7 @@ type historySpec struct {
 
 type historyResult struct {
 	ops, unknown, moves, rollbacks int
+	missed                         int64 // writes acknowledged that updated no row
 	violations                     []string
 }
 
@@ -250,16 +272,21 @@ func runHistory(t *testing.T, e *env, spec historySpec, client func(i int) *hist
 		if from == "s0" {
 			to = "s1"
 		}
-		if _, err := mv.Move(ctx, shard, to, MoveOptions{}); err != nil {
+		h.moved("move shard %d %s → %s starts", shard, from, to)
+		m, err := mv.Move(ctx, shard, to, MoveOptions{})
+		if err != nil {
 			moveErr = fmt.Errorf("move shard %d to %s: %w", shard, to, err)
 			break
 		}
+		h.moved("move shard %d %s → %s cut over (fenced %v)", shard, from, to, m.FencedFor.Round(time.Millisecond))
 		res.moves++
 		if rng.Float64() < spec.rollback {
 			res.rollbacks++
 			_, moveErr = mv.Rollback(ctx, shard)
+			h.moved("move shard %d rolled back to %s", shard, from)
 		} else {
 			_, moveErr = mv.Complete(ctx, shard)
+			h.moved("move shard %d completed on %s", shard, to)
 		}
 	}
 	// Some traffic after the last change, so that every router has
@@ -288,7 +315,13 @@ func runHistory(t *testing.T, e *env, spec historySpec, client func(i int) *hist
 			res.unknown++
 		}
 	}
+	res.missed = h.missed.Load()
 	res.violations = checkHistory(t, h.ops)
+	if len(res.violations) > 0 {
+		for _, mv := range h.moves {
+			t.Logf("%v  %s", time.Duration(mv.at).Round(time.Millisecond), mv.what)
+		}
+	}
 	return res
 }
 
@@ -338,6 +371,16 @@ func smallestWindow(model porcupine.Model, part []porcupine.Operation) string {
 		if op.Return >= from {
 			window = append(window, op)
 		}
+	}
+	if m := bad.Metadata.(regMeta); m.client == -1 {
+		// The final state: the last writes acknowledged before it.
+		window = window[:0]
+		for _, op := range part[:hi] {
+			if in := op.Input.(regInput); in.kind != regRead && op.Return != math.MaxInt64 {
+				window = append(window, op)
+			}
+		}
+		window = append(window, bad)
 	}
 	window = window[max(len(window)-16, 0):]
 	for _, op := range window {
@@ -395,9 +438,12 @@ func TestReadsLinearizableAcrossMoves(t *testing.T) {
 	if historyLong() {
 		spec.duration, spec.minMoves = 90*time.Second, 10
 	}
-	res := runHistory(t, e, spec, pollingClients(t, e, e.catalogDSN))
-	t.Logf("%d operations (%d unknown outcomes), %d moves (%d rolled back), %d keys not linearizable",
-		res.ops, res.unknown, res.moves, res.rollbacks, len(res.violations))
+	res := runHistory(t, e, spec, pollingClients(t, e, shardtest.AppDSN(t, e.catalogDSN)))
+	t.Logf("%d operations (%d unknown outcomes), %d moves (%d rolled back), %d keys not linearizable, %d writes acknowledged that updated no row",
+		res.ops, res.unknown, res.moves, res.rollbacks, len(res.violations), res.missed)
+	if res.missed > 0 {
+		t.Errorf("%d writes were acknowledged without updating their row", res.missed)
+	}
 	for _, v := range res.violations {
 		t.Error(v)
 	}
