@@ -430,13 +430,16 @@ func pollingClients(t *testing.T, e *env, dsn string) func(i int) *historyClient
 // polling router, read, write and compare-and-set twelve rows while their
 // shards move, roll back and complete; the history is linearizable per
 // row. A router that has not yet seen a flip must not read the shard's
-// old home. Short here; SHARDKIT_RELIABILITY=1 runs it for 90 s and at
-// least ten moves.
+// old home. Short here (shorter with -short); SHARDKIT_RELIABILITY=1
+// runs it for 90 s and at least ten moves.
 func TestReadsLinearizableAcrossMoves(t *testing.T) {
 	e := newAppEnv(t, 2, 2, 4)
 	spec := historySpec{clients: 6, keys: 12, duration: 15 * time.Second, minMoves: 4, rollback: 0.4}
-	if historyLong() {
+	switch {
+	case historyLong():
 		spec.duration, spec.minMoves = 90*time.Second, 10
+	case testing.Short(): // make test's race stage: the routers' and the plugin's concurrency, briefly
+		spec.duration, spec.minMoves = 5*time.Second, 2
 	}
 	res := runHistory(t, e, spec, pollingClients(t, e, shardtest.AppDSN(t, e.catalogDSN)))
 	t.Logf("%d operations (%d unknown outcomes), %d moves (%d rolled back), %d keys not linearizable, %d writes acknowledged that updated no row",
