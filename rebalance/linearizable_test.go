@@ -221,7 +221,7 @@ type historySpec struct {
 	keys     int
 	duration time.Duration
 	minMoves int
-	rollback float64 // share of moves rolled back
+	rollback float64 // share of moves rolled back, spread evenly
 }
 
 type historyResult struct {
@@ -263,7 +263,6 @@ func runHistory(t *testing.T, e *env, spec historySpec, client func(i int) *hist
 	}
 	var res historyResult
 	mv := e.mover(t, Config{})
-	rng := rand.New(rand.NewPCG(1, uint64(time.Now().UnixNano())))
 	deadline := time.Now().Add(spec.duration)
 	var moveErr error
 	for shard := 0; moveErr == nil && (time.Now().Before(deadline) || res.moves < spec.minMoves); shard = (shard + 1) % e.shards {
@@ -280,7 +279,8 @@ func runHistory(t *testing.T, e *env, spec historySpec, client func(i int) *hist
 		}
 		h.moved("move shard %d %s → %s cut over (fenced %v)", shard, from, to, m.FencedFor.Round(time.Millisecond))
 		res.moves++
-		if rng.Float64() < spec.rollback {
+		// Rolled back once the rollbacks so far fall short of the share.
+		if float64(res.rollbacks) < spec.rollback*float64(res.moves) {
 			res.rollbacks++
 			_, moveErr = mv.Rollback(ctx, shard)
 			h.moved("move shard %d rolled back to %s", shard, from)
@@ -434,7 +434,7 @@ func pollingClients(t *testing.T, e *env, dsn string) func(i int) *historyClient
 // runs it for 90 s and at least ten moves.
 func TestReadsLinearizableAcrossMoves(t *testing.T) {
 	e := newAppEnv(t, 2, 2, 4)
-	spec := historySpec{clients: 6, keys: 12, duration: 15 * time.Second, minMoves: 4, rollback: 0.4}
+	spec := historySpec{clients: 6, keys: 12, duration: 10 * time.Second, minMoves: 3, rollback: 0.4}
 	switch {
 	case historyLong():
 		spec.duration, spec.minMoves = 90*time.Second, 10
