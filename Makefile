@@ -90,9 +90,10 @@ test-short: postgres
 	  ./plugin ./catalog ./rebalance ./migrations ./backup ./resolver ./relay
 
 ## reliability: the long runs — 8 processes × 1M IDs on one shard with clock steps and kills,
-## then a 10-minute soak of the photo service with shards moved in the middle
+## 90 s of linearizable reads and writes across moves checked with porcupine, then a 10-minute soak of the photo service with shards moved in the middle
 reliability: postgres
 	SHARDKIT_RELIABILITY=1 $(GO) test -count=1 -run TestReliabilityIDs -v -timeout 30m ./catalog
+	SHARDKIT_RELIABILITY=1 $(GO) test -count=1 -run TestReadsLinearizableAcrossMoves -v -timeout 20m ./rebalance
 	$(GO) run ./examples/photos/cmd/demo -warmup 5m -cooldown 5m -soak
 
 ## scale: the scale harness — app processes (OS processes) with routers, the plugin and IDs,

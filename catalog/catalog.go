@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -35,6 +36,9 @@ type Catalog struct {
 	pool *pgxpool.Pool
 	// admin: snapshots carry the servers' admin DSNs (Operator).
 	admin bool
+	// appQueries: an application's statements that read the servers,
+	// once known (see serverQueries).
+	appQueries atomic.Pointer[serverQueries]
 }
 
 // Operator returns a view of the catalog, on the same pool, whose
@@ -182,10 +186,15 @@ func (c *Catalog) migrateTo(ctx context.Context, upto int) error {
 	return nil
 }
 
-// Config is the catalog's fixed configuration: the shard count and the ID layout.
+// Config is the catalog's fixed configuration: the shard count and the ID
+// layout, and the application's group role.
 type Config struct {
 	Shards int
 	Layout idgen.Layout
+	// AppRole is the NOLOGIN group role application processes log in as
+	// members of (DefaultAppRole unless provisioning named another). Only
+	// the shard schemas' home copies grant it anything.
+	AppRole string
 }
 
 // Config reads the configuration row. A catalog without one returns ErrNoCatalog.
@@ -198,8 +207,7 @@ func readConfig(ctx context.Context, q interface {
 }) (Config, error) {
 	var cfg Config
 	var tb, sb, qb, lb int16
-	err := q.QueryRow(ctx, `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits FROM shardkit.config`).
-		Scan(&cfg.Shards, &cfg.Layout.EpochMs, &tb, &sb, &qb, &lb)
+	err := q.QueryRow(ctx, sqlConfigRow).Scan(&cfg.Shards, &cfg.Layout.EpochMs, &tb, &sb, &qb, &lb, &cfg.AppRole)
 	if errors.Is(err, pgx.ErrNoRows) || isUndefinedTable(err) {
 		return Config{}, fmt.Errorf("shardkit: %w", ErrNoCatalog)
 	}
@@ -234,11 +242,15 @@ func (c *Catalog) Load(ctx context.Context) (*router.Snapshot, error) {
 		if err := tx.QueryRow(ctx, sqlCatalogEpoch).Scan(&epoch); err != nil {
 			return err
 		}
-		servers, err := readServers(ctx, tx, c.admin)
+		qs, err := c.serverQueries(ctx, tx)
 		if err != nil {
 			return err
 		}
-		if err := withPrimaries(ctx, tx, servers); err != nil {
+		servers, err := readServers(ctx, tx, qs)
+		if err != nil {
+			return err
+		}
+		if err := withPrimaries(ctx, tx, qs, servers); err != nil {
 			return err
 		}
 		placements, err := readPlacements(ctx, tx, -1)

@@ -72,12 +72,16 @@ func (c *Catalog) LoadChanges(ctx context.Context, since *router.Snapshot) (*rou
 }
 
 func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap *router.Snapshot, err error) {
+	qs, err := c.serverQueries(ctx, c.pool)
+	if err != nil {
+		return nil, err
+	}
 	b := &pgx.Batch{}
 	b.Queue(sqlBeginSnapshot)
 	b.Queue(sqlMapVersionNow)
 	b.Queue(sqlCatalogEpoch)
-	b.Queue(serversSQL(c.admin))
-	b.Queue(sqlServerPrimaries)
+	b.Queue(qs.servers)
+	b.Queue(qs.primaries)
 	b.Queue(sqlPlacementsSince, since.Version)
 	b.Queue(`COMMIT`)
 	br := c.pool.SendBatch(ctx, b)
@@ -97,11 +101,11 @@ func (c *Catalog) loadChanges(ctx context.Context, since *router.Snapshot) (snap
 	if err := br.QueryRow().Scan(&epoch); err != nil {
 		return nil, err
 	}
-	servers, err := readServers(ctx, batchQuerier{br}, c.admin)
+	servers, err := readServers(ctx, batchQuerier{br}, qs)
 	if err != nil {
 		return nil, err
 	}
-	if err := withPrimaries(ctx, batchQuerier{br}, servers); err != nil {
+	if err := withPrimaries(ctx, batchQuerier{br}, qs, servers); err != nil {
 		return nil, err
 	}
 	rows, err := br.Query()

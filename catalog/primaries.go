@@ -22,6 +22,9 @@ var ErrPrimaryRefused = errors.New("the host is not a newer primary of the serve
 const (
 	sqlServerPrimaries = `SELECT name, coalesce(to_jsonb(s) ->> 'primary_system_id', ''),
 	coalesce((to_jsonb(s) ->> 'primary_timeline')::int, 0) FROM shardkit.servers s ORDER BY name`
+	// sqlServerPrimariesAppView reads them through the application's view.
+	sqlServerPrimariesAppView = `SELECT name, coalesce(primary_system_id, ''), coalesce(primary_timeline, 0)
+	FROM shardkit.servers_app ORDER BY name`
 	sqlServerPrimaryOne = `SELECT coalesce(primary_system_id, ''), coalesce(primary_timeline, 0)
 	FROM shardkit.servers WHERE name = $1 FOR UPDATE`
 	sqlServerPrimarySet = `UPDATE shardkit.servers SET primary_system_id = $2, primary_timeline = $3 WHERE name = $1`
@@ -31,8 +34,8 @@ const (
 // into servers.
 func withPrimaries(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, servers []router.Server) error {
-	rows, err := q.Query(ctx, sqlServerPrimaries)
+}, qs serverQueries, servers []router.Server) error {
+	rows, err := q.Query(ctx, qs.primaries)
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,11 @@ var (
 const (
 	sqlServersAll  = `SELECT name, dsn, coalesce(to_jsonb(s) ->> 'admin_dsn', ''), replicas, state FROM shardkit.servers s ORDER BY name`
 	sqlServersApp  = `SELECT name, dsn, to_jsonb(s) ->> 'admin_dsn' IS NULL, replicas, state FROM shardkit.servers s ORDER BY name`
+	// sqlServersAppView is sqlServersApp through the view the application
+	// role may read (catalog version 12): it says whether a server has an
+	// admin DSN apart without the column itself, which the role may not read.
+	sqlServersAppView = `SELECT name, dsn, direct, replicas, state FROM shardkit.servers_app ORDER BY name`
+	sqlHasAppView     = `SELECT to_regclass('shardkit.servers_app') IS NOT NULL`
 	sqlServerAdd   = `INSERT INTO shardkit.servers (name, dsn, admin_dsn, replicas) VALUES ($1, $2, nullif(nullif($3, ''), $2), $4)`
 	sqlServerOne   = `SELECT dsn, coalesce(admin_dsn, '') FROM shardkit.servers WHERE name = $1 FOR UPDATE`
 	sqlServerOwner = `SELECT name FROM shardkit.servers
@@ -38,22 +43,45 @@ const (
 	sqlServerSetDSN = `UPDATE shardkit.servers SET dsn = $2, admin_dsn = nullif(nullif($3, ''), $2) WHERE name = $1`
 )
 
-// serversSQL is the statement that reads the servers, with their admin
-// DSNs or without.
-func serversSQL(admin bool) string {
-	if admin {
-		return sqlServersAll
-	}
-	return sqlServersApp
+// serverQueries are the statements that read the servers and their
+// recorded primaries, as the catalog's view and role may.
+type serverQueries struct {
+	servers, primaries string
+	admin              bool // servers reads the admin DSNs
 }
 
-// readServers reads the servers, with their admin DSNs when admin holds
+// serverQueries returns the statements of c: an operator's read the admin
+// DSNs; an application's read through the view the application role may
+// read (it cannot read admin_dsn), or, on a catalog before version 12,
+// around it. The view's presence is asked once per Catalog.
+func (c *Catalog) serverQueries(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (serverQueries, error) {
+	if c.admin {
+		return serverQueries{servers: sqlServersAll, primaries: sqlServerPrimaries, admin: true}, nil
+	}
+	if s := c.appQueries.Load(); s != nil {
+		return *s, nil
+	}
+	var view bool
+	if err := q.QueryRow(ctx, sqlHasAppView).Scan(&view); err != nil {
+		return serverQueries{}, err
+	}
+	s := serverQueries{servers: sqlServersApp, primaries: sqlServerPrimaries}
+	if view {
+		s = serverQueries{servers: sqlServersAppView, primaries: sqlServerPrimariesAppView}
+	}
+	c.appQueries.Store(&s)
+	return s, nil
+}
+
+// readServers reads the servers, with their admin DSNs when qs.admin holds
 // (an operator's catalog), else with only whether each has one.
 func readServers(ctx context.Context, q interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-}, admin bool) ([]router.Server, error) {
-	if !admin {
-		rows, err := q.Query(ctx, serversSQL(false))
+}, qs serverQueries) ([]router.Server, error) {
+	if !qs.admin {
+		rows, err := q.Query(ctx, qs.servers)
 		if err != nil {
 			return nil, err
 		}
@@ -65,7 +93,7 @@ func readServers(ctx context.Context, q interface {
 			return s, err
 		})
 	}
-	rows, err := q.Query(ctx, serversSQL(true))
+	rows, err := q.Query(ctx, qs.servers)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +107,7 @@ func readServers(ctx context.Context, q interface {
 // Servers lists the registered servers (names, DSNs, replicas, states),
 // by name.
 func (t *Tx) Servers(ctx context.Context) ([]router.Server, error) {
-	return readServers(ctx, t.tx, true)
+	return readServers(ctx, t.tx, serverQueries{servers: sqlServersAll, primaries: sqlServerPrimaries, admin: true})
 }
 
 // AddServer registers a server (name, DSN, admin DSN, replicas), active.

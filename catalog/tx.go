@@ -24,9 +24,11 @@ func (c *Catalog) Update(ctx context.Context, fn func(ctx context.Context, tx *T
 // Statements of provisioning.
 const (
 	sqlProvisionLock = `SELECT pg_advisory_xact_lock(hashtext('shardkit.provision'))`
-	sqlConfigRow     = `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits FROM shardkit.config`
-	sqlConfigInsert  = `INSERT INTO shardkit.config (shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits)
-VALUES ($1, $2, $3, $4, $5, $6)`
+	sqlConfigRow     = `SELECT shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits,
+	coalesce(to_jsonb(c) ->> 'app_role', '` + DefaultAppRole + `') FROM shardkit.config c`
+	sqlConfigInsert = `INSERT INTO shardkit.config (shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits, app_role)
+VALUES ($1, $2, $3, $4, $5, $6, coalesce(nullif($7, ''), '` + DefaultAppRole + `'))`
+	sqlConfigRole  = `UPDATE shardkit.config SET app_role = $1`
 	sqlMapCount    = `SELECT count(*) FROM shardkit.shard_map`
 	sqlMapBump     = `UPDATE shardkit.config SET map_version = map_version + 1`
 	sqlMapVersion  = `SELECT map_version FROM shardkit.config`
@@ -46,7 +48,7 @@ func (t *Tx) LockProvision(ctx context.Context) error {
 func (t *Tx) ConfigRow(ctx context.Context) (Config, bool, error) {
 	var have Config
 	var tb, sb, qb, lb int16
-	err := t.tx.QueryRow(ctx, sqlConfigRow).Scan(&have.Shards, &have.Layout.EpochMs, &tb, &sb, &qb, &lb)
+	err := t.tx.QueryRow(ctx, sqlConfigRow).Scan(&have.Shards, &have.Layout.EpochMs, &tb, &sb, &qb, &lb, &have.AppRole)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Config{}, false, nil
 	}
@@ -61,7 +63,16 @@ func (t *Tx) ConfigRow(ctx context.Context) (Config, bool, error) {
 func (t *Tx) InsertConfig(ctx context.Context, cfg Config) error {
 	l := cfg.Layout
 	_, err := t.tx.Exec(ctx, sqlConfigInsert, cfg.Shards, l.EpochMs, int16(l.TimeBits),
-		int16(l.ShardBits), int16(l.SeqBits), int16(l.SlotBits))
+		int16(l.ShardBits), int16(l.SeqBits), int16(l.SlotBits), cfg.AppRole)
+	return err
+}
+
+// SetAppRole records the application's group role (catalog.Config.AppRole).
+func (t *Tx) SetAppRole(ctx context.Context, role string) error {
+	if err := validateRole(role); err != nil {
+		return err
+	}
+	_, err := t.tx.Exec(ctx, sqlConfigRole, role)
 	return err
 }
 

@@ -211,6 +211,9 @@ func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.F
 		}
 		err = r.run(ctx, work)
 		sum = r.sum
+		if err == nil {
+			err = grantAll(ctx, cat, snap, work)
+		}
 		if err != nil {
 			if len(plan.changes) == 0 {
 				return err
@@ -377,6 +380,10 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 	if err != nil {
 		return err
 	}
+	role, err := appRole(ctx, cat)
+	if err != nil {
+		return err
+	}
 	versions := cfg.versions
 	if !cfg.given {
 		catFS, err := catalogSQL(ctx, cat)
@@ -459,8 +466,10 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 				doneAll += n
 				cfg.progress(Progress{Server: srv.Name, ServerDone: done, ServerTotal: len(shards), Done: doneAll, Total: total})
 			}
-			err := applySchemas(gctx, conn, snap.Layout, shards, versions, mode, batch, nil, report)
-			return withServer(srv.Name, err)
+			if err := applySchemas(gctx, conn, snap.Layout, shards, versions, mode, batch, nil, report); err != nil {
+				return withServer(srv.Name, err)
+			}
+			return withServer(srv.Name, grantHomes(gctx, conn, role, snap, srv.Name))
 		})
 	}
 	return g.Wait()

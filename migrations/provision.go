@@ -15,6 +15,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/approle"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -81,6 +82,10 @@ type ProvisionOptions struct {
 	// Progress, if not nil, is called after each batch of schemas, never
 	// concurrently.
 	Progress func(Progress)
+	// AppRole names the application's NOLOGIN group role, created where
+	// missing and granted what an application needs (docs/security.md).
+	// "" means the existing catalog's, or catalog.DefaultAppRole.
+	AppRole string
 }
 
 var serverNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
@@ -100,6 +105,9 @@ func Provision(ctx context.Context, cat *catalog.Catalog, opts ProvisionOptions)
 	}
 	if opts.Layout == (idgen.Layout{}) {
 		opts.Layout = idgen.DefaultLayout()
+	}
+	if opts.AppRole != "" && !approle.Valid(opts.AppRole) {
+		return fmt.Errorf("shardkit: %w: %q; use lower case letters, digits and underscores, starting with a letter", catalog.ErrBadRole, opts.AppRole)
 	}
 	if err := validateProvision(opts); err != nil {
 		return err
@@ -131,7 +139,7 @@ func Provision(ctx context.Context, cat *catalog.Catalog, opts ProvisionOptions)
 		if err := tx.LockProvision(ctx); err != nil {
 			return err
 		}
-		shards, err := writeConfig(ctx, tx, explicit.Shards, explicit.Layout, opts.Shards, opts.Layout)
+		shards, err := writeConfig(ctx, tx, explicit.Shards, explicit.Layout, opts.Shards, opts.Layout, opts.AppRole)
 		if err != nil {
 			return err
 		}
@@ -149,6 +157,13 @@ func Provision(ctx context.Context, cat *catalog.Catalog, opts ProvisionOptions)
 			return err
 		}
 		return fmt.Errorf("shardkit: provision catalog: %w", err)
+	}
+	role, err := appRole(ctx, cat)
+	if err != nil {
+		return err
+	}
+	if err := cat.GrantApp(ctx, role); err != nil {
+		return err
 	}
 	return migrateAll(ctx, cat, conns, migrateConfig{batch: opts.BatchSize, deferIndexes: opts.DeferIndexes, progress: opts.Progress})
 }
@@ -199,13 +214,18 @@ func validateProvision(opts ProvisionOptions) error {
 // writeConfig writes the configuration of a new catalog (shards, layout
 // with defaults filled in) or checks an existing one against the values the
 // caller gave (asked*, zero when not given). It returns the shard count in force.
-func writeConfig(ctx context.Context, tx *catalog.Tx, askedShards int, askedLayout idgen.Layout, shards int, layout idgen.Layout) (int, error) {
+func writeConfig(ctx context.Context, tx *catalog.Tx, askedShards int, askedLayout idgen.Layout, shards int, layout idgen.Layout, role string) (int, error) {
 	have, ok, err := tx.ConfigRow(ctx)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		return shards, tx.InsertConfig(ctx, catalog.Config{Shards: shards, Layout: layout})
+		return shards, tx.InsertConfig(ctx, catalog.Config{Shards: shards, Layout: layout, AppRole: role})
+	}
+	if role != "" && role != have.AppRole {
+		if err := tx.SetAppRole(ctx, role); err != nil {
+			return 0, err
+		}
 	}
 	if askedShards != 0 && have.Shards != askedShards {
 		return 0, fmt.Errorf("shardkit: %w: the catalog has %d logical shards, asked for %d; the shard of a key is "+

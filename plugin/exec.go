@@ -3,12 +3,14 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"maps"
 	"reflect"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -178,7 +180,7 @@ func returnInto(stmt *gorm.Statement, rv reflect.Value) (bool, error) {
 // becomes ErrShardMoved.
 func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	p.bounded(db, orig)
-	if db.Error == nil || !router.IsFenceError(db.Error) && !router.IsUndefinedTable(db.Error) {
+	if db.Error == nil || !router.IsFenceError(db.Error) && !router.IsUndefinedTable(db.Error) && !isPrivilegeError(db.Error) {
 		return
 	}
 	stmt := db.Statement
@@ -193,7 +195,11 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 		db.Error = moved
 		return
 	}
-	snap, pl, err := p.awaitMove(stmt.Context, shard, old)
+	away := old
+	if isPrivilegeError(db.Error) {
+		away = "" // refused by a cutover's revoke: any unfenced home, old again after a rollback
+	}
+	snap, pl, err := p.awaitMove(stmt.Context, shard, away)
 	if err != nil {
 		db.Error = moved
 		return
@@ -239,10 +245,41 @@ func (p *Plugin) movedShard(db *gorm.DB) (m *model, shard int, old string, ok bo
 		}
 		old = pl.Server
 	}
-	if !router.IsFenceError(db.Error) && !p.movedAway(stmt.Context, shard, old) {
+	switch {
+	case router.IsFenceError(db.Error):
+	case isPrivilegeError(db.Error):
+		if !p.homeChanged(stmt.Context, shard, old) {
+			return nil, 0, "", false // the user's own missing grant
+		}
+	case !p.movedAway(stmt.Context, shard, old):
 		return nil, 0, "", false
 	}
 	return m, shard, old, true
+}
+
+// isPrivilegeError reports Postgres's insufficient_privilege (42501). On
+// a shard's table it is what a copy that is not the shard's home answers
+// the application role: a move's cutover revokes the role's privileges
+// on the copy it leaves, in the transaction of its write barrier, so that
+// a router with a map older than the move is refused there for reads as
+// for writes. It is also a user's own missing grant: homeChanged tells
+// the two apart.
+func isPrivilegeError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// homeChanged reports whether the map, reloaded from the catalog, has the
+// shard elsewhere than old or under a move (moving or fenced): only then
+// is a refused privilege the old home's refusal rather than a grant the
+// application lacks.
+func (p *Plugin) homeChanged(ctx context.Context, shard int, old string) bool {
+	snap, err := p.router.Reload(ctx)
+	if err != nil {
+		return false
+	}
+	pl, err := snap.Placement(shard)
+	return err == nil && (pl.Server != old || pl.State != router.StateActive)
 }
 
 // rerun runs a statement again on conn, without the text and arguments
@@ -322,7 +359,14 @@ func serverOf(cp gorm.ConnPool) string {
 // the shard back (see movedAway). The read returned nothing there. Inside
 // a transaction, or with the map unchanged, the error stands.
 func (p *Plugin) rerouteRead(db *gorm.DB) {
-	if db.Error == nil || !router.IsUndefinedTable(db.Error) || txOf(db.Statement.ConnPool) != nil {
+	if db.Error == nil {
+		return
+	}
+	if isPrivilegeError(db.Error) {
+		p.refusedRead(db)
+		return
+	}
+	if !router.IsUndefinedTable(db.Error) || txOf(db.Statement.ConnPool) != nil {
 		return
 	}
 	stmt := db.Statement
@@ -424,6 +468,39 @@ func (p *Plugin) rowsInSchema(db *gorm.DB, pool interface {
 		return
 	}
 	stmt.Dest = pt.memRows()
+}
+
+// refusedRead handles a one-shard read that the server refused for want
+// of privilege, when that is a move's doing (movedShard): the old home of
+// a shard that moved, or a copy whose cutover is under way. Outside a
+// transaction the read waits, like a write, for the shard to have a home
+// that is not fenced (at most FenceWait) and runs once more there; inside
+// one it fails with ErrShardMoved (retriable), the map reloaded. A
+// refusal the map does not explain stands as it is.
+func (p *Plugin) refusedRead(db *gorm.DB) {
+	stmt := db.Statement
+	m, shard, old, ok := p.movedShard(db)
+	if !ok {
+		return
+	}
+	moved := &ShardError{Shard: shard, Server: old, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
+	if txOf(stmt.ConnPool) != nil {
+		db.Error = moved
+		return
+	}
+	// Any server will do once the shard is not fenced: a rollback may have
+	// brought the shard back to old, which grants the role again.
+	snap, pl, err := p.awaitMove(stmt.Context, shard, "")
+	if err != nil {
+		db.Error = moved
+		return
+	}
+	srv, err := p.pools.get(snap, pl.Server)
+	if err != nil {
+		db.Error = moved
+		return
+	}
+	p.rerun(db, p.conn(stmt, srv, true), p.runQuery)
 }
 
 func (p *Plugin) runQuery(db *gorm.DB) {

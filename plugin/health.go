@@ -248,6 +248,11 @@ type ServerHealth struct {
 	Server    string
 	Down      bool  // taken as down now: its statements fail at once until a retry finds it back
 	TakenDown int64 // times it was taken as down since its pool opened
+	// Privileged: the pool connects as a superuser or a shard schema's
+	// owner, which the old home of a moved shard cannot refuse: reads on
+	// a stale map may then see a value older than one acknowledged
+	// (docs/moves.md). false also while not known yet.
+	Privileged bool
 }
 
 // Health reports the servers whose pools are open, by name: whether each
@@ -259,7 +264,7 @@ func (p *Plugin) Health() []ServerHealth {
 	defer p.pools.mu.RUnlock()
 	out := make([]ServerHealth, 0, len(p.pools.by))
 	for name, s := range p.pools.by {
-		out = append(out, ServerHealth{Server: name, Down: s.downUntil.Load() != 0, TakenDown: s.takenDown.Load()})
+		out = append(out, ServerHealth{Server: name, Down: s.downUntil.Load() != 0, TakenDown: s.takenDown.Load(), Privileged: s.privileged.Load() == 2})
 	}
 	slices.SortFunc(out, func(a, b ServerHealth) int { return strings.Compare(a.Server, b.Server) })
 	return out

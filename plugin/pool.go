@@ -5,9 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -31,6 +33,41 @@ type serverDB struct {
 	// (stmtOpts)
 	unnamed bool
 	repDBs  []*sql.DB
+	// privileged is what checkRole found: 0 not known yet, 1 an
+	// application role, 2 a role no revoke refuses.
+	privileged atomic.Int32
+}
+
+// sqlPrivileged asks whether the session's role is one that privileges
+// do not bind: a superuser, or a member of the owner of a shard schema.
+// The old home of a moved shard refuses a stale router's reads by
+// revoking the application role's privileges there (docs/moves.md), which
+// such a role ignores.
+const sqlPrivileged = `SELECT r.rolsuper OR EXISTS (SELECT 1 FROM pg_namespace n
+    WHERE n.nspname ~ '^shard_[0-9]+$' AND pg_has_role(n.nspowner, 'MEMBER'))
+FROM pg_roles r WHERE r.rolname = current_user`
+
+// checkRole finds out, once, whether the server's pool connects as a
+// role privileges do not bind, and warns if so: reads on a stale map are
+// then not refused by a moved shard's old home. A server it cannot reach
+// stays unknown.
+func (s *serverDB) checkRole(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var privileged bool
+	if err := s.DB.QueryRowContext(ctx, sqlPrivileged).Scan(&privileged); err != nil {
+		return
+	}
+	if !privileged {
+		s.privileged.Store(1)
+		return
+	}
+	s.privileged.Store(2)
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("shardkit: the server's DSN connects as a superuser or a shard schema's owner: reads on a stale shard map are not refused by a moved shard's old home; connect as a member of the application role (docs/security.md)",
+		"server", s.name)
 }
 
 // pools opens one pool per physical server on first use and keeps it
@@ -88,6 +125,7 @@ func (ps *pools) openServer(name string, srv router.Server) (*serverDB, error) {
 		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
 	}
 	s := &serverDB{DB: primary, name: name, dsns: dsnKey(srv), named: ps.cfg.namedReads(srv, srv.DSN, false), namedReplicas: len(srv.Replicas) > 0, unnamed: unnamed}
+	go s.checkRole(ps.cfg.Logger)
 	for _, dsn := range srv.Replicas {
 		r, _, err := ps.open(name, dsn, router.Primary{}) // a replica is a standby
 		if err != nil {

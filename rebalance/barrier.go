@@ -192,7 +192,7 @@ type barrierStmt struct {
 // barrierSQL builds the barrier statement of schema from its tables and
 // sequences, and creates the trigger function, before the fenced window.
 // The barrier is attempt token's, with a fence lease of lease (fence.go).
-func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait time.Duration, token string, lease time.Duration) (barrierStmt, error) {
+func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait time.Duration, token string, lease time.Duration, role string) (barrierStmt, error) {
 	tables, err := listTables(ctx, p, schema)
 	if err != nil {
 		return barrierStmt{}, err
@@ -236,6 +236,15 @@ func barrierSQL(ctx context.Context, p *pgxpool.Pool, schema string, lockWait ti
 	}
 	stmts := []string{sqlBarrierSettings, "LOCK TABLE " + strings.Join(quoted, ", ") + " IN SHARE ROW EXCLUSIVE MODE",
 		fenceSQL(sqlFenceLease, schema, token, lease)}
+	// The application role loses the schema in the same transaction:
+	// from the final LSN on, a stale router's reads are refused too.
+	revoke, err := homeSQL(ctx, p, role, schema, false)
+	if err != nil {
+		return barrierStmt{}, err
+	}
+	if revoke != "" {
+		stmts = append(stmts, revoke)
+	}
 	newest, err := newestIDSQL(ctx, p, schema)
 	if err != nil {
 		return barrierStmt{}, err

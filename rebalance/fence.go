@@ -212,8 +212,9 @@ func sealSQL(schema, token string, tables []string, lockWait time.Duration) stri
 // releaseFence gives up the fence (the barrier's lease) of schema on p
 // unless it is sealed (or, when !force, unless it is a lease that still
 // holds or a barrier without a lease): under the tables' locks its body
-// becomes released. It returns the body it found.
-func releaseFence(ctx context.Context, p *pgxpool.Pool, schema string, force bool) (fenceBody, error) {
+// becomes released, and the application role gets the schema back (the
+// barrier revoked it). It returns the body it found.
+func releaseFence(ctx context.Context, p *pgxpool.Pool, schema string, force bool, role string) (fenceBody, error) {
 	var b fenceBody
 	err := pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		tables, err := listTables(ctx, tx, schema)
@@ -240,7 +241,11 @@ func releaseFence(ctx context.Context, p *pgxpool.Pool, schema string, force boo
 		case !force && (b.held() || b.kind == fenceFixed):
 			return nil
 		}
-		_, err = tx.Exec(ctx, fenceSQL(sqlFenceBodyReleased, schema, "", 0), pgx.QueryExecModeSimpleProtocol)
+		grant, err := homeSQL(ctx, tx, role, schema, true)
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, joinSQL(fenceSQL(sqlFenceBodyReleased, schema, "", 0), grant), pgx.QueryExecModeSimpleProtocol)
 		return err
 	})
 	if err != nil {
@@ -270,7 +275,7 @@ func (s settled) String() string {
 // flips; otherwise the barrier is released first, then the map unfenced.
 func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, force bool, until *time.Time, note string) (settled, error) {
 	m := mc.m
-	b, err := releaseFence(ctx, p.from, mc.schema, force)
+	b, err := releaseFence(ctx, p.from, mc.schema, force, mc.role)
 	if err != nil {
 		return settledHeld, err
 	}
@@ -281,6 +286,9 @@ func (mv *Mover) settleFence(ctx context.Context, mc *moveCtx, p cutoverPlan, fo
 			if err := removeBarrier(ctx, p.to, mc.schema); err != nil {
 				return settledHeld, err
 			}
+		}
+		if err := setHome(ctx, p.to, mc.role, mc.schema, true); err != nil {
+			return settledHeld, err
 		}
 		if err := flipJournalled(ctx, cat, m, p.fromName, p.toName, p.flipped, mc.next(p.flipped)); err != nil {
 			return settledHeld, err

@@ -36,7 +36,7 @@ var attachable = regexp.MustCompile(`^([pu]) (PRIMARY KEY|UNIQUE) \([^()]*\)$`)
 // ALTER TABLE … ADD PRIMARY KEY would), then attached as the constraint.
 // Each part is idempotent: what the target has already is left alone.
 func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
-	srcInv, tgtInv, err := inventory.ReadBoth(ctx, nil, mc.src, mc.tgt, mc.schema, barrierName)
+	srcInv, tgtInv, err := inventory.ReadBoth(ctx, nil, mc.src, mc.tgt, mc.schema, barrierName, mc.role)
 	if err != nil {
 		return err
 	}
@@ -71,7 +71,7 @@ func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
 		return err
 	}
 	// The indexes still missing are the carried ones.
-	if tgtInv, err = inventory.Read(ctx, mc.tgt, mc.schema, barrierName); err != nil {
+	if tgtInv, err = inventory.Read(ctx, mc.tgt, mc.schema, barrierName, mc.role); err != nil {
 		return err
 	}
 	jobs = jobs[:0]
@@ -94,7 +94,7 @@ func (mv *Mover) buildIndexes(ctx context.Context, mc *moveCtx) error {
 	}
 	// The rest (foreign keys, which check their rows now, exclusion and
 	// deferrable constraints, triggers), then the comparison.
-	return carry(ctx, srcInv, mc.src, mc.tgt, mc.schema, true, nil)
+	return carry(ctx, srcInv, mc.src, mc.tgt, mc.schema, mc.role, true, nil)
 }
 
 // indexJobs runs jobs on the target, Config.CopyWorkers at a time, each in

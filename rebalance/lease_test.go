@@ -395,7 +395,7 @@ func TestFenceBodies(t *testing.T) {
 	write := func() error { _, err := e.rawInsert(ctx, "s0", 0, "body"); return err }
 	install := func(token string, lease time.Duration) string {
 		t.Helper()
-		bs, err := barrierSQL(ctx, pool, schema, time.Second, token, lease)
+		bs, err := barrierSQL(ctx, pool, schema, time.Second, token, lease, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -430,10 +430,10 @@ func TestFenceBodies(t *testing.T) {
 		t.Errorf("write after the seal: %v, want the fence", err)
 	}
 	// A sealed barrier is neither released nor prepared over.
-	if b, err := releaseFence(ctx, pool, schema, true); err != nil || b.kind != fenceSealed {
+	if b, err := releaseFence(ctx, pool, schema, true, ""); err != nil || b.kind != fenceSealed {
 		t.Errorf("release of a sealed barrier: %+v %v", b, err)
 	}
-	if _, err := barrierSQL(ctx, pool, schema, time.Second, "cc03", time.Hour); !errors.Is(err, errFenceLapsed) {
+	if _, err := barrierSQL(ctx, pool, schema, time.Second, "cc03", time.Hour, ""); !errors.Is(err, errFenceLapsed) {
 		t.Errorf("preparing over a sealed barrier: %v, want errFenceLapsed", err)
 	}
 	if err := removeBarrier(ctx, pool, schema); err != nil {
@@ -453,13 +453,13 @@ func TestFenceBodies(t *testing.T) {
 	// Released while it holds (a resume): writes go through, the seal
 	// fails, and so does that attempt's barrier.
 	ee05 := install("ee05", time.Hour)
-	if b, err := releaseFence(ctx, pool, schema, false); err != nil || b.kind != fenceLease {
+	if b, err := releaseFence(ctx, pool, schema, false, ""); err != nil || b.kind != fenceLease {
 		t.Fatalf("release without force: %+v %v", b, err)
 	}
 	if err := write(); !router.IsFenceError(err) {
 		t.Errorf("a lease that holds was released without force: %v", err)
 	}
-	if _, err := releaseFence(ctx, pool, schema, true); err != nil {
+	if _, err := releaseFence(ctx, pool, schema, true, ""); err != nil {
 		t.Fatal(err)
 	}
 	if b := e.fenceOn(t, "s0", 0); b.kind != fenceReleased {

@@ -40,8 +40,19 @@ type env struct {
 	catalogDSN string
 	cat        *catalog.Catalog
 	servers    []migrations.ServerSpec
-	pools      map[string]*pgxpool.Pool
+	pools      map[string]*pgxpool.Pool // the operator's
+	direct     map[string]string        // server → the operator's DSN
 	shards     int
+}
+
+// serverDSN is a server's direct DSN, the operator's.
+func (e *env) serverDSN(t testing.TB, server string) string {
+	t.Helper()
+	dsn, ok := e.direct[server]
+	if !ok {
+		t.Fatalf("no server %s", server)
+	}
+	return dsn
 }
 
 // tuneOnce shortens wal_retrieve_retry_interval on the test clusters: the
@@ -50,6 +61,19 @@ type env struct {
 var tuneOnce sync.Once
 
 func newEnv(t testing.TB, n, used, shards int) *env {
+	t.Helper()
+	return newEnvSpec(t, n, used, shards, false)
+}
+
+// newAppEnv is newEnv with the servers' application DSNs on the
+// application role (shardtest.Spec.AppRole); the env's pools stay the
+// operator's.
+func newAppEnv(t testing.TB, n, used, shards int) *env {
+	t.Helper()
+	return newEnvSpec(t, n, used, shards, true)
+}
+
+func newEnvSpec(t testing.TB, n, used, shards int, app bool) *env {
 	t.Helper()
 	ctx := context.Background()
 	tuneOnce.Do(func() {
@@ -63,10 +87,10 @@ func newEnv(t testing.TB, n, used, shards int) *env {
 	for i := range n {
 		names = append(names, fmt.Sprintf("s%d", i)) // on cluster i%4
 	}
-	se := shardtest.New(t, shardtest.Spec{Servers: names, Shards: shards, Used: used, ShardSQL: testSQL})
-	e := &env{catalogDSN: se.CatalogDSN, cat: se.Catalog, servers: se.Servers, shards: shards, pools: map[string]*pgxpool.Pool{}}
+	se := shardtest.New(t, shardtest.Spec{Servers: names, Shards: shards, Used: used, ShardSQL: testSQL, AppRole: app})
+	e := &env{catalogDSN: se.CatalogDSN, cat: se.Catalog, servers: se.Servers, shards: shards, pools: map[string]*pgxpool.Pool{}, direct: se.DSN}
 	for _, s := range e.servers {
-		p, err := pgxpool.New(ctx, s.DSN)
+		p, err := pgxpool.New(ctx, se.DSN[s.Name])
 		if err != nil {
 			t.Fatal(err)
 		}

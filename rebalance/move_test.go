@@ -10,7 +10,7 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-func seedPhotos(t *testing.T, e *env, shard, n int) {
+func seedPhotos(t testing.TB, e *env, shard, n int) {
 	t.Helper()
 	p := e.placement(t, shard)
 	_, err := e.pools[p.Server].Exec(context.Background(),

@@ -236,6 +236,7 @@ type moveCtx struct {
 	src, tgt *pgxpool.Pool
 	srcDSN   string
 	tgtDSN   string
+	role     string // the application's group role (catalog.Config.AppRole)
 }
 
 func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
@@ -258,12 +259,16 @@ func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg, err := mv.cfg.Catalog.Config(ctx)
+	if err != nil {
+		return nil, err
+	}
 	steps := onlineSteps
 	if m.Offline {
 		steps = offlineSteps
 	}
 	return &moveCtx{m: m, steps: steps, snap: snap, layout: snap.Layout, schema: router.SchemaName(m.Shard),
-		n: n, src: src, tgt: tgt, srcDSN: srcDSN, tgtDSN: tgtDSN}, nil
+		n: n, src: src, tgt: tgt, srcDSN: srcDSN, tgtDSN: tgtDSN, role: cfg.AppRole}, nil
 }
 
 func (mv *Mover) loadShardSQL(ctx context.Context) error {

@@ -38,16 +38,16 @@ func (o SchemaObject) String() string { return inventory.Object(o).String() }
 // It is idempotent: what the target has already is left alone. srcInv, if
 // not nil, is the source's inventory read earlier in the same step (the
 // source's schema does not change during a move), else it is read here.
-func carry(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.Pool, schema string, late bool,
+func carry(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.Pool, schema, role string, late bool,
 	then func(ctx context.Context, tx pgx.Tx) error) error {
 	var err error
 	if srcInv == nil {
-		if srcInv, err = inventory.Read(ctx, src, schema, barrierName); err != nil {
+		if srcInv, err = inventory.Read(ctx, src, schema, barrierName, role); err != nil {
 			return err
 		}
 	}
 	err = pgx.BeginFunc(ctx, tgt, func(tx pgx.Tx) error {
-		tgtInv, err := inventory.ReadIn(ctx, tx, schema, barrierName)
+		tgtInv, err := inventory.ReadIn(ctx, tx, schema, barrierName, role)
 		if err != nil {
 			return err
 		}
@@ -78,13 +78,14 @@ func carry(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.P
 	if !late {
 		return nil
 	}
-	return sameObjects(ctx, srcInv, src, tgt, schema)
+	return sameObjects(ctx, srcInv, src, tgt, schema, role)
 }
 
 // sameObjects compares the inventories of a schema on two servers; srcInv,
-// if not nil, stands for the source's.
-func sameObjects(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.Pool, schema string) error {
-	a, b, err := inventory.ReadBoth(ctx, srcInv, src, tgt, schema, barrierName)
+// if not nil, stands for the source's. The application role's privileges
+// are left out: they follow the shard's home (grants.go).
+func sameObjects(ctx context.Context, srcInv *inventory.Inventory, src, tgt *pgxpool.Pool, schema, role string) error {
+	a, b, err := inventory.ReadBoth(ctx, srcInv, src, tgt, schema, barrierName, role)
 	if err != nil {
 		return err
 	}
@@ -143,7 +144,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 	if err := shardschema.ApplyShard(ctx, tx, snap.Layout, r.Shard, mv.cfg.ShardSQL, shardschema.ApplyOptions{}); err != nil {
 		return fmt.Errorf("shardkit: server %s: rehearse creating %s from the per-shard SQL: %w", r.Target, r.Schema, err)
 	}
-	ref, err := inventory.ReadIn(ctx, tx, r.Schema, barrierName)
+	ref, err := inventory.ReadIn(ctx, tx, r.Schema, barrierName, r.appRole)
 	if err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
 	}
@@ -168,7 +169,7 @@ func (mv *Mover) rehearse(ctx context.Context, snap *router.Snapshot, tgt *pgxpo
 		reported[f.Item.Key()] = true
 		r.fail(checkObjects, r.Target, f.Item.Obj.String()+" in "+r.Schema, "creating it failed: "+pgMessage(f.Err), errCannotCarry)
 	}
-	after, err := inventory.ReadIn(ctx, tx, r.Schema, barrierName)
+	after, err := inventory.ReadIn(ctx, tx, r.Schema, barrierName, r.appRole)
 	if err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Target, err)
 	}

@@ -64,6 +64,15 @@ func (mv *Mover) offline(ctx context.Context, mc *moveCtx) error {
 			if err := removeBarrier(ctx, mc.tgt, mc.schema); err != nil {
 				return err
 			}
+			// The application role follows the home: off the source (its
+			// barrier refuses writes since the copy began, so nothing
+			// changes there), onto the target, then the flip.
+			if err := setHome(ctx, mc.src, mc.role, mc.schema, false); err != nil {
+				return err
+			}
+			if err := setHome(ctx, mc.tgt, mc.role, mc.schema, true); err != nil {
+				return err
+			}
 			if err := flipMap(ctx, mv.j.s, m.Shard, m.Source, m.Target); err != nil {
 				return err
 			}

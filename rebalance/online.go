@@ -122,7 +122,7 @@ func (mv *Mover) createTarget(ctx context.Context, mc *moveCtx) error {
 	// Then what the schema holds beyond its per-shard SQL (the preflight
 	// checked it can be carried): tables before the publication includes
 	// them, keys, indexes and triggers after the copy (buildIndexes).
-	if err := carry(ctx, nil, mc.src, mc.tgt, mc.schema, false, fence); err != nil {
+	if err := carry(ctx, nil, mc.src, mc.tgt, mc.schema, mc.role, false, fence); err != nil {
 		return err
 	}
 	return stripTarget(ctx, mc.tgt, mc.schema)

@@ -43,7 +43,7 @@ func newPluginOpsWait(t *testing.T, e *env, r *router.Router, fenceWait time.Dur
 
 // newPluginDB is the GORM plugin on the env for models, with cfg's
 // settings, IDs from leased slots, following the map through r.
-func newPluginDB(t *testing.T, e *env, r *router.Router, cfg plugin.Config, models ...any) *gorm.DB {
+func newPluginDB(t testing.TB, e *env, r *router.Router, cfg plugin.Config, models ...any) *gorm.DB {
 	t.Helper()
 	gen := shardtest.Generator(t, e.cat)
 	db, err := gorm.Open(postgres.Open(pgtest.NewDatabase(t, 1)), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})

@@ -114,6 +114,8 @@ type Report struct {
 	// move creates on the target (tables also get their rows).
 	Carried []SchemaObject
 	Checks  []Check
+
+	appRole string // the catalog's application role, whose privileges the move does not carry
 }
 
 // err returns a *MoveError of Kind ErrPreflight with every failed check,
@@ -236,7 +238,12 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 	if err != nil {
 		return err
 	}
-	srcInv, err := inventory.Read(ctx, src, r.Schema, barrierName)
+	cfg, err := mv.cfg.Catalog.Config(ctx)
+	if err != nil {
+		return err
+	}
+	r.appRole = cfg.AppRole
+	srcInv, err := inventory.Read(ctx, src, r.Schema, barrierName, r.appRole)
 	if err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
 	}

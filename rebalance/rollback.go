@@ -90,6 +90,9 @@ func (mv *Mover) undo(ctx context.Context, mc *moveCtx) error {
 	if err := removeBarrier(ctx, mc.src, mc.schema); err != nil {
 		return err
 	}
+	if err := setHome(ctx, mc.src, mc.role, mc.schema, true); err != nil {
+		return err
+	}
 	if err := setMapState(ctx, mv.j.s, m.Shard, m.Source, router.StateActive); err != nil {
 		return err
 	}

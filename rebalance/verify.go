@@ -99,7 +99,7 @@ func (mv *Mover) verify(ctx context.Context, shard int) ([]TableSum, error) {
 	if mc.done(stepIndexes) {
 		// Objects first: the checksums compare tables' rows; views,
 		// indexes, sequences and functions only exist or not.
-		if err := sameObjects(ctx, nil, mc.src, mc.tgt, mc.schema); err != nil {
+		if err := sameObjects(ctx, nil, mc.src, mc.tgt, mc.schema, mc.role); err != nil {
 			return nil, err
 		}
 	}

@@ -28,6 +28,7 @@ type window struct {
 	bs        barrierStmt // the barrier, built before the window
 	sealSQL   string      // the seal of this attempt's token
 	removeSQL string      // the barrier on to, if p.removeOnTo
+	grantSQL  string      // the application role's privileges on to ("" without the role)
 
 	cat      *catalogmove.Window // held from before the gate to the end: no pool wait inside
 	from, to *pgxpool.Conn
@@ -72,11 +73,16 @@ func (w *window) prepare(ctx context.Context) error {
 	mv, mc, m, p := w.mv, w.mc, w.m, w.p
 	token := newFenceToken()
 	pctx, cancel := context.WithTimeout(ctx, mv.cfg.GateTimeout)
-	bs, err := barrierSQL(pctx, p.from, mc.schema, mv.cfg.BarrierWait, token, mv.cfg.FenceLease)
+	bs, err := barrierSQL(pctx, p.from, mc.schema, mv.cfg.BarrierWait, token, mv.cfg.FenceLease, mc.role)
+	var grant string
+	if err == nil {
+		grant, err = homeSQL(pctx, p.to, mc.role, mc.schema, true)
+	}
 	cancel()
 	if err != nil {
 		return mv.stepFailed(ctx, m, p.fenced, err)
 	}
+	w.grantSQL = grant
 	w.bs = bs
 	w.sealSQL = sealSQL(mc.schema, token, bs.tables, 5*time.Second)
 	if p.removeOnTo {
@@ -418,15 +424,27 @@ func (w *window) seal(ctx context.Context) error {
 	})
 }
 
+// joinSQL joins the non-empty statements into one simple-protocol text.
+func joinSQL(stmts ...string) string {
+	var out []string
+	for _, s := range stmts {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ";\n")
+}
+
 // flip removes the barrier on to (the target's, or the one an earlier
-// cutover left there), then points the map at to and journals it, in one
+// cutover left there) and grants the application role the schema there,
+// in one round trip, then points the map at to and journals it, in one
 // statement. It keeps: the map flips only while the shard is still fenced
 // on from, and to takes writes from the moment it does.
 func (w *window) flip(ctx context.Context) error {
 	mv, mc, m, p := w.mv, w.mc, w.m, w.p
 	err := mv.windowStep(ctx, mc, p.flipped, true, &w.ct.Flip, func(ctx context.Context) error {
-		if w.removeSQL != "" {
-			if _, err := w.to.Exec(ctx, w.removeSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+		if on := joinSQL(w.removeSQL, w.grantSQL); on != "" {
+			if _, err := w.to.Exec(ctx, on, pgx.QueryExecModeSimpleProtocol); err != nil {
 				return fmt.Errorf("remove write barrier on %s: %w", mc.schema, err)
 			}
 		}

@@ -3,6 +3,7 @@ package inventory
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -11,14 +12,16 @@ import (
 
 // Read reads the inventory of schema in a transaction of its own on db
 // (a pool or a transaction). own names the mover's own function and
-// triggers (its write barrier), which the inventory leaves out.
+// triggers (its write barrier), which the inventory leaves out, and
+// grantees the roles whose privileges it leaves out (the application
+// role's, which follow the shard's home rather than the schema).
 func Read(ctx context.Context, db interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
-}, schema, own string) (*Inventory, error) {
+}, schema, own string, grantees ...string) (*Inventory, error) {
 	var inv *Inventory
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		inv, err = ReadIn(ctx, tx, schema, own)
+		inv, err = ReadIn(ctx, tx, schema, own, grantees...)
 		return err
 	})
 	if err != nil {
@@ -29,17 +32,17 @@ func Read(ctx context.Context, db interface {
 
 // ReadBoth reads the inventory of schema on src (unless srcInv is given)
 // and on tgt at the same time.
-func ReadBoth(ctx context.Context, srcInv *Inventory, src, tgt *pgxpool.Pool, schema, own string) (*Inventory, *Inventory, error) {
+func ReadBoth(ctx context.Context, srcInv *Inventory, src, tgt *pgxpool.Pool, schema, own string, grantees ...string) (*Inventory, *Inventory, error) {
 	var tgtInv *Inventory
 	g, gctx := errgroup.WithContext(ctx)
 	if srcInv == nil {
 		g.Go(func() (err error) {
-			srcInv, err = Read(gctx, src, schema, own)
+			srcInv, err = Read(gctx, src, schema, own, grantees...)
 			return err
 		})
 	}
 	g.Go(func() (err error) {
-		tgtInv, err = Read(gctx, tgt, schema, own)
+		tgtInv, err = Read(gctx, tgt, schema, own, grantees...)
 		return err
 	})
 	if err := g.Wait(); err != nil {
@@ -55,6 +58,7 @@ type reader struct {
 	inv    *Inventory
 	schema string
 	own    string
+	skip   []string // grantees left out
 }
 
 // query runs sql with the schema as $1, scanning each row into scan and
@@ -71,11 +75,11 @@ func (r *reader) query(sql string, scan []any, fn func()) error {
 // ReadIn reads the inventory of schema inside tx (see Read). The owners
 // come after the grants: a change of owner carries the owner's own entry
 // along.
-func ReadIn(ctx context.Context, tx pgx.Tx, schema, own string) (*Inventory, error) {
+func ReadIn(ctx context.Context, tx pgx.Tx, schema, own string, grantees ...string) (*Inventory, error) {
 	if _, err := tx.Exec(ctx, sqlInvSearchPath); err != nil {
 		return nil, err
 	}
-	r := &reader{ctx: ctx, tx: tx, inv: New(schema), schema: schema, own: own}
+	r := &reader{ctx: ctx, tx: tx, inv: New(schema), schema: schema, own: own, skip: grantees}
 	for _, read := range []func() error{
 		r.relations, r.sequences, r.indexes, r.constraints, r.functions, r.triggers,
 		r.privileges, r.owners, r.comments, r.others,
@@ -170,11 +174,25 @@ func (r *reader) privileges() error {
 	var public, grantable bool
 	var g grants
 	if err := r.query(sqlInvPrivileges, []any{&kind, &name, &col, &args, &public, &grantee, &priv, &grantable}, func() {
+		if !public && slices.Contains(r.skip, grantee) {
+			grantee, priv = "", "" // the object is recorded, without this grantee's privileges
+		}
 		if _, objName := sqlObject(r.schema, kind, name, args); !r.inv.leavesAttributes(kind, objName, name, r.own) {
 			g.add(grantKey{kind, name, col, args}, public, grantee, priv, grantable)
 		}
 	}); err != nil {
 		return err
+	}
+	// With a grantee left out, a relation or schema that grants nothing
+	// beyond its owner (what revoking the left-out grantee leaves) is one
+	// with the default ACL, as one that granted the left-out grantee
+	// alone: the two copies of a schema differ only by where the shard's
+	// home is. A function's default grants PUBLIC EXECUTE, so its empty
+	// ACL stays.
+	if len(r.skip) > 0 {
+		g.order = slices.DeleteFunc(g.order, func(k grantKey) bool {
+			return len(g.by[k]) == 0 && k.kind != "function" && k.kind != "procedure"
+		})
 	}
 	for _, it := range g.items(r.schema) {
 		r.inv.Add(it)

@@ -21,12 +21,16 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/approle"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/migrations"
@@ -56,6 +60,50 @@ type Spec struct {
 	// pooler in front of it), from its direct DSN; "" or nil keeps the
 	// direct one. Provisioning and Env.DSN use the direct DSN.
 	AppDSN func(server, direct string) string
+	// AppRole registers each server's application DSN as the login role
+	// AppLogin (a member of the catalog's application role,
+	// catalog.DefaultAppRole) on the direct DSN, and the direct DSN, the
+	// superuser's, as its admin DSN: routers then run as an application,
+	// movers and provisioning as the operator. It takes the place of
+	// AppDSN.
+	AppRole bool
+}
+
+// AppLogin is the login role of Spec.AppRole and AppDSN: a member of
+// catalog.DefaultAppRole with nothing of its own. The test clusters trust
+// every local connection, so it needs no password.
+const AppLogin = "shardkit_app_login"
+
+// AppDSN is dsn (a test cluster's, as the superuser) as AppLogin, created
+// on that cluster if it is missing (with the application role it is a
+// member of).
+func AppDSN(t testing.TB, dsn string) string {
+	t.Helper()
+	ctx := context.Background()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("shardtest: app DSN of %q: %v", dsn, err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("shardtest: app DSN: %v", err)
+	}
+	defer conn.Close(ctx)
+	login := `DO $login$
+BEGIN
+    IF to_regrole('` + AppLogin + `') IS NULL THEN
+        CREATE ROLE ` + AppLogin + ` LOGIN NOSUPERUSER IN ROLE ` + catalog.DefaultAppRole + `;
+    END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN
+    NULL;
+END $login$`
+	for _, sql := range []string{approle.EnsureSQL(catalog.DefaultAppRole), login} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("shardtest: app role: %v", err)
+		}
+	}
+	u.User = url.User(AppLogin)
+	return u.String()
 }
 
 // Env is a provisioned catalog and its servers.
@@ -109,7 +157,7 @@ func New(t testing.TB, spec Spec) *Env {
 			}
 		}
 		e.open(t)
-		e.register(spec)
+		e.register(t, spec)
 		if err := provision(context.Background(), e.Catalog, spec, e.Servers); err != nil {
 			t.Fatalf("shardtest: provision: %v", err)
 		}
@@ -119,7 +167,7 @@ func New(t testing.TB, spec Spec) *Env {
 	for i, name := range spec.Servers {
 		e.DSN[name] = pgtest.CloneDatabase(t, clusters[i], ts.servers[i])
 	}
-	e.register(spec)
+	e.register(t, spec)
 	e.open(t)
 	// The copied catalog names the template databases; it is pointed at
 	// the test's copies as an operator moves a server's DSN (which takes
@@ -144,10 +192,13 @@ func New(t testing.TB, spec Spec) *Env {
 }
 
 // register fills e.Servers from e.DSN and spec.AppDSN.
-func (e *Env) register(spec Spec) {
+func (e *Env) register(t testing.TB, spec Spec) {
+	t.Helper()
 	for _, name := range spec.Servers {
 		s := migrations.ServerSpec{Name: name, DSN: e.DSN[name]}
-		if spec.AppDSN != nil {
+		if spec.AppRole {
+			s.DSN, s.AdminDSN = AppDSN(t, e.DSN[name]), e.DSN[name]
+		} else if spec.AppDSN != nil {
 			if app := spec.AppDSN(name, s.DSN); app != "" {
 				s.DSN, s.AdminDSN = app, e.DSN[name]
 			}
