@@ -40,6 +40,10 @@ var knownBroken = []struct {
 		}},
 	{"joins-order-expression", "Joins with Order by an expression across shards fails with an untyped 42702 (column reference \"id\" is ambiguous): the merge's hidden key is unqualified; issue 56",
 		func(c tcase) bool { return c.Op == tJoins && c.crossShard() && c.ordersByExpression() }},
+	{"group-nondeterministic", "across shards, Group or Distinct of a column in a nondeterministic collation without an Order by it dedupes byte-wise: 7 groups of tnd where Postgres makes 4 ('Alice', 'alice', 'ALICE' are one); issue 56",
+		func(c tcase) bool {
+			return c.crossShard() && (c.Op == tGroup || c.Op == tDistinct) && c.Unordered && c.Col == "tnd"
+		}},
 	{"order-nondeterministic", "across shards, a key in a nondeterministic collation or citext is merged byte-wise: 'ALICE' and 'alice' are equal in Postgres, so the next key decides; issue 56",
 		func(c tcase) bool { return c.crossShard() && c.ordersBy("text-nondeterministic", "citext") }},
 	{"null-as-zero", "across shards, a NULL read into a plain or string field (zero, \"\") is merged as that zero value, not where Postgres puts NULL (last ASC, first DESC); issue 56",

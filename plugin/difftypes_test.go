@@ -234,6 +234,7 @@ type tcase struct {
 	HasOffset bool
 	Col       string // pluck, scan, row, group, distinct, aggregate: the column
 	Having    bool
+	Unordered bool // group, distinct: without the Order by the column
 	Thing     int  // association: the seeded thing's index
 	Batch     int  // the plugin's union batch (shards per statement), 0: its default
 	ICU       bool // the databases' default collation is ICU (TestDifferentialTypesICU)
@@ -342,6 +343,9 @@ func (g *tgen) tcase() tcase {
 	if c.Op == tGroup {
 		c.Having = g.pick(3) == 0
 	}
+	if c.Op == tGroup || c.Op == tDistinct {
+		c.Unordered = g.pick(3) == 0
+	}
 	if c.Op == tAssoc {
 		c.Thing = g.pick(len(g.s.things))
 		c.All, c.Where = false, twhere{}
@@ -416,7 +420,7 @@ func (c tcase) ordered() (ordered, exact bool) {
 	case tFirst, tLast, tCount, tRow, tAgg, tAssoc:
 		total = true
 	case tGroup, tDistinct:
-		total = true // ordered by the grouped column
+		total = !c.Unordered // ordered by the grouped column
 	default:
 		if n := len(c.Order); n > 0 {
 			last := c.Order[n-1]
@@ -802,10 +806,15 @@ func (c tcase) build(ch *chain) result {
 		if c.Having {
 			ch.do(`Having("count(*) > ?", 1)`, func(q *gorm.DB) *gorm.DB { return q.Having("count(*) > ?", 1) })
 		}
-		o := col + " desc nulls last"
-		ch.do(fmt.Sprintf("Order(%q)", o), func(q *gorm.DB) *gorm.DB { return q.Order(o) })
+		if !c.Unordered {
+			o := col + " desc nulls last"
+			ch.do(fmt.Sprintf("Order(%q)", o), func(q *gorm.DB) *gorm.DB { return q.Order(o) })
+		}
 	case tDistinct:
-		ch.do(fmt.Sprintf("Distinct(%q).Order(%q)", col, col), func(q *gorm.DB) *gorm.DB { return q.Distinct(col).Order(col) })
+		ch.do(fmt.Sprintf("Distinct(%q)", col), func(q *gorm.DB) *gorm.DB { return q.Distinct(col) })
+		if !c.Unordered {
+			ch.do(fmt.Sprintf("Order(%q)", col), func(q *gorm.DB) *gorm.DB { return q.Order(col) })
+		}
 	case tAgg:
 		sel := fmt.Sprintf("min(%s) AS lo, max(%s) AS hi, count(%s) AS n, count(*) AS c", col, col, col)
 		if thingCol(col).sum {
@@ -1136,6 +1145,7 @@ func (c tcase) shrinks() []tcase {
 	try(func(s *tcase) { s.HasOffset, s.Offset = false, 0 })
 	try(func(s *tcase) { s.HasLimit, s.Limit = false, 0 })
 	try(func(s *tcase) { s.Having = false })
+	try(func(s *tcase) { s.Unordered = false })
 	try(func(s *tcase) { s.Dest = dsModel })
 	try(func(s *tcase) { s.Batch = 0 })
 	for i := range c.Order {
