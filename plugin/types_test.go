@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/driver/postgres"
@@ -174,17 +173,6 @@ func icuDDL(ddl string) string {
 // every shard's schema (as per-shard SQL does), else once in public.
 func newTypesEnv(t *testing.T, pooled, perSchema bool) *typesEnv {
 	return newTypesEnvOn(t, pooled, perSchema, false)
-}
-
-// icuDatabase creates a database on cluster i whose default collation is
-// ICU's en-US, dropped when the test ends, and returns its DSN.
-func icuDatabase(t testing.TB, i int) string {
-	t.Helper()
-	c := pgtest.Cluster(t, i)
-	name := fmt.Sprintf("icu_%d_%d", i, time.Now().UnixNano())
-	pgtest.Exec(t, c.DSN("postgres"), "CREATE DATABASE "+name+" LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0")
-	t.Cleanup(func() { pgtest.Exec(t, c.DSN("postgres"), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
-	return c.DSN(name)
 }
 
 // newTypesEnvOn is newTypesEnv, on databases whose default collation is
