@@ -29,16 +29,16 @@ var (
 // sqlServersApp, what application processes read, leaves admin_dsn out
 // and says only whether there is one.
 const (
-	sqlServersAll  = `SELECT name, dsn, coalesce(to_jsonb(s) ->> 'admin_dsn', ''), replicas, state FROM shardkit.servers s ORDER BY name`
-	sqlServersApp  = `SELECT name, dsn, to_jsonb(s) ->> 'admin_dsn' IS NULL, replicas, state FROM shardkit.servers s ORDER BY name`
+	sqlServersAll = `SELECT name, dsn, coalesce(to_jsonb(s) ->> 'admin_dsn', ''), replicas, state FROM shardkit.servers s ORDER BY name`
+	sqlServersApp = `SELECT name, dsn, to_jsonb(s) ->> 'admin_dsn' IS NULL, replicas, state FROM shardkit.servers s ORDER BY name`
 	// sqlServersAppView is sqlServersApp through the view the application
 	// role may read (catalog version 12): it says whether a server has an
 	// admin DSN apart without the column itself, which the role may not read.
 	sqlServersAppView = `SELECT name, dsn, direct, replicas, state FROM shardkit.servers_app ORDER BY name`
 	sqlHasAppView     = `SELECT to_regclass('shardkit.servers_app') IS NOT NULL`
-	sqlServerAdd   = `INSERT INTO shardkit.servers (name, dsn, admin_dsn, replicas) VALUES ($1, $2, nullif(nullif($3, ''), $2), $4)`
-	sqlServerOne   = `SELECT dsn, coalesce(admin_dsn, '') FROM shardkit.servers WHERE name = $1 FOR UPDATE`
-	sqlServerOwner = `SELECT name FROM shardkit.servers
+	sqlServerAdd      = `INSERT INTO shardkit.servers (name, dsn, admin_dsn, replicas) VALUES ($1, $2, nullif(nullif($3, ''), $2), $4)`
+	sqlServerOne      = `SELECT dsn, coalesce(admin_dsn, '') FROM shardkit.servers WHERE name = $1 FOR UPDATE`
+	sqlServerOwner    = `SELECT name FROM shardkit.servers
 	WHERE name <> $1 AND (dsn IN ($2, $3) OR admin_dsn IN ($2, $3)) ORDER BY name LIMIT 1`
 	sqlServerSetDSN = `UPDATE shardkit.servers SET dsn = $2, admin_dsn = nullif(nullif($3, ''), $2) WHERE name = $1`
 )
