@@ -3,7 +3,9 @@ package plugin
 import (
 	"container/list"
 	"context"
+	"crypto/sha256"
 	"database/sql/driver"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -165,8 +167,8 @@ var preparedShardStmtsPerConn = 2048 // a variable for the tests of its bound
 // shardStmtsKey is the shardStmts' key in its connection's CustomData.
 const shardStmtsKey = "shardkit.oneshard"
 
-// shardStmts is a connection's prepared one-shard statements by text,
-// least recently used at the back. Only the goroutine holding the
+// shardStmts is a connection's prepared one-shard statements by name
+// (shardStmtName), least recently used at the back. Only the goroutine holding the
 // connection uses it.
 type shardStmts struct {
 	byText map[string]*list.Element // of string, the text
@@ -183,38 +185,48 @@ func shardStmtsOf(c *pgconn.PgConn) *shardStmts {
 	return ss
 }
 
-// prepared returns the text under which query is prepared on the
-// connection (query in the server's plan generation), preparing it, and
-// closing the least recently used to make room, if it is not yet.
+// prepared returns the name under which query is prepared on the
+// connection in the server's plan generation, preparing it, and closing
+// the least recently used to make room, if it is not yet. The name is
+// the digest of the generation and the text, never the text itself:
+// pgx runs a statement prepared under a text whenever that text comes
+// again, so a statement named by its own text would also run where the
+// plugin sends the text unnamed (inside a transaction, or the unnamed
+// run after a stale plan), and fail there once its result type changed.
 func (c unnamedConn) prepared(ctx context.Context, query string) (string, error) {
-	text := c.plans.text(query, c.plans.n.Load())
+	name := shardStmtName(query, c.plans.n.Load())
 	conn := c.Conn()
 	ss := shardStmtsOf(conn.PgConn())
-	if el, ok := ss.byText[text]; ok {
+	if el, ok := ss.byText[name]; ok {
 		ss.lru.MoveToFront(el)
-		return text, nil
+		return name, nil
 	}
 	for ss.lru.Len() >= preparedShardStmtsPerConn {
 		if err := c.forget(ctx, ss, ss.lru.Back().Value.(string)); err != nil {
 			return "", err
 		}
 	}
-	// pgx names a statement prepared under its own text by its digest
-	// and runs it prepared when that text comes again (Query, Exec).
-	if _, err := conn.Prepare(ctx, text, text); err != nil {
+	if _, err := conn.Prepare(ctx, name, query); err != nil {
 		return "", err
 	}
-	ss.byText[text] = ss.lru.PushFront(text)
-	return text, nil
+	ss.byText[name] = ss.lru.PushFront(name)
+	return name, nil
 }
 
-// forget closes the statement prepared for text.
-func (c unnamedConn) forget(ctx context.Context, ss *shardStmts, text string) error {
-	if el, ok := ss.byText[text]; ok {
-		delete(ss.byText, text)
+// shardStmtName is the name a one-shard statement of text is prepared
+// under in plan generation gen.
+func shardStmtName(text string, gen int64) string {
+	h := sha256.Sum256([]byte(strconv.FormatInt(gen, 10) + "\x00" + text))
+	return "shardkit_one_" + hex.EncodeToString(h[:16])
+}
+
+// forget closes the statement prepared under name.
+func (c unnamedConn) forget(ctx context.Context, ss *shardStmts, name string) error {
+	if el, ok := ss.byText[name]; ok {
+		delete(ss.byText, name)
 		ss.lru.Remove(el)
 	}
-	return c.Conn().Deallocate(ctx, text)
+	return c.Conn().Deallocate(ctx, name)
 }
 
 // stale reports whether a prepared one-shard statement met a result
@@ -223,13 +235,13 @@ func (c unnamedConn) forget(ctx context.Context, ss *shardStmts, text string) er
 // again unnamed, planned afresh. It starts the server's next plan
 // generation and closes the statement, so that the next run prepares
 // it after the change.
-func (c unnamedConn) stale(ctx context.Context, text string, err error) bool {
+func (c unnamedConn) stale(ctx context.Context, name string, err error) bool {
 	if err == nil || !planChanged(err) {
 		return false
 	}
 	gen := c.plans.n.Load()
 	c.plans.n.CompareAndSwap(gen, gen+1)
-	_ = c.forget(ctx, shardStmtsOf(c.Conn().PgConn()), text)
+	_ = c.forget(ctx, shardStmtsOf(c.Conn().PgConn()), name)
 	return c.Conn().PgConn().TxStatus() == 'I'
 }
 

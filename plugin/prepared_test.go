@@ -20,7 +20,7 @@ func (e *env) preparedOn(t *testing.T, server string) int {
 		t.Fatal(err)
 	}
 	var n int
-	if err := srv.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_prepared_statements WHERE name NOT LIKE 'stmt\_%'`).Scan(&n); err != nil {
+	if err := srv.QueryRowContext(context.Background(), `SELECT count(*) FROM pg_prepared_statements WHERE name NOT LIKE 'shardkit\_one\_%'`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
