@@ -1139,8 +1139,8 @@ func (te *typedEnv) check(t testing.TB, c tcase) *tfailure {
 // plugin's success are both answers Postgres may give: a read cut by a
 // limit without a total order, whose rows are any of the matching ones,
 // where plain GORM's failed to scan into the destination (a NULL into a
-// field that cannot hold it), the plugin read as many rows, and every row
-// it returned is one of the matching rows.
+// field that cannot hold it), the plugin read as many rows, and, where
+// the unlimited read scans, every row it returned is one of its rows.
 func (te *typedEnv) arbitraryScanFailure(c tcase, rs, rp result) bool {
 	if _, exact := c.ordered(); exact || !strings.Contains(rp.err.Error(), "sql: Scan error") || rs.affected != rp.affected {
 		return false
