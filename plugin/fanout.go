@@ -123,6 +123,8 @@ func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResu
 			r.hk, r.raw = make([][][]pgorder.Value, n), make([][][]any, n)
 		case rp.late:
 			r.hk = make([][][]pgorder.Value, n)
+		}
+		if rp.scansPage() {
 			r.page = newPageMerger(lateRowsType, rp.keys, keep)
 		}
 	}
@@ -177,6 +179,10 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 				return false
 			}
 			res.rows[u], res.hk[u] = appendRows(res.rows[u], reflect.ValueOf(lr)), append(res.hk[u], hk...)
+			break
+		}
+		if rp.scansPage() {
+			res.rows[u] = appendRows(res.rows[u], reflect.ValueOf(res.unscanned(rows)))
 			break
 		}
 		tmp := reflect.New(rp.sliceTyp)
@@ -328,7 +334,7 @@ func (p *Plugin) mergeRead(db *gorm.DB, rp *readPlan, res *readResults, s saved)
 	} else {
 		acc = res.page.page(rp.offset, rp.limit)
 	}
-	if rp.late {
+	if rp.scansPage() {
 		var ok bool
 		if acc, ok = p.scanPage(db, rp, res, acc.Interface().([]lateRow)); !ok {
 			return

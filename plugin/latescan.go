@@ -146,6 +146,29 @@ func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, u int, pt
 	return rows, hk, true
 }
 
+// scansPage reports whether the read's rows are merged as the driver
+// returned them and only its page is scanned: a read merged late, one
+// ordered by hidden values (their keys are the hidden columns', never the
+// scanned rows'), or one not ordered at all (nothing of a row is read
+// before the cut). A row is then converted into the destination only if
+// it is returned, so a value past the page that the destination cannot
+// hold (a NULL into an int32 that GORM's Pluck scans) fails no read, as
+// it fails none on one table, where Postgres never returns that row; one
+// in the page fails the read as it fails plain GORM.
+func (rp *readPlan) scansPage() bool {
+	return rp.shape == shapeRows && !rp.raw && (rp.late || rp.hidden || len(rp.keys) == 0)
+}
+
+// unscanned returns an answer's rows as rows of a page scanned at the end.
+func (r *readResults) unscanned(pt partials) []lateRow {
+	c := r.colset(nil, pt.cols)
+	rows := make([]lateRow, len(pt.rows))
+	for i, row := range pt.rows {
+		rows[i] = lateRow{vals: row, cols: c}
+	}
+	return rows
+}
+
 // colset returns the index of cols among the column sets answers came
 // with, adding it (and where its key columns are) if it is new. Answers
 // of one read have the same columns but while a schema change is under
@@ -162,10 +185,13 @@ func (r *readResults) colset(keys []orderKey, cols []memrows.Column) int {
 }
 
 // keyColumns finds each key's column by its field's name; nil if one is
-// missing or named twice.
+// missing or named twice, or a key has no field (a hidden one).
 func keyColumns(keys []orderKey, cols []memrows.Column) []int {
 	names := make([]string, len(keys))
 	for j, k := range keys {
+		if k.field == nil {
+			return nil
+		}
 		names[j] = k.field.DBName
 	}
 	return columnsNamed(names, cols)
