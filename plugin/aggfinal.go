@@ -148,6 +148,11 @@ func (ap *aggPlan) collations(ctx context.Context, m *model, cols []memrows.Colu
 			return nil
 		}
 		c, err := m.textOrder(ctx, col)
+		if c == nil && collatable(cols[i].DBType) {
+			// byte order: said so, since the statement finishing the
+			// groups would compare in the database's default
+			c = &byteCollation
+		}
 		out[i] = c
 		return err
 	}

@@ -73,6 +73,22 @@ func (c collation) same(o collation) bool {
 	return c.name == o.name && c.schema == o.schema && c.coll == o.coll
 }
 
+// byteCollation is the collation of Go's byte order, named for a
+// statement that orders or compares text in Postgres: without it, text
+// there takes the database's default collation, whatever its column's.
+var byteCollation = collation{name: "C", schema: "pg_catalog", coll: "C"}
+
+// collatable reports whether values of a driver type name (TEXT, or the
+// array type an argument is sent as, text) take a COLLATE clause: of the
+// types the merge reads as text, uuid does not.
+func collatable(dbType string) bool {
+	switch strings.ToLower(dbType) {
+	case "text", "varchar", "name":
+		return true
+	}
+	return false
+}
+
 // byteOrdered reports whether a collation orders text as bytes do.
 func byteOrdered(collation string) bool {
 	switch strings.ToLower(collation) {
@@ -325,13 +341,22 @@ func (m *model) textOrder(ctx context.Context, column string) (*collation, error
 // anyTextCollation describes a text column of the model whose collation
 // is not byte order, or the servers whose collations are not known; ""
 // when text merges in byte order are right.
-func (m *model) anyTextCollation(ctx context.Context) string {
+//
+// joined are the tables the read joins to the model's: their text counts
+// too, since an expression may read it.
+func (m *model) anyTextCollation(ctx context.Context, joined ...string) string {
 	if unread := m.p.unreadCollations(ctx); len(unread) > 0 {
 		return fmt.Sprintf("(collation unknown: server %s did not answer)", strings.Join(unread, ", "))
 	}
-	for col, c := range (*m.p.coll.byCol.Load())[m.table] {
-		if !c.byteOrder() {
-			return fmt.Sprintf("%s (collation %q, not byte order)", col, c.name)
+	byCol := *m.p.coll.byCol.Load()
+	for _, t := range append([]string{m.table}, joined...) {
+		for col, c := range byCol[t] {
+			if !c.byteOrder() {
+				if t != m.table {
+					col = t + "." + col
+				}
+				return fmt.Sprintf("%s (collation %q, not byte order)", col, c.name)
+			}
 		}
 	}
 	if d := m.p.coll.def.Load(); d != nil && !d.byteOrder() {
@@ -346,7 +371,10 @@ func (m *model) anyTextCollation(ctx context.Context) string {
 // of the default collation (an expression of them, without COLLATE,
 // derives it). nil otherwise (byte order, or not known: the read is
 // refused if the expression yields text, see hiddenValues).
-func (m *model) exprTextOrder(ctx context.Context) *collation {
+//
+// joined are the tables the read joins to the model's, whose text the
+// expression may read as well.
+func (m *model) exprTextOrder(ctx context.Context, joined ...string) *collation {
 	if len(m.p.unreadCollations(ctx)) > 0 {
 		return nil
 	}
@@ -354,9 +382,12 @@ func (m *model) exprTextOrder(ctx context.Context) *collation {
 	if d == nil || d.byteOrder() {
 		return nil
 	}
-	for _, c := range (*m.p.coll.byCol.Load())[m.table] {
-		if c.coll != "" || c.schema != "" || c.mixed {
-			return nil
+	byCol := *m.p.coll.byCol.Load()
+	for _, t := range append([]string{m.table}, joined...) {
+		for _, c := range byCol[t] {
+			if c.coll != "" || c.schema != "" || c.mixed {
+				return nil
+			}
 		}
 	}
 	out := *d

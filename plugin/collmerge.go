@@ -165,8 +165,14 @@ func orderStatement(rp *readPlan, m *pageMerger) (string, []any, error) {
 		if k.pgType != "" {
 			term = "(" + term + ")::" + k.pgType
 		}
-		if k.coll != nil && k.coll.coll != "" {
+		switch {
+		case k.coll != nil && k.coll.coll != "":
 			term += " COLLATE " + pgx.Identifier{k.coll.schema, k.coll.coll}.Sanitize()
+		case k.coll == nil && k.pgType == "" && collatable(typ):
+			// text of no collation of its own is in byte order (textOrder,
+			// exprTextOrder): said so, or the array is ordered in the
+			// database's default collation
+			term += " COLLATE " + pgx.Identifier{byteCollation.schema, byteCollation.coll}.Sanitize()
 		}
 		if k.desc {
 			term += " DESC"

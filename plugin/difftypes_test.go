@@ -393,18 +393,6 @@ func orderAxis(o string) string {
 	return thingCol(key).axis
 }
 
-// ordersBy reports whether the case orders by one of the column-type
-// axes (a column or an expression of it) before its id tiebreaker.
-func (c tcase) ordersBy(axes ...string) bool {
-	for _, o := range c.Order {
-		a := strings.TrimPrefix(orderAxis(o), "expr-")
-		if slices.Contains(axes, a) {
-			return true
-		}
-	}
-	return false
-}
-
 // code prints the case as the GORM chain that runs it.
 func (c tcase) code() string {
 	var ch chain

@@ -386,8 +386,11 @@ func (p *Plugin) hiddenValues(db *gorm.DB, rp *readPlan, pt partials) (partials,
 			case kind == pgorder.Other && k.pgType != "":
 			case kind == pgorder.Other:
 				return pt, nil, nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin does not order values of type %s; order by integer, numeric, float, text, time, bool or bytea values", ErrUnroutableSQL, k.name, types[j])
+			case kind == pgorder.Text && k.expr && k.opaque:
+				return pt, nil, nil, fmt.Errorf("%w: ORDER BY %s across shards: text computed by an expression over a joined table the plugin does not know cannot be ordered in its collation; order by a column, or scope the query to one shard", ErrUnroutableSQL, k.name)
 			case kind == pgorder.Text && k.expr && k.coll == nil:
-				if c := rp.d.m.anyTextCollation(db.Statement.Context); c != "" {
+				joined, _ := joinedTables(db.Statement, rp.d.m)
+				if c := rp.d.m.anyTextCollation(db.Statement.Context, joined...); c != "" {
 					return pt, nil, nil, fmt.Errorf("%w: ORDER BY %s across shards: text computed by an expression cannot be ordered in its collation (%s has text in %s); order by a column, or scope the query to one shard", ErrUnroutableSQL, k.name, rp.d.m.table, c)
 				}
 			}

@@ -90,7 +90,7 @@ func hiddenKey(db *gorm.DB, m *model, t []sqlcond.Token) (orderKey, error) {
 		if err != nil {
 			return k, fmt.Errorf("%w: ORDER BY %s is not a column of %s", ErrUnroutableSQL, src, m.table)
 		}
-		k.name, k.sql = own, sqlcond.QuoteIdent(own)
+		k.name, k.sql = own, qualifiedColumn(db.Statement, own)
 		switch ct := m.columnType(own); {
 		case ct == nil:
 		case ct.typtype == 'e' && ct.category != 'A':
@@ -112,8 +112,43 @@ func hiddenKey(db *gorm.DB, m *model, t []sqlcond.Token) (orderKey, error) {
 	// Text the expression computes is in the database's default
 	// collation: ordered in Postgres when that is not byte order (values
 	// of other types are ordered there alike, exactly).
-	k.coll = m.exprTextOrder(db.Statement.Context)
+	joined, known := joinedTables(db.Statement, m)
+	if !known {
+		// text of a table the plugin does not know: its order is not
+		// known either
+		k.opaque = true
+		return k, nil
+	}
+	k.coll = m.exprTextOrder(db.Statement.Context, joined...)
 	return k, nil
+}
+
+// joinedTables returns the tables the statement joins to the model's
+// (GORM's Joins of the model's associations), and whether it knows every
+// one: a join of another kind is refused across shards (colocatedJoins),
+// and a FROM clause's joins too (checkFromJoins).
+func joinedTables(stmt *gorm.Statement, m *model) ([]string, bool) {
+	var out []string
+	for _, j := range stmt.Joins {
+		rel, ok := m.schema.Relationships.Relations[j.Name]
+		if !ok || rel.FieldSchema == nil {
+			return nil, false
+		}
+		out = append(out, rel.FieldSchema.Table)
+	}
+	return out, len(fromJoins(stmt)) == 0
+}
+
+// qualifiedColumn is a column of the model as each shard's select list
+// names it: qualified by the model's table (its alias, as GORM names the
+// model's columns) where the statement joins another table, since a name
+// both tables have is ambiguous there; in ORDER BY, Postgres reads a bare
+// name as the select list's column, which GORM gives the model's.
+func qualifiedColumn(stmt *gorm.Statement, col string) string {
+	if stmt.Table == "" || !joinsTables(stmt) {
+		return sqlcond.QuoteIdent(col)
+	}
+	return stmt.Quote(clause.Column{Table: clause.CurrentTable, Name: col})
 }
 
 // hiddenSelect is the SELECT clause of each shard's statement in a read

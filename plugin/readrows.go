@@ -52,6 +52,9 @@ type orderKey struct {
 	alias  string
 	sql    string
 	expr   bool
+	// opaque: an expression over a joined table the plugin does not
+	// know, whose text's collation it cannot tell
+	opaque bool
 	nulls  int8 // hidden: NULLS FIRST (1) or LAST (-1); 0: Postgres's default for the direction
 	// as: the kind the merge reads the key's Go values as (a numeric
 	// column's text as numeric; 0: as FromReflect reads them)
