@@ -86,7 +86,7 @@ SHORT_PURE := ./idgen/... ./router/... ./internal/sqlcond ./internal/pgorder ./i
 	./internal/twophase ./internal/memrows ./internal/rowsum ./internal/bytesize ./internal/sqlversions
 test-short: postgres
 	$(GO) test -count=1 -short $(SHORT_PURE)
-	$(GO) test -count=1 -short -run '^(Example.*|TestSlotLeases|TestDumpDropRestore|TestResolverFollowsTheCoordinator|TestDifferential)$$' \
+	$(GO) test -count=1 -run '^(Example.*|TestSlotLeases|TestDumpDropRestore|TestResolverFollowsTheCoordinator|TestDifferential|TestRollbackAfterCutover|TestMigrateAddsVersionAndResumes|TestUnixPeerOfAnotherUIDRefused|TestRouterFollowsCatalogThroughRelay)$$' \
 	  ./plugin ./catalog ./rebalance ./migrations ./backup ./resolver ./relay
 
 ## reliability: the long runs — 8 processes × 1M IDs on one shard with clock steps and kills,
