@@ -423,21 +423,26 @@ var typedReads = []exactRead{
 	}},
 }
 
+// sameAsPlain runs read on plain GORM's table and through the plugin and
+// fails the test unless both answer, and alike.
+func sameAsPlain(t *testing.T, te *typesEnv, read func(*gorm.DB) (any, error)) {
+	t.Helper()
+	want, err := read(te.plain)
+	if err != nil {
+		t.Fatalf("plain: %v", err)
+	}
+	got, err := read(te.e.db)
+	if err != nil {
+		t.Fatalf("plugin: %v", err)
+	}
+	if !sameAnswer(got, want) {
+		t.Fatalf("plugin:\n%s\nplain GORM:\n%s", typed(got), typed(want))
+	}
+}
+
 func runTypedReads(t *testing.T, te *typesEnv) {
 	for _, c := range typedReads {
-		t.Run(c.name, func(t *testing.T) {
-			want, err := c.run(te.plain)
-			if err != nil {
-				t.Fatalf("plain: %v", err)
-			}
-			got, err := c.run(te.e.db)
-			if err != nil {
-				t.Fatalf("plugin: %v", err)
-			}
-			if !sameAnswer(got, want) {
-				t.Fatalf("plugin:\n%s\nplain GORM:\n%s", typed(got), typed(want))
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { sameAsPlain(t, te, c.run) })
 	}
 }
 
@@ -522,19 +527,7 @@ func runICUDefault(t *testing.T, pooled bool) {
 		})},
 		{"an integer expression", into[Gauge](func(db *gorm.DB) *gorm.DB { return gaugesAll(db).Order("id % 7, id desc").Limit(10) })},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			want, err := c.run(te.plain)
-			if err != nil {
-				t.Fatalf("plain: %v", err)
-			}
-			got, err := c.run(te.e.db)
-			if err != nil {
-				t.Fatalf("plugin: %v", err)
-			}
-			if !sameAnswer(got, want) {
-				t.Fatalf("plugin:\n%s\nplain GORM:\n%s", typed(got), typed(want))
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { sameAsPlain(t, te, c.run) })
 	}
 }
 
