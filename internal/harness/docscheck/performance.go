@@ -166,7 +166,25 @@ func init() {
 				"or a pooler's server connections, which outlive app processes (the pooled rows: a fresh process behind PgBouncers that earlier reads warmed)."},
 		},
 		scatterLayersFigure,
+		Figure{
+			Name:    "finish-in-postgres",
+			Command: "go test ./plugin -run '^$' -bench 'BenchmarkFinishInPostgres|BenchmarkTextOrder' -benchtime 20x -count 3",
+			Columns: []string{"read", "finished in Postgres", "merged in Go", "ratio"},
+			Rows: []Row{
+				finishRow("2000 shards on two servers: `ORDER BY caption` (ICU) `LIMIT 50`, against `ORDER BY id LIMIT 50`", "BenchmarkFinishInPostgres/text_order"),
+				finishRow("… `GROUP BY likes HAVING count(*) > 0` (every group passes), against no `HAVING`", "BenchmarkFinishInPostgres/having"),
+				finishRow("… `count(DISTINCT likes)`, against `count(*)`", "BenchmarkFinishInPostgres/count_distinct"),
+				{Label: "64 shards on two servers: ordered by text (ICU) `LIMIT 50`, against by ID", Bench: "BenchmarkTextOrder", Cells: []string{
+					"{. by-text-µs/op /1e3} ms", "{. by-id-µs/op /1e3} ms", "{. ratio}×"}},
+			},
+		},
 	)
+}
+
+func finishRow(label, bench string) Row {
+	return Row{Label: label, Bench: bench, Cells: []string{
+		"{. in-postgres-µs/op /1e3} ms", "{. in-go-µs/op /1e3} ms", "{. ratio}×",
+	}}
 }
 
 // scatterLayersFigure is where the client's CPU of the default ordered
