@@ -95,6 +95,18 @@ func init() {
 	)
 }
 
+// The cost of an atomic transaction across servers (transactions.md).
+func init() {
+	Figures = append(Figures, Figure{
+		Name:    "atomic",
+		Command: "go test ./plugin -run '^$' -bench BenchmarkAtomic -benchtime 1000x -count 3",
+		Columns: []string{"one photo on a shard of each of two servers", "`plugin.Atomic()`", "two one-shard transactions", "ratio"},
+		Rows: []Row{
+			{Label: "clusters without fsync", Bench: "BenchmarkAtomic", Cells: []string{"{. ns/atomic /1e6} ms", "{. ns/two-txs /1e6} ms", "{. atomic/two-txs}×"}},
+		},
+	})
+}
+
 func routingRow(label, op string) Row {
 	return Row{Label: label, Bench: "BenchmarkRoutingOverhead/" + op, Cells: []string{
 		"{. overhead-median-ns/op /1e3 +} µs", "{. overhead-allocs/op +}", "{. plain-ns/op /1e3} µs",
