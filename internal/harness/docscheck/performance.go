@@ -107,6 +107,19 @@ func init() {
 	})
 }
 
+// The application role's cost on a one-shard read (moves.md: the old home
+// refuses the role's reads through its privileges).
+func init() {
+	Figures = append(Figures, Figure{
+		Name:    "app-role",
+		Command: "go test ./rebalance -run '^$' -bench BenchmarkOneShardReadRole -benchtime 5000x -count 5",
+		Columns: []string{"a one-shard read by key", "as the application role", "as the superuser", "role / superuser"},
+		Rows: []Row{
+			{Label: "medians, back to back", Bench: "BenchmarkOneShardReadRole", Cells: []string{"{. app-median-ns /1e3} µs", "{. superuser-median-ns /1e3} µs", "{. ratio}×"}},
+		},
+	})
+}
+
 func routingRow(label, op string) Row {
 	return Row{Label: label, Bench: "BenchmarkRoutingOverhead/" + op, Cells: []string{
 		"{. overhead-median-ns/op /1e3 +} µs", "{. overhead-allocs/op +}", "{. plain-ns/op /1e3} µs",
