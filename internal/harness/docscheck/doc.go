@@ -14,7 +14,9 @@
 //     no figure in prose in a section that holds a maintained table, no
 //     table of figures outside figures: markers. [Allowed] names, page by
 //     page and with the reason, what reads as drift and is not (a nonce, a
-//     setting such as "a 3 s lease"); an entry that matches nothing fails.
+//     setting such as "a 3 s lease"); an entry that matches nothing fails;
+//   - docs/operations.md's shardctl list names every command and
+//     subcommand of cmd/shardctl.
 //
 // It needs no network and no database. The package also holds [Figures],
 // the tables make figures maintains, and how they are read from Go's
