@@ -1,8 +1,10 @@
-// Package gettingstarted runs docs/getting-started.md as it is written, on
-// throwaway clusters, so that the page cannot drift from the code.
+// Package onramp runs the pages a new user starts from as they are written,
+// on throwaway clusters, so that they cannot drift from the code:
+// docs/getting-started.md here, and docs/adopting.md's code in
+// adopting_test.go (the docs check finds each of its Go blocks there).
 //
-// Each fenced block of the page that the run uses is preceded by a marker
-// line, <!-- getting-started: KIND -->:
+// Each fenced block of docs/getting-started.md that the run uses is
+// preceded by a marker line, <!-- getting-started: KIND -->:
 //
 //   - servers: how a reader starts the servers; not run (the test starts
 //     its own clusters, with the settings the block gives);
@@ -15,7 +17,7 @@
 //     module's shardctl first on PATH;
 //   - output: the text the run block before it ends with, "…" standing
 //     for any text.
-package gettingstarted
+package onramp
 
 import (
 	"bytes"
@@ -153,7 +155,7 @@ func env(t *testing.T, b block) []string {
 // written into the module's directory).
 func build(t *testing.T, program, bin, dir string) {
 	t.Helper()
-	abs, err := filepath.Abs(filepath.Join(root, "internal", "harness", "docscheck", "gettingstarted", "photos", "main.go"))
+	abs, err := filepath.Abs(filepath.Join(root, "internal", "harness", "docscheck", "onramp", "photos", "main.go"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +171,7 @@ func build(t *testing.T, program, bin, dir string) {
 	}
 	for _, c := range [][]string{
 		{"build", "-o", filepath.Join(bin, "shardctl"), "./cmd/shardctl"},
-		{"build", "-overlay", ov, "-o", filepath.Join(dir, "photos"), "./internal/harness/docscheck/gettingstarted/photos"},
+		{"build", "-overlay", ov, "-o", filepath.Join(dir, "photos"), "./internal/harness/docscheck/onramp/photos"},
 	} {
 		cmd := exec.Command("go", c...)
 		cmd.Dir = root
