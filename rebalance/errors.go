@@ -52,9 +52,10 @@ var (
 	ErrStopped = errors.New("move stopped at a step")
 	// ErrStatementLogging: the admin role may not turn statement logging
 	// off for the statement that carries a password (CREATE SUBSCRIPTION's
-	// connection string); the move stops rather than log it. Let the admin
-	// role set log_statement (a superuser; on PostgreSQL 15 and later,
-	// GRANT SET ON PARAMETER log_statement), then resume the move.
+	// connection string); the move stops rather than log it. Make the
+	// admin role a superuser, or GRANT SET ON PARAMETER log_statement,
+	// log_min_error_statement, log_min_duration_statement TO it, then
+	// resume the move.
 	ErrStatementLogging = errors.New("the admin role cannot keep CREATE SUBSCRIPTION out of the server log: " +
 		"make it a superuser, or GRANT SET ON PARAMETER log_statement, log_min_error_statement, log_min_duration_statement TO it")
 )
