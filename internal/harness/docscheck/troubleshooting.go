@@ -75,70 +75,80 @@ func Errors(root string) ([]ErrorDoc, error) {
 
 // packageErrors returns the exported errors of the package in dir.
 func packageErrors(dir, rel string) ([]ErrorDoc, error) {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, parser.ParseComments)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []ErrorDoc
-	for name, pkg := range pkgs {
-		if name == "main" {
+	fset := token.NewFileSet()
+	var files []*ast.File // of the package, whatever their build tags
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
 			continue
 		}
-		errTypes := map[string]bool{} // types with an Error() string method
-		for _, f := range pkg.Files {
-			for _, d := range f.Decls {
-				fn, ok := d.(*ast.FuncDecl)
-				if !ok || fn.Recv == nil || fn.Name.Name != "Error" || len(fn.Type.Params.List) != 0 ||
-					fn.Type.Results == nil || len(fn.Type.Results.List) != 1 {
-					continue
-				}
-				if id, ok := fn.Type.Results.List[0].Type.(*ast.Ident); !ok || id.Name != "string" {
-					continue
-				}
-				t := fn.Recv.List[0].Type
-				if s, ok := t.(*ast.StarExpr); ok {
-					t = s.X
-				}
-				if id, ok := t.(*ast.Ident); ok && id.IsExported() {
-					errTypes[id.Name] = true
-				}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments)
+		if err != nil {
+			return nil, err
+		}
+		if f.Name.Name != "main" {
+			files = append(files, f)
+		}
+	}
+	var out []ErrorDoc
+	seen := map[string]bool{}     // a name declared in files of different build tags is one error
+	errTypes := map[string]bool{} // types with an Error() string method
+	for _, f := range files {
+		for _, d := range f.Decls {
+			fn, ok := d.(*ast.FuncDecl)
+			if !ok || fn.Recv == nil || fn.Name.Name != "Error" || len(fn.Type.Params.List) != 0 ||
+				fn.Type.Results == nil || len(fn.Type.Results.List) != 1 {
+				continue
+			}
+			if id, ok := fn.Type.Results.List[0].Type.(*ast.Ident); !ok || id.Name != "string" {
+				continue
+			}
+			t := fn.Recv.List[0].Type
+			if s, ok := t.(*ast.StarExpr); ok {
+				t = s.X
+			}
+			if id, ok := t.(*ast.Ident); ok && id.IsExported() {
+				errTypes[id.Name] = true
 			}
 		}
-		for _, f := range pkg.Files {
-			for _, d := range f.Decls {
-				g, ok := d.(*ast.GenDecl)
-				if !ok {
-					continue
-				}
-				for _, spec := range g.Specs {
-					docOf := func(own *ast.CommentGroup) string {
-						if own == nil && len(g.Specs) == 1 {
-							own = g.Doc
-						}
-						return strings.TrimSpace(own.Text())
+	}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range g.Specs {
+				docOf := func(own *ast.CommentGroup) string {
+					if own == nil && len(g.Specs) == 1 {
+						own = g.Doc
 					}
-					switch s := spec.(type) {
-					case *ast.TypeSpec:
-						if errTypes[s.Name.Name] {
-							out = append(out, ErrorDoc{Pkg: rel, Name: s.Name.Name, Type: true, Doc: docOf(s.Doc)})
-						}
-					case *ast.ValueSpec:
-						if g.Tok != token.VAR {
+					return strings.TrimSpace(own.Text())
+				}
+				switch s := spec.(type) {
+				case *ast.TypeSpec:
+					if errTypes[s.Name.Name] && !seen[s.Name.Name] {
+						seen[s.Name.Name] = true
+						out = append(out, ErrorDoc{Pkg: rel, Name: s.Name.Name, Type: true, Doc: docOf(s.Doc)})
+					}
+				case *ast.ValueSpec:
+					if g.Tok != token.VAR {
+						continue
+					}
+					for i, n := range s.Names {
+						if !n.IsExported() || !strings.HasPrefix(n.Name, "Err") || seen[n.Name] {
 							continue
 						}
-						for i, n := range s.Names {
-							if !n.IsExported() || !strings.HasPrefix(n.Name, "Err") {
-								continue
-							}
-							e := ErrorDoc{Pkg: rel, Name: n.Name, Doc: docOf(s.Doc)}
-							if i < len(s.Values) {
-								e.Message = literalMessage(s.Values[i])
-							}
-							out = append(out, e)
+						seen[n.Name] = true
+						e := ErrorDoc{Pkg: rel, Name: n.Name, Doc: docOf(s.Doc)}
+						if i < len(s.Values) {
+							e.Message = literalMessage(s.Values[i])
 						}
+						out = append(out, e)
 					}
 				}
 			}
