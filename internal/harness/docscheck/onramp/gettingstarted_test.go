@@ -6,10 +6,12 @@
 // Each fenced block of docs/getting-started.md that the run uses is
 // preceded by a marker line, <!-- getting-started: KIND -->:
 //
-//   - servers: how a reader starts the servers; not run (the test starts
-//     its own clusters, with the settings the block gives);
-//   - env: export NAME=VALUE lines; the test sets the same names to its
-//     own databases;
+//   - servers: the reader's servers started; run with its ports (55NN)
+//     replaced by free ones, as the postgres user when the test runs as
+//     root (initdb refuses root), with the packaged server binaries first
+//     on PATH; the servers are stopped when the test ends;
+//   - env: export NAME=VALUE lines, set for the blocks after it (the same
+//     ports replaced);
 //   - main.go: the program, compiled as a package of this module;
 //   - build: how a reader builds it in a module of their own; not run (the
 //     test builds main.go into ./photos with this module's dependencies);
@@ -23,15 +25,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
 
@@ -53,7 +60,7 @@ type block struct {
 var (
 	markerRE = regexp.MustCompile(`^<!-- getting-started: ([a-z.]+) -->$`)
 	fenceRE  = regexp.MustCompile("^```([A-Za-z0-9_+-]*)$")
-	exportRE = regexp.MustCompile(`^export ([A-Z_][A-Z0-9_]*)=\S+(\s+#.*)?$`)
+	exportRE = regexp.MustCompile(`^export ([A-Z_][A-Z0-9_]*)=(\S+)(\s+#.*)?$`)
 )
 
 // blocks splits src into its fenced blocks.
@@ -122,52 +129,101 @@ func readPage(t *testing.T) []block {
 	return blocks(string(src))
 }
 
-// env is what the page's env block names, set to the test's databases.
-func env(t *testing.T, b block) []string {
+// env returns the variables the page's env block exports, its ports
+// replaced by ports.
+func env(t *testing.T, b block, ports *strings.Replacer) []string {
 	t.Helper()
-	dsns := map[string]string{
-		"SHARDKIT_CATALOG": pgtest.NewDatabase(t, 0),
-		"APP_DB":           pgtest.NewDatabase(t, 0),
-		"SERVER_A":         pgtest.NewDatabase(t, 0),
-		"SERVER_B":         pgtest.NewDatabase(t, 1),
-	}
-	var out, names []string
+	var out []string
 	for _, l := range strings.Split(strings.TrimSpace(b.text), "\n") {
-		m := exportRE.FindStringSubmatch(l)
+		m := exportRE.FindStringSubmatch(ports.Replace(l))
 		if m == nil {
 			t.Fatalf("%s:%d: the env block's line %q is not export NAME=VALUE", page, b.line, l)
 		}
-		dsn, ok := dsns[m[1]]
-		if !ok {
-			t.Fatalf("%s:%d: the env block sets %s, which the run does not provide (it has SHARDKIT_CATALOG, APP_DB, SERVER_A, SERVER_B)", page, b.line, m[1])
-		}
-		names = append(names, m[1])
-		out = append(out, m[1]+"="+dsn)
-	}
-	if len(names) != len(dsns) {
-		t.Fatalf("%s:%d: the env block sets %v, want each of SHARDKIT_CATALOG, APP_DB, SERVER_A, SERVER_B", page, b.line, names)
+		out = append(out, m[1]+"="+m[2])
 	}
 	return out
 }
 
-// build compiles the module's shardctl into bin and the page's program
-// into dir/photos, as a package of this module (an overlay: nothing is
-// written into the module's directory).
-func build(t *testing.T, program, bin, dir string) {
+// portRE finds the ports of the servers block.
+var portRE = regexp.MustCompile(`\b55[0-9]{2}\b`)
+
+// startServers runs the page's servers block in dir with its ports
+// replaced by free ones, and returns the replacement. The servers it
+// starts are stopped (pg_ctl stop) when the test ends.
+func startServers(t *testing.T, b block, dir string) *strings.Replacer {
 	t.Helper()
-	abs, err := filepath.Abs(filepath.Join(root, "internal", "harness", "docscheck", "onramp", "photos", "main.go"))
+	var pairs []string
+	for _, p := range slices.Compact(slices.Sorted(slices.Values(portRE.FindAllString(b.text, -1)))) {
+		free, err := pglocal.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pairs = append(pairs, p, strconv.Itoa(free))
+	}
+	if len(pairs) == 0 {
+		t.Fatalf("%s:%d: the servers block names no port 55NN", page, b.line)
+	}
+	ports := strings.NewReplacer(pairs...)
+	bin, err := pglocal.BinDir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp := t.TempDir()
+	cred, err := pglocal.PostgresUser("initdb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := func() {
+		pids, _ := filepath.Glob(filepath.Join(dir, "*", "*", "postmaster.pid"))
+		for _, pid := range pids {
+			cmd := exec.Command(filepath.Join(bin, "pg_ctl"), "-D", filepath.Dir(pid), "stop", "-m", "immediate")
+			if cred != nil {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+			}
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Logf("pg_ctl stop %s: %v\n%s", filepath.Dir(pid), err, out)
+			}
+		}
+	}
+	t.Cleanup(stop)
+	cmd := exec.Command("bash", "-eu", "-c", ports.Replace(b.text))
+	cmd.Dir = dir
+	cmd.Env = append(slices.Clone(os.Environ()), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"), "LC_ALL=C")
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if u, err := user.LookupId(strconv.FormatUint(uint64(cred.Uid), 10)); err == nil {
+			cmd.Env = append(cmd.Env, "HOME="+u.HomeDir)
+		}
+	}
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s:%d (%s):\n%s%s", page, b.line, time.Since(start).Round(time.Millisecond), ports.Replace(b.text), out)
+	if err != nil {
+		t.Fatalf("%s:%d: the servers block failed: %v\n%s", page, b.line, err, out)
+	}
+	return ports
+}
+
+// build compiles the module's shardctl into bin and the page's program
+// into dir/photos, as a package of this module (an overlay in tmp: nothing
+// is written into the module's directory).
+func build(program, bin, dir, tmp string) error {
+	abs, err := filepath.Abs(filepath.Join(root, "internal", "harness", "docscheck", "onramp", "photos", "main.go"))
+	if err != nil {
+		return err
+	}
 	file := filepath.Join(tmp, "main.go")
 	if err := os.WriteFile(file, []byte(program), 0o644); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	overlay, _ := json.Marshal(map[string]any{"Replace": map[string]string{abs: file}})
 	ov := filepath.Join(tmp, "overlay.json")
 	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	for _, c := range [][]string{
 		{"build", "-o", filepath.Join(bin, "shardctl"), "./cmd/shardctl"},
@@ -176,9 +232,10 @@ func build(t *testing.T, program, bin, dir string) {
 		cmd := exec.Command("go", c...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(c, " "), err, out)
+			return fmt.Errorf("go %s: %w\n%s", strings.Join(c, " "), err, out)
 		}
 	}
+	return nil
 }
 
 // matches reports whether out ends with the lines of want, "…" in want
@@ -218,8 +275,8 @@ func TestMatches(t *testing.T) {
 	}
 }
 
-// TestGettingStarted runs the page from its env block on: provisioning
-// with shardctl init, the program's write and read by ID, a move of the
+// TestGettingStarted runs the page: three servers started with initdb and
+// pg_ctl, provisioning with shardctl init, the program's write and read by ID, a move of the
 // shard with shardctl, and the program again, each run block's output
 // compared with the output block after it. About 20 s.
 func TestGettingStarted(t *testing.T) {
@@ -227,21 +284,57 @@ func TestGettingStarted(t *testing.T) {
 		t.Skip("starts clusters and moves a shard")
 	}
 	bs := readPage(t)
-	dir, bin := t.TempDir(), t.TempDir()
+	bin := t.TempDir()
+	// The reader's directory, where the servers keep their data: not under
+	// t.TempDir, which the postgres user may not enter.
+	dir, err := os.MkdirTemp("", "getting-started-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) }) // after the servers stop: cleanups run last first
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The builds take CPU, the servers' start mostly the disk: side by side.
+	var program *block
+	for i := range bs {
+		if bs[i].kind == "main.go" {
+			program = &bs[i]
+		}
+	}
+	if program == nil {
+		t.Fatalf("%s: no main.go block", page)
+	}
+	tmp := t.TempDir()
+	built := make(chan error, 1)
+	go func() { built <- build(program.text, bin, dir, tmp) }()
+	var buildErr error
+	waited := false
+	wait := func() error {
+		if !waited {
+			buildErr, waited = <-built, true
+		}
+		return buildErr
+	}
+	t.Cleanup(func() { _ = wait() }) // before dir and tmp are removed
+	var ports *strings.Replacer
 	var vars []string
 	for _, b := range bs {
 		switch b.kind {
+		case "servers":
+			ports = startServers(t, b, dir)
 		case "env":
-			vars = env(t, b)
-		case "main.go":
-			build(t, b.text, bin, dir)
+			if ports == nil {
+				t.Fatalf("%s:%d: the env block comes before the servers block", page, b.line)
+			}
+			vars = env(t, b, ports)
 		}
 	}
 	if vars == nil {
 		t.Fatalf("%s: no env block", page)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "photos")); err != nil {
-		t.Fatalf("%s: no main.go block built: %v", page, err)
+	if err := wait(); err != nil {
+		t.Fatalf("%s:%d: the program does not build: %v", page, program.line, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
