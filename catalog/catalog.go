@@ -22,11 +22,15 @@ import (
 //go:embed catalogsql/*.sql
 var catalogSQL embed.FS
 
-// ErrNoCatalog reports a catalog database that has not been initialised.
-// It is router.ErrNoCatalog, so that either name matches with errors.Is.
+// ErrNoCatalog reports a catalog database that has not been initialised. It is
+// router.ErrNoCatalog, so that either name matches with errors.Is. Provision
+// it first (shardctl init, migrations.Provision), or check that the DSN names
+// the catalog's database.
 var ErrNoCatalog = router.ErrNoCatalog
 
-// ErrCatalogTooNew reports a catalog migrated by a newer shardkit.
+// ErrCatalogTooNew reports a catalog migrated by a newer shardkit. Run a
+// shardkit at least as new as the one that migrated it; a catalog is never
+// migrated down.
 var ErrCatalogTooNew = errors.New("catalog schema is newer than this shardkit")
 
 // Catalog is the shardkit catalog: one Postgres database holding the

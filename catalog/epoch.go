@@ -5,11 +5,14 @@ import (
 	"fmt"
 )
 
-// ErrCatalogRegressed reports a catalog whose shard-map version is older
-// than a map a router already holds: the catalog lost committed changes
-// (a failover to a standby that had not received them, a restore from a
-// backup). The router keeps its map and installs none older; routers'
-// maps may hold changes the catalog lost. It arrives as a *RegressedError.
+// ErrCatalogRegressed reports a catalog whose shard-map version is older than
+// a map a router already holds: the catalog lost committed changes (a failover
+// to a standby that had not received them, a restore from a backup). The
+// router keeps its map and installs none older; routers' maps may hold changes
+// the catalog lost. It arrives as a *RegressedError. A process started afresh
+// has no map to compare and takes the catalog's: find what the catalog lost
+// (moves that had flipped: shardctl status against the shard schemas on the
+// servers) and redo it before starting new processes.
 var ErrCatalogRegressed = errors.New("the catalog's shard map is older than one already read from it")
 
 // RegressedError is ErrCatalogRegressed with the versions.

@@ -17,8 +17,9 @@ import (
 )
 
 // ErrNoFreeSlot reports that every application ID slot is held by a live
-// process (it is idgen.ErrNoFreeSlot). New rows then take their keys from
-// the database's DEFAULT next_id().
+// process (it is idgen.ErrNoFreeSlot). New rows then take their keys from the
+// database's DEFAULT next_id(). For more processes with IDs made in Go, lease
+// parts of slots (LeaserConfig.LeaseBits).
 var ErrNoFreeSlot = idgen.ErrNoFreeSlot
 
 // Lease defaults.

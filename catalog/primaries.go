@@ -10,9 +10,10 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-// ErrPrimaryRefused reports a primary that RecordPrimary does not record:
-// the host that answers is an older primary than the recorded one, or
-// another cluster. It arrives with a *router.NotPrimaryError saying which.
+// ErrPrimaryRefused reports a primary that RecordPrimary does not record: the
+// host that answers is an older primary than the recorded one, or another
+// cluster. It arrives with a *router.NotPrimaryError saying which. Record a
+// host only once it is the promoted primary of the server's own cluster.
 var ErrPrimaryRefused = errors.New("the host is not a newer primary of the server")
 
 // Statements on servers' primaries. They read the columns through the

@@ -15,8 +15,9 @@ import (
 // names another (Config.AppRole).
 const DefaultAppRole = "shardkit_app"
 
-// ErrBadRole reports a role name shardkit does not accept: lower case
-// letters, digits and underscores, not starting with a digit, at most 63.
+// ErrBadRole reports a role name shardkit does not accept: lower case letters,
+// digits and underscores, not starting with a digit, at most 63. Pick a name
+// of that form.
 var ErrBadRole = errors.New("invalid role name")
 
 // validateRole checks a role name (Config.AppRole).

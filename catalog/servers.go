@@ -14,10 +14,12 @@ import (
 // Errors of server changes. Test with errors.Is.
 var (
 	// ErrBadDSN reports a DSN the driver cannot parse, or a change that
-	// gives no DSN at all.
+	// gives no DSN at all. Give a postgres:// URL or libpq key=value
+	// pairs.
 	ErrBadDSN = errors.New("bad server DSN")
 	// ErrDSNInUse reports a DSN that another server already has: one
-	// database cannot be two servers.
+	// database cannot be two servers. Give each server a database of its
+	// own; to change a server's DSN, shardctl server set-dsn.
 	ErrDSNInUse = errors.New("the DSN is another server's")
 )
 

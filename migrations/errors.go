@@ -11,31 +11,48 @@ import (
 // Sentinel errors of provisioning. Each is wrapped with context (often in a
 // *ServerError or *ShardError naming where it happened); test with errors.Is.
 var (
-	// ErrServerUnreachable reports a shard server that cannot be connected to.
+	// ErrServerUnreachable reports a shard server that cannot be connected
+	// to. Check that the server is up and its DSN; run again: provisioning
+	// completes what is left.
 	ErrServerUnreachable = errors.New("server unreachable")
 	// ErrDuplicateServer reports a server name given twice, or a name the
-	// catalog already holds with a different DSN.
+	// catalog already holds with a different DSN. Name each server once;
+	// to change a registered server's DSN, shardctl server set-dsn.
 	ErrDuplicateServer = errors.New("duplicate server name")
 	// ErrShardCountMismatch reports a shard count different from the
-	// existing catalog's. Changing it would rekey every row.
+	// existing catalog's. Changing it would rekey every row. Leave the
+	// count out (an existing catalog's is kept), or give the catalog's.
 	ErrShardCountMismatch = errors.New("shard count differs from the catalog's")
 	// ErrLayoutMismatch reports an ID layout different from the existing
 	// catalog's (or from the one a shard server was provisioned with).
+	// Leave the layout out (an existing catalog's is kept), or give the
+	// catalog's.
 	ErrLayoutMismatch = errors.New("ID layout differs from the catalog's")
-	// ErrInsufficientPrivilege reports a server role that lacks a privilege
-	// provisioning needs (SQLSTATE 42501); the message names the privilege.
+	// ErrInsufficientPrivilege reports a server role that lacks a
+	// privilege provisioning needs (SQLSTATE 42501); the message names the
+	// privilege. Provision as a role that holds it (the servers' and the
+	// catalog's owner, or a superuser).
 	ErrInsufficientPrivilege = errors.New("insufficient privilege")
-	// ErrNoServers reports a Provision call without any server.
+	// ErrNoServers reports a Provision call without any server. Give at
+	// least one server (shardctl init --server NAME=DSN).
 	ErrNoServers = errors.New("no servers given")
 	// ErrBadServerName reports a server name the catalog would refuse.
+	// Start the name with a lower-case letter, then up to 62 of a-z, 0-9,
+	// _ and -.
 	ErrBadServerName = errors.New("invalid server name")
-	// ErrBadMigrationFile reports a per-shard SQL file whose name or content is unusable.
+	// ErrBadMigrationFile reports a per-shard SQL file whose name or
+	// content is unusable. Name each file NNNN_name.sql, one version per
+	// file, with unqualified table names; the message says which file and
+	// why.
 	ErrBadMigrationFile = errors.New("bad per-shard migration file")
 	// ErrMigrationOrder reports a new migration version lower than one
 	// already applied: it would run in a different order on new shards.
+	// Give the new file a version above every applied one.
 	ErrMigrationOrder = errors.New("migration added out of order")
 	// ErrMigrationChanged reports a per-shard migration file whose content
-	// differs from the one already recorded in the catalog for that version.
+	// differs from the one already recorded in the catalog for that
+	// version. A recorded file never changes: put it back as it was, and
+	// make the change in a new file with the next version.
 	ErrMigrationChanged = errors.New("applied migration file changed")
 	// ErrMigrationFailed reports a Migrate whose new or fixed files failed
 	// on a shard schema (the *ShardError it wraps names the shard, server
@@ -50,11 +67,13 @@ var (
 	ErrMigrationIncomplete = errors.New("migration left unfinished")
 	// ErrMovesInProgress reports shards that are moving or fenced, or
 	// moves unfinished in the journal (a *MovesError), while a migration
-	// would change their tables.
+	// would change their tables. Finish the moves first (shardctl move
+	// --resume or --complete, shardctl rollback), then migrate.
 	ErrMovesInProgress = errors.New("shard moves in progress")
 )
 
-// ServerError is an error on one shard server.
+// ServerError is an error on one shard server. It names the server; the error
+// it wraps says what failed.
 type ServerError struct {
 	Server string // server name in the catalog
 	Err    error
@@ -98,7 +117,8 @@ func (e *MovesError) Error() string {
 // Unwrap returns ErrMovesInProgress.
 func (e *MovesError) Unwrap() error { return ErrMovesInProgress }
 
-// ShardError is an error applying a migration to one shard schema.
+// ShardError is an error applying a migration to one shard schema. It names
+// the shard, the server and the file; the error it wraps says what failed.
 type ShardError struct {
 	Shard  int
 	Server string // may be empty when not known

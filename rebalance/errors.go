@@ -16,10 +16,12 @@ var (
 	// it (Mover.Resume), complete it or roll it back.
 	ErrMoveInProgress = errors.New("shard already has an unfinished move; Mover.Resume, Mover.Complete or Mover.Rollback it")
 	// ErrWrongState: there is no unfinished move of the shard, or its
-	// state does not allow the action (for example Complete of a move
-	// that has not cut over).
+	// state does not allow the action (for example Complete of a move that
+	// has not cut over). shardctl status shows each shard's unfinished
+	// move and its step.
 	ErrWrongState = errors.New("move is not in a state that allows this")
-	// ErrSameServer: the shard is on the target server already.
+	// ErrSameServer: the shard is on the target server already. Nothing to
+	// do; pick another target.
 	ErrSameServer = errors.New("shard is already on the target server")
 	// ErrPreflight: the move was refused before any change, by its
 	// preflight checks (or an inactive target); a *MoveError holds every
@@ -50,7 +52,10 @@ var (
 	ErrStopped = errors.New("move stopped at a step")
 	// ErrStatementLogging: the admin role may not turn statement logging
 	// off for the statement that carries a password (CREATE SUBSCRIPTION's
-	// connection string); the move stops rather than log it.
+	// connection string); the move stops rather than log it. Make the
+	// admin role a superuser, or GRANT SET ON PARAMETER log_statement,
+	// log_min_error_statement, log_min_duration_statement TO it, then
+	// resume the move.
 	ErrStatementLogging = errors.New("the admin role cannot keep CREATE SUBSCRIPTION out of the server log: " +
 		"make it a superuser, or GRANT SET ON PARAMETER log_statement, log_min_error_statement, log_min_duration_statement TO it")
 )

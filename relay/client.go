@@ -19,8 +19,9 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-// ErrUnavailable reports a relay that does not answer: not started, or
-// at another path.
+// ErrUnavailable reports a relay that does not answer: not started, or at
+// another path. Start shardctl relay --socket PATH on the host, or point the
+// router at the path the relay listens on.
 var ErrUnavailable = errors.New("relay not reachable: start it (shardctl relay --socket PATH) or give the router the catalog instead")
 
 // longPoll is how long a listening router's request waits for a new

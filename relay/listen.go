@@ -10,7 +10,8 @@ import (
 	"time"
 )
 
-// ErrInUse reports a socket path where a relay already answers.
+// ErrInUse reports a socket path where a relay already answers. Use that
+// relay, stop it first, or give this one another --socket.
 var ErrInUse = errors.New("a relay already answers on this socket; stop it first or choose another path")
 
 // MaxConns bounds the connections a relay serves at once; a client past

@@ -121,7 +121,8 @@ func New(cfg Config) *Resolver {
 	return &Resolver{cfg: cfg}
 }
 
-// ErrNoServers reports a Config without Servers.
+// ErrNoServers reports a Config without Servers. Pass the router (a
+// *router.Router) as Config.Servers.
 var ErrNoServers = errors.New("resolver: Config.Servers is nil; pass the router")
 
 // Run runs a pass every Interval until ctx ends, and returns ctx's error.

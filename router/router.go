@@ -17,6 +17,8 @@ import (
 const MapChannel = "shardkit_map"
 
 // ErrNoCatalog reports a catalog database that has not been initialised.
+// Provision it first (shardctl init, migrations.Provision), or check that the
+// DSN names the catalog's database.
 var ErrNoCatalog = errors.New("catalog not initialised: provision it first (migrations.Provision)")
 
 // Source is where a Router reads the shard map and hears of new versions:

@@ -11,20 +11,32 @@ import (
 // Sentinel errors of the router. Test with errors.Is.
 var (
 	// ErrNegativeKey reports a negative integer shard key; shard keys are
-	// user IDs and similar, never negative.
+	// user IDs and similar, never negative. Use a non-negative key, or a
+	// string key, which is hashed.
 	ErrNegativeKey = errors.New("negative shard key")
-	// ErrShardOutOfRange reports a logical shard number outside [0, shards).
+	// ErrShardOutOfRange reports a logical shard number outside [0,
+	// shards). Give a shard below the catalog's shard count (shardctl
+	// status prints it).
 	ErrShardOutOfRange = errors.New("logical shard out of range")
-	// ErrInvalidShardCount reports a shard count that is not in [1, 2^shardBits].
+	// ErrInvalidShardCount reports a shard count that is not in [1,
+	// 2^shardBits]. Pick a count in that range; 2000 by default, fixed for
+	// the catalog's lifetime.
 	ErrInvalidShardCount = errors.New("invalid shard count")
 	// ErrInvalidSchemaName reports a schema name that is not shard_NNNN.
+	// Shard schemas are named by SchemaName.
 	ErrInvalidSchemaName = errors.New("invalid shard schema name")
-	// ErrUnknownShard reports a shard that the shard map does not place.
+	// ErrUnknownShard reports a shard that the shard map does not place. A
+	// provisioning that did not finish leaves shards unplaced: run
+	// shardctl init again to complete it.
 	ErrUnknownShard = errors.New("shard not in the shard map")
-	// ErrUnknownServer reports a server name that the catalog does not hold.
+	// ErrUnknownServer reports a server name that the catalog does not
+	// hold. Register it first (shardctl init --server NAME=DSN on the
+	// existing catalog), or check the name: shardctl status lists the
+	// servers.
 	ErrUnknownServer = errors.New("server not in the catalog")
 	// ErrBadCatalog reports a catalog row that breaks the catalog's rules;
-	// the message names the row.
+	// the message names the row. Undo what changed the row (the catalog is
+	// written only by shardkit), or restore the catalog.
 	ErrBadCatalog = errors.New("malformed catalog")
 )
 
