@@ -80,7 +80,7 @@ func TestUnixPeerOfAnotherUIDRefused(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- NewServer(r).Serve(ctx, l) }()
+		go func() { done <- NewServer(r, testCatalogID).Serve(ctx, l) }()
 		t.Cleanup(func() { cancel(); <-done })
 		return path
 	}
