@@ -35,7 +35,7 @@
 // catalog's stamp before it takes a version it has not seen the catalog
 // hold, or servers other than those it last checked, and refuses a map
 // of another catalog (ErrOtherCatalog), of a version the catalog does not
-// hold (ErrVersionAhead) or naming a server's DSN or replicas otherwise
+// hold (ErrVersionAhead) or naming a server's DSN, replicas or primary otherwise
 // (ErrServersDiffer), before decoding its placements. A map change costs
 // each client one such read.
 //

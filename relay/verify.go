@@ -21,10 +21,10 @@ var (
 	// the catalog's map (something else answers on the relay's address),
 	// or a catalog that lost the commits the relay saw.
 	ErrVersionAhead = errors.New("the relay serves a map version the catalog does not hold: find what answers on the relay's address")
-	// ErrServersDiffer reports a map naming a server's DSN or replicas
-	// otherwise than the catalog: a relay behind the catalog, which
-	// catches up, or a map that is not the catalog's.
-	ErrServersDiffer = errors.New("the relay's map names a server's DSN or replicas otherwise than the catalog")
+	// ErrServersDiffer reports a map naming a server's DSN, replicas or
+	// recorded primary otherwise than the catalog: a relay behind the
+	// catalog, which catches up, or a map that is not the catalog's.
+	ErrServersDiffer = errors.New("the relay's map names a server's DSN, replicas or primary otherwise than the catalog")
 )
 
 // identities is what a client knows of its catalog.
@@ -115,15 +115,17 @@ func (c *Client) accept(ctx context.Context, body []byte, since *router.Snapshot
 }
 
 // sameServers reports whether a and b name the same servers with the same
-// DSNs and replicas, in the same order.
+// DSNs, replicas and primaries, in the same order.
 func sameServers(a, b []router.Server) bool {
 	return slices.EqualFunc(a, b, func(x, y router.Server) bool {
-		return x.Name == y.Name && x.DSN == y.DSN && slices.Equal(x.Replicas, y.Replicas)
+		return x.Name == y.Name && x.DSN == y.DSN && slices.Equal(x.Replicas, y.Replicas) && x.Primary == y.Primary
 	})
 }
 
 // serversOf checks that every server of a map of version v is one of the
-// catalog's, with its DSN and replicas.
+// catalog's, with its DSN, replicas and recorded primary: what a router
+// connects to, and the primary it accepts there (a primary of the past
+// would let a router use an old primary that came back).
 func serversOf(st *catalog.Stamp, servers []router.Server, v int64) error {
 	why := "the map is not the catalog's"
 	if st.Version > v {
@@ -138,6 +140,8 @@ func serversOf(st *catalog.Stamp, servers []router.Server, v int64) error {
 			return fmt.Errorf("%w: server %s's DSN: %s", ErrServersDiffer, s.Name, why)
 		case !slices.Equal(st.Servers[i].Replicas, s.Replicas):
 			return fmt.Errorf("%w: server %s's replicas: %s", ErrServersDiffer, s.Name, why)
+		case st.Servers[i].Primary != s.Primary:
+			return fmt.Errorf("%w: server %s's primary (%v, the catalog's %v): %s", ErrServersDiffer, s.Name, s.Primary, st.Servers[i].Primary, why)
 		}
 	}
 	return nil

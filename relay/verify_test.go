@@ -39,10 +39,17 @@ func serveFixed(t *testing.T, snap *router.Snapshot, id string) (string, *router
 // forged returns a copy of snap at version v whose server name has dsn.
 func forged(t *testing.T, snap *router.Snapshot, v int64, name, dsn string) *router.Snapshot {
 	t.Helper()
+	return forgedWith(t, snap, v, name, func(s *router.Server) { s.DSN = dsn })
+}
+
+// forgedWith returns a copy of snap at version v whose server name is
+// changed by change.
+func forgedWith(t *testing.T, snap *router.Snapshot, v int64, name string, change func(*router.Server)) *router.Snapshot {
+	t.Helper()
 	servers := snap.Servers()
 	for i := range servers {
 		if servers[i].Name == name {
-			servers[i].DSN = dsn
+			change(&servers[i])
 		}
 	}
 	s, err := router.NewSnapshot(v, snap.Shards, servers, snap.Placements())
@@ -56,7 +63,7 @@ func forged(t *testing.T, snap *router.Snapshot, v int64, name, dsn string) *rou
 // TestForeignMapsRefused: a client that knows its catalog refuses, with
 // a typed error, what a relay serves that is not its catalog's map: the
 // map of another catalog, a version the catalog does not hold (one past
-// it, or far past), a server's DSN replaced; and keeps its map when a
+// it, or far past), a server's DSN, replicas or primary replaced; and keeps its map when a
 // relay it follows jumps ahead. The catalog's own map, served the same
 // way, is taken; a client that checks nothing takes the forged ones too,
 // as every client did before maps carried their catalog.
@@ -86,6 +93,10 @@ func TestForeignMapsRefused(t *testing.T) {
 		{"one version past the catalog's", forged(t, genuine, st.Version+1, "a", genuine.Servers()[0].DSN), st.ID, ErrVersionAhead, true},
 		{"a version far past the catalog's", forged(t, genuine, 1<<39, "a", genuine.Servers()[0].DSN), st.ID, ErrVersionAhead, true},
 		{"a server's DSN replaced", forged(t, genuine, st.Version, "a", elsewhere), st.ID, ErrServersDiffer, true},
+		{"a server's replicas replaced", forgedWith(t, genuine, st.Version, "a", func(s *router.Server) { s.Replicas = []string{elsewhere} }), st.ID, ErrServersDiffer, true},
+		{"a server's primary replaced", forgedWith(t, genuine, st.Version, "b", func(s *router.Server) {
+			s.Primary = router.Primary{SystemID: "7000000000000000001", Timeline: 1}
+		}), st.ID, ErrServersDiffer, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
