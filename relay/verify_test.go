@@ -155,10 +155,11 @@ func TestForeignMapsRefused(t *testing.T) {
 }
 
 // TestForeignMapsRefusedCheaply measures what a refusal costs: a reply of
-// maxReply bytes of another catalog, or of a version ahead of the
-// catalog's, is refused before its lists are decoded (about its own size
-// allocated, the undecoded lists), and a whole map of 8192 shards with a
-// server's DSN replaced before its placements are.
+// 8 MiB of empty placements of another catalog, or of a version ahead of
+// the catalog's, is refused before its lists are decoded (about its own
+// size allocated, the undecoded lists, where decoding them would cost
+// tens of times as much), and a whole map of 8192 shards with a server's
+// DSN replaced before its placements are.
 func TestForeignMapsRefusedCheaply(t *testing.T) {
 	ctx := context.Background()
 	se := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: testShards})
@@ -168,9 +169,10 @@ func TestForeignMapsRefusedCheaply(t *testing.T) {
 	}
 	huge := func(id string, v int64) []byte {
 		head := fmt.Sprintf(`{"catalog":%q,"version":%d,"shards":8192,"layout":{"epoch_ms":1314220021721,"time_bits":41,"shard_bits":13,"seq_bits":10,"slot_bits":6},"servers":[],"placements":[`, id, v)
-		body := make([]byte, 0, maxReply)
+		const size = 8 << 20
+		body := make([]byte, 0, size)
 		body = append(body, head...)
-		for len(body) < maxReply-16 {
+		for len(body) < size-16 {
 			body = append(body, "{},"...)
 		}
 		return append(body, "{}]}"...)
