@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/router"
 )
@@ -66,11 +67,16 @@ func forgedWith(t *testing.T, snap *router.Snapshot, v int64, name string, chang
 // it, or far past), a server's DSN, replicas or primary replaced; and keeps its map when a
 // relay it follows jumps ahead. The catalog's own map, served the same
 // way, is taken; a client that checks nothing takes the forged ones too,
-// as every client did before maps carried their catalog.
+// as every client did before maps carried their catalog. The client
+// reads the catalog as the application role, which may read no admin DSN.
 func TestForeignMapsRefused(t *testing.T) {
 	ctx := context.Background()
 	se := shardtest.New(t, shardtest.Spec{Servers: []string{"a", "b"}, Shards: testShards})
-	cat := se.Catalog
+	cat, err := catalog.Open(ctx, shardtest.AppDSN(t, se.CatalogDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
 	st, err := cat.Stamp(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +142,7 @@ func TestForeignMapsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cat.PlaceShard(ctx, 3, other(placed(t, cat, 3)), router.StateActive); err != nil {
+	if _, err := se.Catalog.PlaceShard(ctx, 3, other(placed(t, se.Catalog, 3)), router.StateActive); err != nil {
 		t.Fatal(err)
 	}
 	for _, step := range []struct {
