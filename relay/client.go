@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -77,7 +78,16 @@ type Options struct {
 	// the relay's certificate (ServerName defaults to the host of addr),
 	// its Certificates are the client's own.
 	TLS *tls.Config
+	// RelayUIDs, when not empty, are the uids a relay on a Unix socket may
+	// run as: the client reads the peer's uid from the kernel
+	// (SO_PEERCRED) and refuses any other (ErrRelayPeer), so that a
+	// process that took the socket's path first is not asked. Empty: any.
+	RelayUIDs []int
 }
+
+// ErrRelayPeer reports a Unix socket served by a process of a uid the
+// client does not expect of its relay (Options.RelayUIDs).
+var ErrRelayPeer = errors.New("the process on the relay's socket runs as a uid not in Options.RelayUIDs: stop it and start the relay as its user, or fix the socket's path")
 
 // Verifier is the catalog as a client checks a relay's maps against it.
 // *catalog.Catalog is one.
@@ -102,10 +112,27 @@ func DialWith(addr string, o Options) (*Client, error) {
 	} else if strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".") {
 		network = "unix"
 	}
+	if len(o.RelayUIDs) > 0 && network != "unix" {
+		return nil, fmt.Errorf("relay %s: RelayUIDs are for a Unix socket; a relay on TCP is known by its certificate (Options.TLS)", addr)
+	}
+	uids := slices.Clone(o.RelayUIDs)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, network, address)
+			conn, err := d.DialContext(ctx, network, address)
+			if err != nil || len(uids) == 0 {
+				return conn, err
+			}
+			uid, err := peerUID(conn.(*net.UnixConn))
+			if err != nil {
+				_ = conn.Close()
+				return nil, fmt.Errorf("%w: %w", ErrRelayPeer, err)
+			}
+			if !slices.Contains(uids, uid) {
+				_ = conn.Close()
+				return nil, fmt.Errorf("%w: it runs as uid %d", ErrRelayPeer, uid)
+			}
+			return conn, nil
 		},
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     2 * longPoll,
