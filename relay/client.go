@@ -64,8 +64,8 @@ type Options struct {
 	// identity from it before it accepts a map, and checks against it
 	// every map version it has not seen the catalog hold (one read per
 	// new version): a map of another catalog, of a version the catalog
-	// does not hold yet, or naming a server's DSN, replicas or primary otherwise
-	// than the catalog does is refused.
+	// does not hold yet, or naming a server's DSN, replicas or primary
+	// otherwise than the catalog does is refused.
 	Catalog Verifier
 	// CatalogID, when set, is the identity of the catalog the maps must
 	// be of (catalog.Stamp.ID, shown by shardctl relay). With neither it

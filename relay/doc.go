@@ -35,9 +35,9 @@
 // catalog's stamp before it takes a version it has not seen the catalog
 // hold, or servers other than those it last checked, and refuses a map
 // of another catalog (ErrOtherCatalog), of a version the catalog does not
-// hold (ErrVersionAhead) or naming a server's DSN, replicas or primary otherwise
-// (ErrServersDiffer), before decoding its placements. A map change costs
-// each client one such read.
+// hold (ErrVersionAhead) or naming a server's DSN, replicas or primary
+// otherwise (ErrServersDiffer), before decoding its placements. A map
+// change costs each client one such read.
 //
 // The socket carries the servers' DSNs, which may hold passwords: Listen
 // makes it readable and writable by its owner only (mode 0600) and serves
