@@ -25,7 +25,7 @@ func BenchmarkFanOut(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s := NewServer(src)
+			s := NewServer(src, testCatalogID)
 			go func() { _ = s.Run(ctx) }()
 			l, err := net.Listen("unix", filepath.Join(b.TempDir(), "relay.sock"))
 			if err != nil {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -39,34 +42,122 @@ const maxReply = 64 << 20
 // waits on the relay for each new version and reads only what changed.
 // It is safe for concurrent use.
 type Client struct {
-	addr string
-	hc   *http.Client
+	addr   string
+	url    string // the URL every path is asked at
+	hc     *http.Client
+	token  string
+	verify Verifier
 
 	mu      sync.Mutex
 	newest  *router.Snapshot // the newest map this client has read: where deltas start
 	arrived *router.Snapshot // what a listener's wait brought, for the reload that follows it
+	ids     identities
 }
 
 var _ router.VersionSource = (*Client)(nil)
 
-// Dial returns a client of the relay at addr: a Unix socket path (or
-// unix:PATH), or host:port for a relay on TCP. It connects on first use.
+// Options are how a client authenticates itself to a relay and checks
+// the maps it serves. The zero value checks only that every map is of
+// the catalog of the first one read.
+type Options struct {
+	// Catalog, when set, is the catalog the maps must be of, opened with
+	// the application's DSN (a *catalog.Catalog): the client reads its
+	// identity from it before it accepts a map, and checks against it
+	// every map version it has not seen the catalog hold (one read per
+	// new version): a map of another catalog, of a version the catalog
+	// does not hold yet, or naming a server's DSN, replicas or primary
+	// otherwise than the catalog does is refused.
+	Catalog Verifier
+	// CatalogID, when set, is the identity of the catalog the maps must
+	// be of (catalog.Stamp.ID, shown by shardctl relay). With neither it
+	// nor Catalog, the first map read fixes it.
+	CatalogID string
+	// Token is sent with every request (a relay on TCP with a token;
+	// ReadTokenFile reads one). Empty: none.
+	Token string
+	// TLS, when not nil, speaks TLS to a relay on TCP: its RootCAs verify
+	// the relay's certificate (ServerName defaults to the host of addr),
+	// its Certificates are the client's own.
+	TLS *tls.Config
+	// RelayUIDs, when not empty, are the uids a relay on a Unix socket may
+	// run as: the client reads the peer's uid from the kernel
+	// (SO_PEERCRED) and refuses any other (ErrRelayPeer), so that a
+	// process that took the socket's path first is not asked. Empty: any.
+	RelayUIDs []int
+}
+
+// ErrRelayPeer reports a Unix socket served by a process of a uid the
+// client does not expect of its relay (Options.RelayUIDs).
+var ErrRelayPeer = errors.New("the process on the relay's socket runs as a uid not in Options.RelayUIDs: stop it and start the relay as its user, or fix the socket's path")
+
+// Verifier is the catalog as a client checks a relay's maps against it.
+// *catalog.Catalog is one.
+type Verifier interface {
+	Stamp(ctx context.Context) (catalog.Stamp, error)
+}
+
+// Dial returns a client of the relay at addr that checks only that every
+// map is of one catalog: DialWith with zero Options.
 func Dial(addr string) *Client {
+	c, _ := DialWith(addr, Options{})
+	return c
+}
+
+// DialWith returns a client of the relay at addr: a Unix socket path (or
+// unix:PATH), or host:port for a relay on TCP. It connects on first use.
+// TLS for a Unix socket is an error.
+func DialWith(addr string, o Options) (*Client, error) {
 	network, address := "tcp", addr
 	if p, ok := strings.CutPrefix(addr, "unix:"); ok {
 		network, address = "unix", p
 	} else if strings.HasPrefix(addr, "/") || strings.HasPrefix(addr, ".") {
 		network = "unix"
 	}
+	if len(o.RelayUIDs) > 0 && network != "unix" {
+		return nil, fmt.Errorf("relay %s: RelayUIDs are for a Unix socket; a relay on TCP is known by its certificate (Options.TLS)", addr)
+	}
+	uids := slices.Clone(o.RelayUIDs)
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, network, address)
+			conn, err := d.DialContext(ctx, network, address)
+			if err != nil || len(uids) == 0 {
+				return conn, err
+			}
+			uid, err := peerUID(conn.(*net.UnixConn))
+			if err != nil {
+				_ = conn.Close()
+				return nil, fmt.Errorf("%w: %w", ErrRelayPeer, err)
+			}
+			if !slices.Contains(uids, uid) {
+				_ = conn.Close()
+				return nil, fmt.Errorf("%w: it runs as uid %d", ErrRelayPeer, uid)
+			}
+			return conn, nil
 		},
 		MaxIdleConnsPerHost: 64,
 		IdleConnTimeout:     2 * longPoll,
 	}
-	return &Client{addr: addr, hc: &http.Client{Transport: tr}}
+	base := "http://relay"
+	if o.TLS != nil {
+		if network != "tcp" {
+			return nil, fmt.Errorf("relay %s: TLS is for a relay on TCP; a Unix socket checks its peers' uids instead", addr)
+		}
+		cfg := o.TLS.Clone()
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(address)
+			if err != nil {
+				return nil, fmt.Errorf("relay %s: want host:port: %w", addr, err)
+			}
+			cfg.ServerName = host
+		}
+		tr.TLSClientConfig = cfg
+		tr.ForceAttemptHTTP2 = false
+		base = "https://relay"
+	}
+	c := &Client{addr: addr, url: base, hc: &http.Client{Transport: tr}, token: o.Token, verify: o.Catalog}
+	c.ids.want = o.CatalogID
+	return c, nil
 }
 
 // Close closes the client's idle connections.
@@ -75,13 +166,16 @@ func (c *Client) Close() { c.hc.CloseIdleConnections() }
 // get asks the relay for path with params and returns the status and
 // body.
 func (c *Client) get(ctx context.Context, path string, params url.Values) (int, []byte, error) {
-	u := "http://relay" + path
+	u := c.url + path
 	if len(params) > 0 {
 		u += "?" + params.Encode()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return 0, nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -98,6 +192,9 @@ func (c *Client) get(ctx context.Context, path string, params url.Values) (int, 
 	if len(body) > maxReply {
 		return 0, nil, fmt.Errorf("shardkit: relay %s: %w: over %d bytes", c.addr, ErrBadReply, maxReply)
 	}
+	if resp.StatusCode == http.StatusUnauthorized {
+		return 0, nil, fmt.Errorf("shardkit: relay %s: %w", c.addr, ErrUnauthorized)
+	}
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotModified {
 		return 0, nil, fmt.Errorf("shardkit: relay %s: %w: %s: %s", c.addr, ErrBadReply, resp.Status, strings.TrimSpace(string(body)))
 	}
@@ -110,7 +207,7 @@ func (c *Client) Load(ctx context.Context) (*router.Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := decodeMap(body, nil)
+	s, err := c.accept(ctx, body, nil)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: relay %s: %w", c.addr, err)
 	}
@@ -163,7 +260,7 @@ func (c *Client) mapAfter(ctx context.Context, since *router.Snapshot, wait time
 	if err != nil || status == http.StatusNotModified {
 		return nil, err
 	}
-	s, err := decodeMap(body, since)
+	s, err := c.accept(ctx, body, since)
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: relay %s: %w", c.addr, err)
 	}

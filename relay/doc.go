@@ -13,7 +13,11 @@
 // notification and one read per relay, and reaches a router one local
 // round trip after the relay has it.
 //
-//	r, err := router.New(ctx, relay.Dial("/run/shardkit/relay.sock"))
+//	c, err := relay.DialWith("/run/shardkit/relay.sock", relay.Options{Catalog: cat})
+//	if err != nil {
+//		return err
+//	}
+//	r, err := router.New(ctx, c)
 //	if err != nil {
 //		return err // relay.ErrUnavailable: no relay at that path
 //	}
@@ -25,7 +29,18 @@
 // it has and waits on the relay again with backoff; run the relay under
 // the host's service manager.
 //
+// The relay is not trusted with the map either. Every reply carries its
+// catalog's identity (catalog.Stamp.ID); a client given its catalog
+// (Options.Catalog, opened with the application's DSN) reads the
+// catalog's stamp before it takes a version it has not seen the catalog
+// hold, or servers other than those it last checked, and refuses a map
+// of another catalog (ErrOtherCatalog), of a version the catalog does not
+// hold (ErrVersionAhead) or naming a server's DSN, replicas or primary
+// otherwise (ErrServersDiffer), before decoding its placements. A map
+// change costs each client one such read.
+//
 // The socket carries the servers' DSNs, which may hold passwords: Listen
-// makes it readable and writable by its owner only (mode 0600); run the
-// application under the relay's user, or widen the mode on purpose.
+// makes it readable and writable by its owner only (mode 0600) and serves
+// only peers of allowed uids. On TCP (ListenTCP) a relay requires a token,
+// client certificates, or both.
 package relay

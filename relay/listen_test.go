@@ -80,7 +80,7 @@ func TestUnixPeerOfAnotherUIDRefused(t *testing.T) {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
-		go func() { done <- NewServer(r).Serve(ctx, l) }()
+		go func() { done <- NewServer(r, testCatalogID).Serve(ctx, l) }()
 		t.Cleanup(func() { cancel(); <-done })
 		return path
 	}
@@ -124,5 +124,34 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := out.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRelayOfAnotherUIDRefused: a client that names the uids its relay
+// runs as refuses a socket served by another (as a process that took the
+// socket's path first would be), and is served by one of them.
+func TestRelayOfAnotherUIDRefused(t *testing.T) {
+	path, _ := serveFixed(t, testSnapshot(t, 3, 8), testCatalogID)
+	ctx := context.Background()
+	for _, tt := range []struct {
+		uids []int
+		want error
+	}{
+		{[]int{os.Getuid() + 1}, ErrRelayPeer},
+		{[]int{os.Getuid() + 1, os.Getuid()}, nil},
+		{nil, nil},
+	} {
+		c, err := DialWith(path, Options{RelayUIDs: tt.uids})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Load(ctx)
+		c.Close()
+		if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+			t.Fatalf("relay uids %v: %v, want %v", tt.uids, err, tt.want)
+		}
+	}
+	if _, err := DialWith("127.0.0.1:1", Options{RelayUIDs: []int{0}}); err == nil {
+		t.Fatal("RelayUIDs for a TCP relay: no error")
 	}
 }

@@ -34,7 +34,8 @@ const (
 //	                            the relay holds V, the whole map otherwise; 304 if D ends first
 //	/v1/map                     the whole map
 type Server struct {
-	r *router.Router
+	r  *router.Router
+	id string // the catalog's identity, which every reply carries
 
 	mu      sync.Mutex
 	recent  []*router.Snapshot // ascending versions, the newest last
@@ -42,10 +43,12 @@ type Server struct {
 	encoded map[int64][]byte   // replies for the newest version, by since (0: the whole map)
 }
 
-// NewServer returns a relay server for r's map. Run must run for it to
-// hear of new versions.
-func NewServer(r *router.Router) *Server {
-	s := &Server{r: r, next: make(chan struct{}), encoded: map[int64][]byte{}}
+// NewServer returns a relay server for r's map, which is the map of the
+// catalog whose identity is catalogID (catalog.Stamp.ID): every reply
+// carries it, and a client that expects another catalog refuses the map.
+// Run must run for it to hear of new versions.
+func NewServer(r *router.Router, catalogID string) *Server {
+	s := &Server{r: r, id: catalogID, next: make(chan struct{}), encoded: map[int64][]byte{}}
 	s.add(r.Snapshot())
 	return s
 }
@@ -123,9 +126,9 @@ func (s *Server) reply(cur *router.Snapshot, since int64) ([]byte, error) {
 	}
 	encode := func() ([]byte, error) {
 		if old != nil {
-			return json.Marshal(delta(old, cur))
+			return json.Marshal(delta(old, cur, s.id))
 		}
-		return json.Marshal(fullMap(cur))
+		return json.Marshal(fullMap(cur, s.id))
 	}
 	if s.recent[len(s.recent)-1] != cur {
 		return encode() // a newer version arrived meanwhile: not cached
@@ -227,13 +230,23 @@ func waitParam(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// Serve answers on l until ctx ends, at most MaxConns connections at once; then it stops accepting, ends the
-// waiting requests and returns nil.
+// Serve answers on l until ctx ends, at most MaxConns connections at
+// once; then it stops accepting, ends the waiting requests and returns
+// nil. l is a Unix socket (Listen checks its peers' uids) or a TCP
+// listener from ListenTCP, which authenticates its clients; any other TCP
+// listener is refused with ErrNoCredential.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	var h http.Handler = s
+	if tl, ok := l.(*tcpListener); ok {
+		h = tl.auth(s)
+	} else if n := l.Addr().Network(); n != "unix" && n != "unixpacket" {
+		_ = l.Close()
+		return fmt.Errorf("relay: serve on %s %s: %w", n, l.Addr(), ErrNoCredential)
+	}
 	// A request is a GET line and a few headers: read it in seconds. A
 	// reply may wait MaxWait for a new version before it is written. An
 	// idle client's connection is closed after two of its long polls.
-	hs := &http.Server{Handler: s, BaseContext: func(net.Listener) context.Context { return ctx },
+	hs := &http.Server{Handler: h, BaseContext: func(net.Listener) context.Context { return ctx },
 		ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second,
 		WriteTimeout: MaxWait + 30*time.Second, IdleTimeout: 2*longPoll + 30*time.Second,
 		MaxHeaderBytes: 8 << 10}
@@ -257,13 +270,26 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // says: listening to the catalog, with a slow poll as a safety net, is
 // the usual choice) and serves it on l until ctx ends. wait returns once
 // all of it has stopped, with the first error that was not ctx's.
+//
+// The replies carry the identity of src's catalog when src has one (a
+// *catalog.Catalog is a Verifier); a catalog without one (made before
+// catalog version 13) is catalog.ErrNoIdentity.
 func Start(ctx context.Context, src router.Source, l net.Listener, o router.WatchOptions) (s *Server, wait func() error, err error) {
+	var id string
+	if v, ok := src.(Verifier); ok {
+		st, err := v.Stamp(ctx)
+		if err != nil {
+			_ = l.Close()
+			return nil, nil, err
+		}
+		id = st.ID
+	}
 	r, err := router.New(ctx, src)
 	if err != nil {
 		_ = l.Close()
 		return nil, nil, err
 	}
-	s = NewServer(r)
+	s = NewServer(r, id)
 	errs := make(chan error, 3)
 	for _, run := range []func() error{
 		func() error { return r.WatchWith(ctx, o) },

@@ -18,6 +18,10 @@ var ErrBadReply = errors.New("relay: malformed reply; is the socket a shardkit r
 // wireMap is a relay's reply: the whole map (Since 0) or, for a client
 // that named the version it holds, the placements that changed after it.
 type wireMap struct {
+	// Catalog is the identity of the catalog the map is of (catalog.Stamp.ID),
+	// and Epoch its history (router.Snapshot.CatalogEpoch).
+	Catalog    string          `json:"catalog,omitempty"`
+	Epoch      string          `json:"epoch,omitempty"`
 	Version    int64           `json:"version"`
 	Since      int64           `json:"since,omitempty"` // a delta from this version
 	Shards     int             `json:"shards,omitempty"`
@@ -75,17 +79,18 @@ func toWirePlacements(ps []router.Placement) []wirePlacement {
 	return out
 }
 
-// fullMap is the wire form of s.
-func fullMap(s *router.Snapshot) wireMap {
+// fullMap is the wire form of s, a map of catalog id.
+func fullMap(s *router.Snapshot, id string) wireMap {
 	l := s.Layout
-	return wireMap{Version: s.Version, Shards: s.Shards,
+	return wireMap{Catalog: id, Epoch: s.CatalogEpoch, Version: s.Version, Shards: s.Shards,
 		Layout:  &wireLayout{EpochMs: l.EpochMs, TimeBits: l.TimeBits, ShardBits: l.ShardBits, SeqBits: l.SeqBits, SlotBits: l.SlotBits},
 		Servers: toWireServers(s.Servers()), Placements: toWirePlacements(s.Placements())}
 }
 
 // delta is the wire form of cur for a client holding old: the placements
-// that differ. Both are versions of one map (same shard count).
-func delta(old, cur *router.Snapshot) wireMap {
+// that differ. Both are versions of one map (same shard count), of
+// catalog id.
+func delta(old, cur *router.Snapshot, id string) wireMap {
 	was, now := old.Placements(), cur.Placements()
 	var changed []router.Placement
 	for i := range now {
@@ -93,7 +98,7 @@ func delta(old, cur *router.Snapshot) wireMap {
 			changed = append(changed, now[i])
 		}
 	}
-	return wireMap{Version: cur.Version, Since: old.Version, Servers: toWireServers(cur.Servers()), Placements: toWirePlacements(changed)}
+	return wireMap{Catalog: id, Epoch: cur.CatalogEpoch, Version: cur.Version, Since: old.Version, Servers: toWireServers(cur.Servers()), Placements: toWirePlacements(changed)}
 }
 
 // Bounds on a reply. A catalog's map version grows by one a change, so
@@ -109,6 +114,8 @@ const (
 // allocated by them: a reply of millions of empty placements costs its
 // own bytes, not tens of times as much.
 type wireMapLists struct {
+	Catalog    string          `json:"catalog,omitempty"`
+	Epoch      string          `json:"epoch,omitempty"`
 	Version    int64           `json:"version"`
 	Since      int64           `json:"since,omitempty"`
 	Shards     int             `json:"shards,omitempty"`
@@ -145,11 +152,62 @@ func decodeList[T any](raw json.RawMessage, max int, what string) ([]T, error) {
 // describes: the whole map, or, when the reply is a delta, the next
 // snapshot after since (which must be the version the delta starts from).
 // Every snapshot it returns was checked as router.NewSnapshot checks one.
+// It checks no identity: the client does (Client.accept), between
+// decodeHead and decodeLists.
 func decodeMap(body []byte, since *router.Snapshot) (*router.Snapshot, error) {
+	raw, err := decodeHead(body, since)
+	if err != nil {
+		return nil, err
+	}
+	return decodeLists(raw, since)
+}
+
+// decodeHead reads a reply's fields but not its lists, and checks its
+// version's bounds: what a refusal needs, allocated by no more than the
+// reply's own bytes.
+func decodeHead(body []byte, since *router.Snapshot) (*wireMapLists, error) {
 	var raw wireMapLists
 	if err := json.Unmarshal(body, &raw); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadReply, err)
 	}
+	if raw.Version <= 0 || raw.Version >= maxVersion {
+		return nil, fmt.Errorf("%w: map version %d", ErrBadReply, raw.Version)
+	}
+	// A router keeps the highest version it saw and ignores lower ones: a
+	// version far past the one held would stop it following the catalog.
+	if since != nil && raw.Version > since.Version+maxVersionStep {
+		return nil, fmt.Errorf("%w: map version %d, %d past the version held (%d): more changes than a catalog makes between two polls",
+			ErrBadReply, raw.Version, raw.Version-since.Version, since.Version)
+	}
+	return &raw, nil
+}
+
+// decodeServers decodes the reply's servers, at most maxServers.
+func decodeServers(raw *wireMapLists) ([]router.Server, error) {
+	ws, err := decodeList[wireServer](raw.Servers, maxServers, "servers")
+	if err != nil {
+		return nil, err
+	}
+	servers := make([]router.Server, len(ws))
+	for i, s := range ws {
+		servers[i] = router.Server{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas, State: s.State, AdminHidden: s.AdminApart, Primary: s.Primary}
+	}
+	return servers, nil
+}
+
+// decodeLists decodes the reply's servers and placements and builds the
+// snapshot (see decodeMap).
+func decodeLists(raw *wireMapLists, since *router.Snapshot) (*router.Snapshot, error) {
+	servers, err := decodeServers(raw)
+	if err != nil {
+		return nil, err
+	}
+	return decodePlacements(raw, since, servers)
+}
+
+// decodePlacements decodes the reply's placements and builds the
+// snapshot on servers.
+func decodePlacements(raw *wireMapLists, since *router.Snapshot, servers []router.Server) (*router.Snapshot, error) {
 	// A whole map has at most as many placements as its shards, and its
 	// shard count fits its layout (checked below); a delta at most as many
 	// as the map it applies to.
@@ -160,63 +218,50 @@ func decodeMap(body []byte, since *router.Snapshot) (*router.Snapshot, error) {
 	case raw.Since == 0 && raw.Layout != nil && raw.Layout.ShardBits < 31:
 		maxPlacements = min(raw.Shards, 1<<raw.Layout.ShardBits)
 	}
-	m := wireMap{Version: raw.Version, Since: raw.Since, Shards: raw.Shards, Layout: raw.Layout}
-	var err error
-	if m.Servers, err = decodeList[wireServer](raw.Servers, maxServers, "servers"); err != nil {
+	wps, err := decodeList[wirePlacement](raw.Placements, maxPlacements, "placements")
+	if err != nil {
 		return nil, err
 	}
-	if m.Placements, err = decodeList[wirePlacement](raw.Placements, maxPlacements, "placements"); err != nil {
-		return nil, err
-	}
-	if m.Version <= 0 || m.Version >= maxVersion {
-		return nil, fmt.Errorf("%w: map version %d", ErrBadReply, m.Version)
-	}
-	// A router keeps the highest version it saw and ignores lower ones: a
-	// version far past the one held would stop it following the catalog.
-	if since != nil && m.Version > since.Version+maxVersionStep {
-		return nil, fmt.Errorf("%w: map version %d, %d past the version held (%d): more changes than a catalog makes between two polls",
-			ErrBadReply, m.Version, m.Version-since.Version, since.Version)
-	}
-	servers := make([]router.Server, len(m.Servers))
-	for i, s := range m.Servers {
-		servers[i] = router.Server{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas, State: s.State, AdminHidden: s.AdminApart, Primary: s.Primary}
-	}
-	placements := make([]router.Placement, len(m.Placements))
-	for i, p := range m.Placements {
+	placements := make([]router.Placement, len(wps))
+	for i, p := range wps {
 		placements[i] = router.Placement{Shard: p.Shard, Server: p.Server, Schema: p.Schema, State: router.ShardState(p.State)}
 	}
-	if m.Since != 0 {
-		if since == nil || m.Since != since.Version {
-			return nil, fmt.Errorf("%w: a delta from version %d, not from the version held", ErrBadReply, m.Since)
+	if raw.Since != 0 {
+		if since == nil || raw.Since != since.Version {
+			return nil, fmt.Errorf("%w: a delta from version %d, not from the version held", ErrBadReply, raw.Since)
 		}
-		if m.Version <= since.Version {
-			return nil, fmt.Errorf("%w: a delta to version %d from version %d", ErrBadReply, m.Version, m.Since)
+		if raw.Version <= since.Version {
+			return nil, fmt.Errorf("%w: a delta to version %d from version %d", ErrBadReply, raw.Version, raw.Since)
 		}
-		s, err := since.Next(m.Version, servers, placements)
+		s, err := since.Next(raw.Version, servers, placements)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadReply, err)
 		}
+		if raw.Epoch != "" {
+			s.CatalogEpoch = raw.Epoch
+		}
 		return s, nil
 	}
-	if m.Layout == nil {
+	if raw.Layout == nil {
 		return nil, fmt.Errorf("%w: a whole map without its ID layout", ErrBadReply)
 	}
-	l := idgen.Layout{EpochMs: m.Layout.EpochMs, TimeBits: m.Layout.TimeBits, ShardBits: m.Layout.ShardBits, SeqBits: m.Layout.SeqBits, SlotBits: m.Layout.SlotBits}
+	l := idgen.Layout{EpochMs: raw.Layout.EpochMs, TimeBits: raw.Layout.TimeBits, ShardBits: raw.Layout.ShardBits, SeqBits: raw.Layout.SeqBits, SlotBits: raw.Layout.SlotBits}
 	if err := l.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadReply, err)
 	}
-	if m.Shards > 1<<l.ShardBits {
-		return nil, fmt.Errorf("%w: %d shards do not fit %d shard bits", ErrBadReply, m.Shards, l.ShardBits)
+	if raw.Shards > 1<<l.ShardBits {
+		return nil, fmt.Errorf("%w: %d shards do not fit %d shard bits", ErrBadReply, raw.Shards, l.ShardBits)
 	}
 	// Checked before the snapshot is built, which allocates by the shard
 	// count: a reply cannot make the client allocate more than it sent.
-	if len(placements) != m.Shards {
-		return nil, fmt.Errorf("%w: %d placements for %d shards", ErrBadReply, len(placements), m.Shards)
+	if len(placements) != raw.Shards {
+		return nil, fmt.Errorf("%w: %d placements for %d shards", ErrBadReply, len(placements), raw.Shards)
 	}
-	s, err := router.NewSnapshot(m.Version, m.Shards, servers, placements)
+	s, err := router.NewSnapshot(raw.Version, raw.Shards, servers, placements)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadReply, err)
 	}
 	s.Layout = l
+	s.CatalogEpoch = raw.Epoch
 	return s, nil
 }

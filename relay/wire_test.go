@@ -14,6 +14,9 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
+// testCatalogID is the identity the relays of unit tests serve.
+const testCatalogID = "00000000-0000-4000-8000-000000000001"
+
 // testSnapshot is a map of n shards over servers a and b, at version v.
 func testSnapshot(t testing.TB, v int64, n int) *router.Snapshot {
 	t.Helper()
@@ -48,9 +51,9 @@ func TestWireRoundTrip(t *testing.T) {
 		since *router.Snapshot
 		moved int // placements the reply carries
 	}{
-		{"whole map", fullMap(cur), nil, 8},
-		{"whole map to a client holding a version", fullMap(cur), old, 8},
-		{"delta", delta(old, cur), old, 2},
+		{"whole map", fullMap(cur, testCatalogID), nil, 8},
+		{"whole map to a client holding a version", fullMap(cur, testCatalogID), old, 8},
+		{"delta", delta(old, cur, testCatalogID), old, 2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,22 +93,22 @@ func TestDecodeRefuses(t *testing.T) {
 	held := testSnapshot(t, 4, 8)
 	// A version a router would then never leave: refused, whole or delta.
 	for _, v := range []int64{1 << 62, 4 + maxVersionStep + 1} {
-		jump := fullMap(testSnapshot(t, v, 8))
+		jump := fullMap(testSnapshot(t, v, 8), testCatalogID)
 		b, _ := json.Marshal(jump)
 		if _, err := decodeMap(b, held); !errors.Is(err, ErrBadReply) {
 			t.Errorf("a whole map at version %d to a client at 4: %v", v, err)
 		}
-		d := delta(held, testSnapshot(t, v, 8))
+		d := delta(held, testSnapshot(t, v, 8), testCatalogID)
 		b, _ = json.Marshal(d)
 		if _, err := decodeMap(b, held); !errors.Is(err, ErrBadReply) {
 			t.Errorf("a delta to version %d from 4: %v", v, err)
 		}
 	}
-	b, _ := json.Marshal(fullMap(testSnapshot(t, 1<<62, 8)))
+	b, _ := json.Marshal(fullMap(testSnapshot(t, 1<<62, 8), testCatalogID))
 	if _, err := decodeMap(b, nil); !errors.Is(err, ErrBadReply) {
 		t.Errorf("a first map at version 2^62: %v", err)
 	}
-	whole, _ := json.Marshal(fullMap(held))
+	whole, _ := json.Marshal(fullMap(held, testCatalogID))
 	tests := []struct {
 		name  string
 		body  string
@@ -140,7 +143,7 @@ func FuzzDecodeMap(f *testing.F) {
 	ps := held.Placements()
 	ps[2].Server = "a"
 	cur, _ := held.Next(6, held.Servers(), []router.Placement{ps[2]})
-	for _, w := range []wireMap{fullMap(held), fullMap(cur), delta(held, cur)} {
+	for _, w := range []wireMap{fullMap(held, testCatalogID), fullMap(cur, testCatalogID), delta(held, cur, testCatalogID)} {
 		b, _ := json.Marshal(w)
 		f.Add(b, true)
 		f.Add(b, false)
@@ -185,7 +188,7 @@ func TestServerAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := NewServer(r)
+	s := NewServer(r, testCatalogID)
 	ps := first.Placements()
 	ps[5].Server = "a"
 	second, _ := first.Next(2, first.Servers(), []router.Placement{ps[5]})
