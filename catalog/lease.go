@@ -81,7 +81,14 @@ type LeaserConfig struct {
 //     (renewals and releases are not): one at a time, each one pipeline
 //     of statements, so the lock is held for the catalog's work alone;
 //   - whole slots go to the free one with the oldest mark; parts of slots
-//     fill the highest slots first, leaving whole slots free for bulk work.
+//     fill the highest slots first, leaving whole slots free for bulk work;
+//   - the catalog records the history (epoch: system identifier and
+//     timeline) its last grant was made in; a grant in another history (a
+//     failover that lost commits, a restore) may find free a slot whose
+//     lost grant still has a live holder, so no lease is granted for the
+//     longest TTL any grant used (a *HeldBackError), by when those holders,
+//     whose renewals fail, have stopped, and every later lease's floor is
+//     past the longest bound (TTL + MaxBorrow) from the change.
 type Leaser struct {
 	pool     *pgxpool.Pool
 	cfg      LeaserConfig
@@ -213,7 +220,7 @@ RETURNING coalesce(e.hold_until > statement_timestamp(), false), coalesce((extra
 	// hasEpochSQL: the catalog records its history (version 13) and this
 	// role may write the record.
 	hasEpochSQL = `SELECT CASE WHEN to_regclass('shardkit.lease_epoch') IS NULL THEN false
-    ELSE has_table_privilege('shardkit.lease_epoch', 'SELECT, UPDATE') END`
+    ELSE has_table_privilege('shardkit.lease_epoch', 'SELECT') AND has_table_privilege('shardkit.lease_epoch', 'UPDATE') END`
 
 	// renewSlotSQL extends a lease its holder still has.
 	renewSlotSQL = `UPDATE shardkit.slot_leases
