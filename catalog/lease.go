@@ -195,27 +195,39 @@ SET holder = $3, leased_at = clock_timestamp(),
 FROM o WHERE l.bits = $1 AND l.slot = ` + picked + ` AND l.holder IS NULL AND NOT o.busy
 RETURNING o.floor`
 
-	// epochSQL compares the catalog's history (sqlCatalogEpoch) with the
-	// one the last grant was made in. On another history (a failover that
-	// lost commits, a restore) the grants it lost may have live holders
-	// that its rows show free, so it holds every grant back for the
-	// longest TTL any grant used ($1 ms, this leaser's, at least): by then
-	// those leases have expired, and their holders, whose renewals fail
-	// (the row names no one or someone else), have stopped. And it sets a
-	// floor for every later lease: now plus the longest bound (TTL +
-	// MaxBorrow, $2 ms at least), past any ID those holders issued ahead
-	// of their clocks. It returns whether grants are held back, and until
-	// when (unix ms).
-	epochSQL = `UPDATE shardkit.lease_epoch e SET
-    epoch = c.now,
-    hold_until = CASE WHEN e.epoch = c.now THEN e.hold_until
-        ELSE clock_timestamp() + make_interval(secs => GREATEST(e.max_ttl_ms, $1::bigint) / 1000.0) END,
-    floor_ms = CASE WHEN e.epoch = c.now THEN e.floor_ms
-        ELSE (extract(epoch FROM clock_timestamp()) * 1000)::bigint + GREATEST(e.max_bound_ms, $2::bigint) END,
-    max_ttl_ms = GREATEST(e.max_ttl_ms, $1::bigint),
-    max_bound_ms = GREATEST(e.max_bound_ms, $2::bigint)
-FROM (SELECT ` + epochExpr + ` AS now) c
-RETURNING coalesce(e.hold_until > statement_timestamp(), false), coalesce((extract(epoch FROM e.hold_until) * 1000)::bigint, 0)`
+	// epochNowSQL reads the catalog's history (sqlCatalogEpoch) for
+	// epochSQL, before the lock: the lock is held for the grant's rows
+	// alone.
+	epochNowSQL = `SELECT set_config('shardkit.lease_epoch_now', ` + epochExpr + `, true)`
+
+	// epochSQL compares the catalog's history with the one the last grant
+	// was made in. On another history (a failover that lost commits, a
+	// restore) the grants it lost may have live holders that its rows
+	// show free, so it holds every grant back for the longest TTL any
+	// grant used ($1 ms, this leaser's, at least): by then those leases
+	// have expired, and their holders, whose renewals fail (the row names
+	// no one or someone else), have stopped. And it sets a floor for
+	// every later lease: now plus the longest bound (TTL + MaxBorrow, $2
+	// ms at least), past any ID those holders issued ahead of their
+	// clocks. It writes only when something changed, and returns whether
+	// grants are held back, and until when (unix ms).
+	epochSQL = `WITH u AS (
+    UPDATE shardkit.lease_epoch e SET
+        epoch = c.now,
+        hold_until = CASE WHEN e.epoch = c.now THEN e.hold_until
+            ELSE clock_timestamp() + make_interval(secs => GREATEST(e.max_ttl_ms, $1::bigint) / 1000.0) END,
+        floor_ms = CASE WHEN e.epoch = c.now THEN e.floor_ms
+            ELSE (extract(epoch FROM clock_timestamp()) * 1000)::bigint + GREATEST(e.max_bound_ms, $2::bigint) END,
+        max_ttl_ms = GREATEST(e.max_ttl_ms, $1::bigint),
+        max_bound_ms = GREATEST(e.max_bound_ms, $2::bigint)
+    FROM (SELECT current_setting('shardkit.lease_epoch_now') AS now) c
+    WHERE e.epoch <> c.now OR e.max_ttl_ms < $1::bigint OR e.max_bound_ms < $2::bigint
+    RETURNING e.hold_until
+), h AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN (SELECT hold_until FROM u)
+        ELSE (SELECT hold_until FROM shardkit.lease_epoch) END AS until
+)
+SELECT coalesce(until > statement_timestamp(), false), coalesce((extract(epoch FROM until) * 1000)::bigint, 0) FROM h`
 
 	// hasEpochSQL: the catalog records its history (version 13) and this
 	// role may write the record.
@@ -358,6 +370,9 @@ func (s *Leaser) tryTake(ctx context.Context, bits uint8, bound int64) (slot int
 		pick, take = pickSlotHeldSQL, takeSlotFloorSQL
 	}
 	b := &pgx.Batch{}
+	if epochs {
+		b.Queue(epochNowSQL)
+	}
 	b.Queue(lockSlotsSQL)
 	if epochs {
 		b.Queue(epochSQL, s.cfg.TTL.Milliseconds(), s.bound)
@@ -371,6 +386,11 @@ func (s *Leaser) tryTake(ctx context.Context, bits uint8, bound int64) (slot int
 			err = cerr
 		}
 	}()
+	if epochs {
+		if _, err := br.Exec(); err != nil {
+			return 0, 0, err
+		}
+	}
 	if _, err := br.Exec(); err != nil {
 		return 0, 0, err
 	}
