@@ -207,8 +207,10 @@ func TestLeaseAfterCatalogFailoverWithLoss(t *testing.T) {
 	} else if !errors.As(err, &hb) || !errors.Is(err, ErrLeasesHeldBack) || !errors.Is(err, ErrNoFreeSlot) {
 		t.Fatalf("leasing from the promoted catalog: %T %v, want a *HeldBackError matching ErrLeasesHeldBack and ErrNoFreeSlot", err, err)
 	}
-	if wait := time.Until(hb.Until); wait < ttl/2 || wait > 2*ttl {
-		t.Errorf("held back until %v, %v from now: want about one TTL (%v)", hb.Until, wait, ttl)
+	// Until one TTL after the change, which came after the lost lease's
+	// last grant: past its deadline, and no later than one TTL from now.
+	if !hb.Until.After(held.Deadline()) || time.Until(hb.Until) > ttl+time.Second {
+		t.Errorf("held back until %v: want after the lost lease's deadline %v, and within one TTL (%v) from now", hb.Until, held.Deadline(), ttl)
 	}
 	// The first holder's renewal fails: the promoted catalog never
 	// granted its lease. It stops issuing (idgen.Generator leases again).
