@@ -3,6 +3,7 @@ package catalog
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // ErrCatalogRegressed reports a catalog whose shard-map version is older than
@@ -40,5 +41,32 @@ var errEpochChanged = errors.New("the catalog's history changed")
 // sqlCatalogEpoch identifies the catalog's history: its server's system
 // identifier and, on a primary, the timeline it writes (from its WAL
 // file's name), which a promotion or a point-in-time restore changes.
-const sqlCatalogEpoch = `SELECT (SELECT system_identifier FROM pg_control_system())::text || ':' ||
+const sqlCatalogEpoch = `SELECT ` + epochExpr
+
+// epochExpr is sqlCatalogEpoch's value (catalog version 14 records it
+// for the slot leases with the same expression).
+const epochExpr = `(SELECT system_identifier FROM pg_control_system())::text || ':' ||
 	CASE WHEN pg_is_in_recovery() THEN 'standby' ELSE substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) END`
+
+// ErrLeasesHeldBack reports a catalog that grants no ID slot lease for
+// now because its history changed (it failed over or was restored): a
+// lease it lost may still have a live holder, which stops once its
+// renewal fails, at the latest one lease TTL after the change. It
+// arrives as a *HeldBackError, which also matches ErrNoFreeSlot: new
+// rows take their keys from the database's next_id() meanwhile, and a
+// generator's own retries get a lease once the hold ends.
+var ErrLeasesHeldBack = errors.New("the catalog holds ID slot leases back after a change of its history")
+
+// HeldBackError is ErrLeasesHeldBack with the end of the hold.
+type HeldBackError struct {
+	Until time.Time // on the catalog's clock
+}
+
+func (e *HeldBackError) Error() string {
+	return fmt.Sprintf("shardkit: the catalog failed over or was restored, so leases it granted may be lost while their holders still issue IDs: "+
+		"it grants no ID slot until %s (one lease TTL after the change, when every such holder has stopped); "+
+		"new rows take their keys from the database's next_id() meanwhile; lease again after that", e.Until.UTC().Format(time.RFC3339Nano))
+}
+
+// Unwrap returns ErrLeasesHeldBack and ErrNoFreeSlot.
+func (e *HeldBackError) Unwrap() []error { return []error{ErrLeasesHeldBack, ErrNoFreeSlot} }

@@ -82,7 +82,14 @@ type LeaserConfig struct {
 //     (renewals and releases are not): one at a time, each one pipeline
 //     of statements, so the lock is held for the catalog's work alone;
 //   - whole slots go to the free one with the oldest mark; parts of slots
-//     fill the highest slots first, leaving whole slots free for bulk work.
+//     fill the highest slots first, leaving whole slots free for bulk work;
+//   - the catalog records the history (epoch: system identifier and
+//     timeline) its last grant was made in; a grant in another history (a
+//     failover that lost commits, a restore) may find free a slot whose
+//     lost grant still has a live holder, so no lease is granted for the
+//     longest TTL any grant used (a *HeldBackError), by when those holders,
+//     whose renewals fail, have stopped, and every later lease's floor is
+//     past the longest bound (TTL + MaxBorrow) from the change.
 type Leaser struct {
 	pool     *pgxpool.Pool
 	cfg      LeaserConfig
@@ -97,6 +104,7 @@ type Leaser struct {
 
 	mu      sync.Mutex
 	ensured map[uint8]bool // lease widths whose rows exist
+	epochs  bool           // the catalog records its history (version 14)
 }
 
 var _ idgen.Leaser = (*Leaser)(nil)
@@ -119,6 +127,21 @@ const live = `(o.holder IS NOT NULL AND o.expires_at IS NOT NULL AND o.expires_a
 // liveU is live for row u.
 const liveU = `(u.holder IS NOT NULL AND u.expires_at IS NOT NULL AND u.expires_at >= statement_timestamp())`
 
+// pickQuery finds a free lease of $1 bits that no live lease overlaps:
+// $3 packs parts of slots into the highest slots; whole slots go oldest
+// mark first.
+const pickQuery = `(SELECT u.slot FROM shardkit.slot_leases u
+WHERE u.bits = $1 AND NOT ` + liveU + `
+    AND NOT EXISTS (SELECT 1 FROM shardkit.slot_leases o
+        WHERE ` + live + ` AND (o.slot & $2) = (u.slot & $2)
+            AND (o.slot & ((1 << LEAST(o.bits, u.bits)) - 1)) = (u.slot & ((1 << LEAST(o.bits, u.bits)) - 1)))
+ORDER BY CASE WHEN $3 THEN u.slot & $2 ELSE 0 END DESC, u.hwm_ms, u.slot
+LIMIT 1)`
+
+// heldBack is the SQL condition "the catalog holds grants back": its
+// history changed less than the longest lease TTL ago.
+const heldBack = `EXISTS (SELECT 1 FROM shardkit.lease_epoch WHERE hold_until > statement_timestamp())`
+
 const (
 	// lockSlotsSQL serialises acquisitions, so that two cannot both find
 	// the same overlapping leases free.
@@ -131,17 +154,17 @@ SELECT $1, x FROM generate_series(1, (1 << $1::integer) - 1) AS x
 WHERE x & $2 <> 0 AND (SELECT count(*) FROM shardkit.slot_leases WHERE bits = $1) < $3
 ON CONFLICT (bits, slot) DO NOTHING`
 
-	// pickSlotSQL finds a free lease of $1 bits that no live lease
-	// overlaps, records it as picked for the rest of the transaction and
-	// returns it (0: none is free). $3 packs parts of slots into the
-	// highest slots; whole slots go oldest mark first.
-	pickSlotSQL = `SELECT set_config('shardkit.lease_pick', COALESCE((SELECT u.slot FROM shardkit.slot_leases u
-WHERE u.bits = $1 AND NOT ` + liveU + `
-    AND NOT EXISTS (SELECT 1 FROM shardkit.slot_leases o
-        WHERE ` + live + ` AND (o.slot & $2) = (u.slot & $2)
-            AND (o.slot & ((1 << LEAST(o.bits, u.bits)) - 1)) = (u.slot & ((1 << LEAST(o.bits, u.bits)) - 1)))
-ORDER BY CASE WHEN $3 THEN u.slot & $2 ELSE 0 END DESC, u.hwm_ms, u.slot
-LIMIT 1), 0)::text, true)::integer`
+	// pickSlotSQL picks a free lease of $1 bits (pickQuery), records it
+	// as picked for the rest of the transaction and returns it (0: none
+	// is free).
+	pickSlotSQL = `SELECT set_config('shardkit.lease_pick', COALESCE(` + pickQuery + `, 0)::text, true)::integer`
+
+	// pickSlotHeldSQL is pickSlotSQL on a catalog that records its
+	// history (version 14): it picks nothing while the grants are held
+	// back after a change of history (epochSQL, earlier in the same
+	// transaction, starts the hold).
+	pickSlotHeldSQL = `SELECT set_config('shardkit.lease_pick', CASE WHEN ` + heldBack + ` THEN 0
+    ELSE COALESCE(` + pickQuery + `, 0) END::text, true)::integer`
 
 	// clearExpiredSQL frees the expired leases overlapping (bits $1, slot
 	// picked): their holders' renewals now fail, and a renewal that got in
@@ -155,13 +178,62 @@ WHERE ` + overlaps + ` AND o.holder IS NOT NULL AND NOT ` + live
 	takeSlotSQL = `WITH o AS (
     SELECT max(o.hwm_ms) AS floor, bool_or(` + live + `) AS busy
     FROM shardkit.slot_leases o WHERE ` + overlaps + `
-)
+)` + takeSlotUpdate
+
+	// takeSlotFloorSQL is takeSlotSQL on a catalog that records its
+	// history: the floor is at least the one set at the last change of
+	// history, past every ID the holders of lost leases may have issued.
+	takeSlotFloorSQL = `WITH o AS (
+    SELECT GREATEST(max(o.hwm_ms), (SELECT floor_ms FROM shardkit.lease_epoch)) AS floor, bool_or(` + live + `) AS busy
+    FROM shardkit.slot_leases o WHERE ` + overlaps + `
+)` + takeSlotUpdate
+
+	takeSlotUpdate = `
 UPDATE shardkit.slot_leases AS l
 SET holder = $3, leased_at = clock_timestamp(),
     expires_at = clock_timestamp() + make_interval(secs => $4),
     hwm_ms = GREATEST(l.hwm_ms, $5)
 FROM o WHERE l.bits = $1 AND l.slot = ` + picked + ` AND l.holder IS NULL AND NOT o.busy
 RETURNING o.floor`
+
+	// epochNowSQL reads the catalog's history (sqlCatalogEpoch) for
+	// epochSQL, before the lock: the lock is held for the grant's rows
+	// alone.
+	epochNowSQL = `SELECT set_config('shardkit.lease_epoch_now', ` + epochExpr + `, true)`
+
+	// epochSQL compares the catalog's history with the one the last grant
+	// was made in. On another history (a failover that lost commits, a
+	// restore) the grants it lost may have live holders that its rows
+	// show free, so it holds every grant back for the longest TTL any
+	// grant used ($1 ms, this leaser's, at least): by then those leases
+	// have expired, and their holders, whose renewals fail (the row names
+	// no one or someone else), have stopped. And it sets a floor for
+	// every later lease: now plus the longest bound (TTL + MaxBorrow, $2
+	// ms at least), past any ID those holders issued ahead of their
+	// clocks. It writes only when something changed, and returns whether
+	// grants are held back, and until when (unix ms).
+	epochSQL = `WITH u AS (
+    UPDATE shardkit.lease_epoch e SET
+        epoch = c.now,
+        hold_until = CASE WHEN e.epoch = c.now THEN e.hold_until
+            ELSE clock_timestamp() + make_interval(secs => GREATEST(e.max_ttl_ms, $1::bigint) / 1000.0) END,
+        floor_ms = CASE WHEN e.epoch = c.now THEN e.floor_ms
+            ELSE (extract(epoch FROM clock_timestamp()) * 1000)::bigint + GREATEST(e.max_bound_ms, $2::bigint) END,
+        max_ttl_ms = GREATEST(e.max_ttl_ms, $1::bigint),
+        max_bound_ms = GREATEST(e.max_bound_ms, $2::bigint)
+    FROM (SELECT current_setting('shardkit.lease_epoch_now') AS now) c
+    WHERE e.epoch <> c.now OR e.max_ttl_ms < $1::bigint OR e.max_bound_ms < $2::bigint
+    RETURNING e.hold_until
+), h AS (
+    SELECT CASE WHEN EXISTS (SELECT 1 FROM u) THEN (SELECT hold_until FROM u)
+        ELSE (SELECT hold_until FROM shardkit.lease_epoch) END AS until
+)
+SELECT coalesce(until > statement_timestamp(), false), coalesce((extract(epoch FROM until) * 1000)::bigint, 0) FROM h`
+
+	// hasEpochSQL: the catalog records its history (version 14) and this
+	// role may write the record.
+	hasEpochSQL = `SELECT CASE WHEN to_regclass('shardkit.lease_epoch') IS NULL THEN false
+    ELSE has_table_privilege('shardkit.lease_epoch', 'SELECT') AND has_table_privilege('shardkit.lease_epoch', 'UPDATE') END`
 
 	// renewSlotSQL extends a lease its holder still has.
 	renewSlotSQL = `UPDATE shardkit.slot_leases
@@ -263,6 +335,10 @@ func (s *Leaser) acquire(ctx context.Context, bits uint8) (*idgen.Lease, error) 
 			break
 		}
 	}
+	var held *HeldBackError
+	if errors.As(err, &held) {
+		return nil, err
+	}
 	if errors.Is(err, pgx.ErrNoRows) || errors.Is(err, errTaken) {
 		return nil, fmt.Errorf("shardkit: %w: all %d ID leases of %d bits are held by live processes or overlap one; "+
 			"new rows take their keys from the database's next_id() until one frees up "+
@@ -287,19 +363,44 @@ var errTaken = errors.New("picked lease taken")
 // holder's scheduling, each waiter holding a pooled connection that the
 // live leases' renewals need). No free lease: pgx.ErrNoRows.
 func (s *Leaser) tryTake(ctx context.Context, bits uint8, bound int64) (slot int, floor int64, err error) {
+	s.mu.Lock()
+	epochs := s.epochs
+	s.mu.Unlock()
+	pick, take := pickSlotSQL, takeSlotSQL
+	if epochs {
+		pick, take = pickSlotHeldSQL, takeSlotFloorSQL
+	}
 	b := &pgx.Batch{}
+	if epochs {
+		b.Queue(epochNowSQL)
+	}
 	b.Queue(lockSlotsSQL)
-	b.Queue(pickSlotSQL, int(bits), s.maxSlot, bits > s.slotBits)
+	if epochs {
+		b.Queue(epochSQL, s.cfg.TTL.Milliseconds(), s.bound)
+	}
+	b.Queue(pick, int(bits), s.maxSlot, bits > s.slotBits)
 	b.Queue(clearExpiredSQL, int(bits), s.maxSlot)
-	b.Queue(takeSlotSQL, int(bits), s.maxSlot, s.holder, s.ttlSecs, bound)
+	b.Queue(take, int(bits), s.maxSlot, s.holder, s.ttlSecs, bound)
 	br := s.pool.SendBatch(ctx, b)
 	defer func() {
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
 	}()
+	if epochs {
+		if _, err := br.Exec(); err != nil {
+			return 0, 0, err
+		}
+	}
 	if _, err := br.Exec(); err != nil {
 		return 0, 0, err
+	}
+	var held bool
+	var until int64
+	if epochs {
+		if err := br.QueryRow().Scan(&held, &until); err != nil {
+			return 0, 0, err
+		}
 	}
 	if err := br.QueryRow().Scan(&slot); err != nil {
 		return 0, 0, err
@@ -310,6 +411,8 @@ func (s *Leaser) tryTake(ctx context.Context, bits uint8, bound int64) (slot int
 	switch err := br.QueryRow().Scan(&floor); {
 	case err != nil && !errors.Is(err, pgx.ErrNoRows):
 		return 0, 0, err
+	case held:
+		return 0, 0, &HeldBackError{Until: time.UnixMilli(until)}
 	case slot == 0:
 		return 0, 0, pgx.ErrNoRows
 	case err != nil:
@@ -319,11 +422,22 @@ func (s *Leaser) tryTake(ctx context.Context, bits uint8, bound int64) (slot int
 }
 
 // ensure creates the rows of the leases of the given width, once per
-// Leaser (rows are never deleted).
+// Leaser (rows are never deleted), and finds whether the catalog records
+// its history for the leases.
 func (s *Leaser) ensure(ctx context.Context, bits uint8, units int) error {
 	s.mu.Lock()
-	done := s.ensured[bits]
+	done, epochs := s.ensured[bits], s.epochs
 	s.mu.Unlock()
+	if !epochs {
+		// A catalog not yet at version 14 grants without the hold; once
+		// migrated, the next acquisition uses it.
+		if err := s.pool.QueryRow(ctx, hasEpochSQL).Scan(&epochs); err != nil {
+			return err
+		}
+		s.mu.Lock()
+		s.epochs = epochs
+		s.mu.Unlock()
+	}
 	if done {
 		return nil
 	}

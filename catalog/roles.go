@@ -36,7 +36,8 @@ const (
 	sqlGrantCatalog = `REVOKE ALL ON ALL TABLES IN SCHEMA shardkit FROM %[1]s;
 GRANT USAGE ON SCHEMA shardkit TO %[1]s;
 GRANT SELECT ON shardkit.config, shardkit.shard_map, shardkit.catalog_version, shardkit.servers_app TO %[1]s;
-GRANT SELECT, INSERT, UPDATE ON shardkit.slot_leases TO %[1]s`
+GRANT SELECT, INSERT, UPDATE ON shardkit.slot_leases TO %[1]s;
+GRANT SELECT, UPDATE ON shardkit.lease_epoch TO %[1]s`
 	// sqlServerColumns lists the servers' columns the application reads:
 	// all but the admin DSN.
 	sqlServerColumns = `SELECT attname FROM pg_attribute

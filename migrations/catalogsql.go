@@ -30,7 +30,7 @@ func appliedAnywhere(ctx context.Context, cat *catalog.Catalog, k stepKey) (bool
 		return false, err
 	}
 	for _, srv := range snap.Servers() {
-		conn, err := connect(ctx, srv.Name, srv.Admin())
+		conn, err := connectServer(ctx, srv)
 		if err != nil {
 			return false, err
 		}
@@ -194,7 +194,7 @@ func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]
 		if srv.State == "retired" {
 			continue
 		}
-		conn, err := connect(ctx, srv.Name, srv.Admin())
+		conn, err := connectServer(ctx, srv)
 		if err != nil {
 			return err
 		}

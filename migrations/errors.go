@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/shardkit/shardkit/router"
 )
 
 // Sentinel errors of provisioning. Each is wrapped with context (often in a
@@ -153,6 +155,11 @@ func classify(err error, need string) error {
 			need = "ownership of the shardkit and shard_NNNN schemas"
 		}
 		return fmt.Errorf("%w: the DSN's role needs %s (server said: %s)", ErrInsufficientPrivilege, need, pe.Message)
+	}
+	if errors.Is(err, router.ErrNotPrimary) {
+		// The host is not the server's recorded primary (an old primary
+		// back after a failover): the error says what to do.
+		return fmt.Errorf("%w: nothing was run on it", err)
 	}
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {

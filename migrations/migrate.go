@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/adminconn"
 	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/shardschema"
@@ -267,7 +268,7 @@ func gatherWork(ctx context.Context, snap *router.Snapshot, only map[string]bool
 	for i := range work {
 		w := &work[i]
 		g.Go(func() error {
-			c, err := connect(gctx, w.srv.Name, w.srv.Admin())
+			c, err := connectServer(gctx, w.srv)
 			if err != nil {
 				return err
 			}
@@ -418,7 +419,7 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 		conn := conns[srv.Name]
 		g.Go(func() error {
 			if conn == nil {
-				c, err := connect(gctx, srv.Name, srv.Admin())
+				c, err := connectServer(gctx, srv)
 				if err != nil {
 					return err
 				}
@@ -494,6 +495,22 @@ func connect(ctx context.Context, name, dsn string) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, &ServerError{Server: name, Err: fmt.Errorf("bad DSN: %w", pgdsn.Scrub(err))}
 	}
+	return connectConfig(ctx, name, cfg)
+}
+
+// connectServer connects to a server of the shard map through its admin
+// DSN, refusing any host that is not the primary the catalog records for
+// it (an old primary back after a failover): the error then wraps
+// router.ErrNotPrimary.
+func connectServer(ctx context.Context, srv router.Server) (*pgx.Conn, error) {
+	cfg, err := adminconn.Config(srv, srv.Admin())
+	if err != nil {
+		return nil, &ServerError{Server: srv.Name, Err: err}
+	}
+	return connectConfig(ctx, srv.Name, cfg)
+}
+
+func connectConfig(ctx context.Context, name string, cfg *pgx.ConnConfig) (*pgx.Conn, error) {
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second
 	}

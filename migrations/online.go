@@ -166,7 +166,7 @@ func (r *runner) run(ctx context.Context, work []serverWork) error {
 			g.Go(func() error {
 				conn := w.conn
 				if i > 0 {
-					c, err := connect(gctx, w.srv.Name, w.srv.Admin())
+					c, err := connectServer(gctx, w.srv)
 					if err != nil {
 						return err
 					}

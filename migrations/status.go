@@ -112,7 +112,7 @@ func Status(ctx context.Context, cat *catalog.Catalog) (*Report, error) {
 			st.AdminDSN = pgdsn.Redact(srv.AdminDSN)
 		}
 		wg.Go(func() {
-			conn, err := connect(ctx, srv.Name, srv.Admin())
+			conn, err := connectServer(ctx, srv)
 			if err != nil {
 				st.Error = err.Error()
 				return

@@ -214,6 +214,7 @@ func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string)
 	if err != nil {
 		return nil, "", fmt.Errorf("shardkit: server %q DSN: %w", name, pgdsn.Scrub(err))
 	}
+	router.Fence(&cfg.ConnConfig.Config, name, srv.Primary) // only the recorded primary, as the plugin's pools (adminconn)
 	// A copy holds two connections per worker, on different servers; a
 	// server can be one move's source and another's target at once.
 	cfg.MaxConns = int32(max(8, 2*mv.cfg.CopyWorkers+4))

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardkit/shardkit/internal/adminconn"
+	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/twophase"
 	"github.com/shardkit/shardkit/router"
 )
@@ -281,6 +283,7 @@ func (r *Resolver) connect(ctx context.Context, rep *Report) []*database {
 	type target struct {
 		name, dsn string
 		server    bool
+		srv       router.Server
 	}
 	var ts []target
 	for _, s := range r.cfg.Servers.Snapshot().Servers() {
@@ -292,7 +295,7 @@ func (r *Resolver) connect(ctx context.Context, rep *Report) []*database {
 		if dsn == "" {
 			dsn = s.DSN
 		}
-		ts = append(ts, target{s.Name, dsn, true})
+		ts = append(ts, target{s.Name, dsn, true, s})
 	}
 	names := make([]string, 0, len(r.cfg.Databases))
 	for n := range r.cfg.Databases {
@@ -300,12 +303,27 @@ func (r *Resolver) connect(ctx context.Context, rep *Report) []*database {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		ts = append(ts, target{n, r.cfg.Databases[n], false})
+		ts = append(ts, target{name: n, dsn: r.cfg.Databases[n]})
 	}
 	var out []*database
 	for _, t := range ts {
+		// A server's connection reaches only its recorded primary: an old
+		// primary back after a failover may hold prepared parts and
+		// decision rows of its lost history, and finishing them there
+		// would finish nothing the new primary holds.
+		var cfg *pgx.ConnConfig
+		var err error
+		if t.server {
+			cfg, err = adminconn.Config(t.srv, t.dsn)
+		} else if cfg, err = pgx.ParseConfig(t.dsn); err != nil {
+			err = fmt.Errorf("bad DSN: %w", pgdsn.Scrub(err))
+		}
+		if err != nil {
+			rep.Errors = append(rep.Errors, fmt.Errorf("%s: %w", t.name, err))
+			continue
+		}
 		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
-		conn, err := pgx.Connect(cctx, t.dsn)
+		conn, err := pgx.ConnectConfig(cctx, cfg)
 		cancel()
 		if err != nil {
 			rep.Errors = append(rep.Errors, fmt.Errorf("%s: connect: %w", t.name, err))

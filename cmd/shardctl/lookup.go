@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/shardkit/shardkit/internal/adminconn"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -123,7 +124,11 @@ func (lk *lookupCheck) conn(ctx context.Context, shard int) (*pgx.Conn, router.P
 	if !ok {
 		return nil, pl, fmt.Errorf("%w: %q", router.ErrUnknownServer, pl.Server)
 	}
-	c, err := pgx.Connect(ctx, srv.Admin())
+	cfg, err := adminconn.Config(srv, srv.Admin()) // only the server's recorded primary
+	if err != nil {
+		return nil, pl, err
+	}
+	c, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, pl, fmt.Errorf("server %s: %w", pl.Server, err)
 	}
