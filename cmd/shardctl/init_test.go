@@ -214,11 +214,17 @@ func TestInitAppRole(t *testing.T) {
 		if err := c.QueryRow(ctx, `SELECT 'shard_' || lpad(min(shard)::text, 4, '0') FROM shardkit.shard_map WHERE server = $1`, name).Scan(&home); err != nil {
 			t.Fatal(err)
 		}
-		var usage, write bool
-		err := pgtest.Connect(t, dsn).QueryRow(ctx, `SELECT has_schema_privilege($1, $2, 'USAGE'), has_table_privilege($1, $2 || '.photos', 'INSERT')`,
-			role, home).Scan(&usage, &write)
+		var usage, write, server, decide bool
+		err := pgtest.Connect(t, dsn).QueryRow(ctx, `SELECT has_schema_privilege($1, $2, 'USAGE'), has_table_privilege($1, $2 || '.photos', 'INSERT'),
+			has_schema_privilege($1, 'shardkit', 'USAGE'), has_table_privilege($1, 'shardkit.tx_decisions', 'INSERT')`,
+			role, home).Scan(&usage, &write, &server, &decide)
 		if err != nil || !usage || !write {
 			t.Errorf("server %s: %s's usage of its home %s %v, insert into its photos %v (err %v); want both", name, role, home, usage, write, err)
+		}
+		// next_id() (the column defaults) and an atomic transaction's
+		// commit decision are in the server's schema shardkit.
+		if !server || !decide {
+			t.Errorf("server %s: %s's usage of schema shardkit %v, insert into shardkit.tx_decisions %v; want both", name, role, server, decide)
 		}
 	}
 
