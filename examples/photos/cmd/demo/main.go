@@ -3,15 +3,21 @@
 // photo service, drives it with the load generator, adds a fourth server
 // and moves shards onto it while the load runs, then prints rows per
 // server before and after, request errors and the longest write wait at
-// cutover.
+// cutover. The service runs as photos_app, a login of the application
+// role the demo creates on every local cluster; provisioning and the moves
+// run as the operator (the clusters' superuser).
 //
 // To use existing servers instead of local clusters, set
 //
-//	SHARDKIT_CATALOG=postgres://…/catalog
+//	SHARDKIT_CATALOG=postgres://…/catalog   (the operator's)
+//	SHARDKIT_APP_CATALOG=postgres://…/catalog   (optional: the service's, a login of the application role)
 //	SHARDKIT_SERVERS=s1=postgres://…,s2=postgres://…,s3=postgres://…
+//	SHARDKIT_ADMIN_SERVERS=s1=postgres://…,…   (optional: the operator's DSNs of those servers)
 //	SHARDKIT_NEW_SERVER=s4=postgres://…   (optional: without it shards move between the servers above)
 //
 // Every server needs wal_level=logical (shards move by logical replication).
+// The demo says which role the service runs as, and warns when it is not
+// an application role.
 package main
 
 import (
