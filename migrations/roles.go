@@ -32,13 +32,24 @@ func appRole(ctx context.Context, cat *catalog.Catalog) (string, error) {
 	return cfg.AppRole, nil
 }
 
+// sqlGrantServer is what the application role holds on a server's own
+// schema, whatever shards the server is home to: shardkit.next_id (the
+// shards' column defaults call it), and the commit decisions of atomic
+// transactions, which the coordinating process inserts and its resolver
+// reads and deletes.
+const sqlGrantServer = `GRANT USAGE ON SCHEMA shardkit TO %[1]s;
+GRANT SELECT, INSERT, DELETE ON shardkit.tx_decisions TO %[1]s`
+
 // grantHomes creates the application role on a server's cluster if it is
-// missing and grants it the shard schemas the map places on the server
-// and that take traffic there (active or moving: a fenced shard's
-// privileges are the cutover's to set).
+// missing, grants it the server's own part (sqlGrantServer) and the shard
+// schemas the map places on the server and that take traffic there
+// (active or moving: a fenced shard's privileges are the cutover's to set).
 func grantHomes(ctx context.Context, db execer, role string, snap *router.Snapshot, server string) error {
 	if _, err := db.Exec(ctx, approle.EnsureSQL(role)); err != nil {
 		return fmt.Errorf("create the application role %s: %w", role, err)
+	}
+	if _, err := db.Exec(ctx, fmt.Sprintf(sqlGrantServer, role), pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("grant the application role %s the server's schema shardkit: %w", role, err)
 	}
 	var schemas []string
 	for _, p := range snap.Placements() {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/approle"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/migrations"
 )
@@ -21,7 +22,7 @@ func init() { commands = append(commands, newInitCmd) }
 
 func newInitCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "init --catalog DSN --server NAME=DSN ... [--admin NAME=DSN ...] [--shards 2000] [--sql DIR]",
+		Use:   "init --catalog DSN --server NAME=DSN ... [--admin NAME=DSN ...] [--shards 2000] [--sql DIR] [--app-role NAME]",
 		Short: "Create the catalog, register servers, spread the logical shards over them and create every shard schema",
 		Long: `init creates (or completes) a shardkit deployment: it migrates the catalog,
 records the shard count and ID layout, registers the servers, gives each a
@@ -34,20 +35,31 @@ A server not yet in an existing catalog is registered with no shards.
 pooler in transaction mode; --admin NAME=DSN gives server NAME a direct DSN
 for administration and replication (schemas are created through it, moves
 replicate through it). Without --admin one DSN serves both; change either
-later with ` + "`shardctl server set-dsn`" + `.`,
+later with ` + "`shardctl server set-dsn`" + `.
+
+--app-role NAME names the application's NOLOGIN group role (default: an
+existing catalog's, else shardkit_app). init creates it on the catalog's
+cluster and every server's where it is missing, records it in the catalog,
+and grants it what an application needs: the map and its ID slot leases,
+never a server's admin DSN nor a write to the map, and the shard tables on
+each shard's home. Make the application's login roles members of it
+(CREATE ROLE app LOGIN PASSWORD '…' IN ROLE NAME, on each cluster) and give
+--server DSNs that log in as one of them; --catalog and --admin stay the
+operator's.`,
 		Args: exactArgs(0, "no arguments; servers go in --server NAME=DSN"),
 	}
 	catalogDSN := catalogFlag(cmd)
 	layout := layoutFlags(cmd)
 	var servers, admins, replicas []string
 	var shards int
-	var sqlDir string
+	var sqlDir, appRole string
 	var quiet bool
 	cmd.Flags().StringArrayVar(&servers, "server", nil, "shard server NAME=DSN (repeat for each server)")
 	cmd.Flags().StringArrayVar(&admins, "admin", nil, "admin DSN NAME=DSN of server NAME: direct, for administration and replication (repeatable)")
 	cmd.Flags().StringArrayVar(&replicas, "replica", nil, "read replica NAME=DSN of server NAME (repeatable)")
 	cmd.Flags().IntVar(&shards, "shards", idgen.DefaultShards, "logical shard count, fixed for the catalog's lifetime (default: an existing catalog's, else 2000)")
 	cmd.Flags().StringVar(&sqlDir, "sql", "", "directory of the application's per-shard SQL files (NNNN_name.sql)")
+	cmd.Flags().StringVar(&appRole, "app-role", "", "the application's NOLOGIN group role, created where missing and granted what an application needs (default: an existing catalog's, else "+catalog.DefaultAppRole+")")
 	cmd.Flags().BoolVar(&quiet, "quiet", false, "no progress bar")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		dsn, err := catalogDSN()
@@ -62,6 +74,10 @@ later with ` + "`shardctl server set-dsn`" + `.`,
 			if err := checkShardCount("--shards", shards, l.MaxShards()); err != nil {
 				return err
 			}
+		}
+		if cmd.Flags().Changed("app-role") && !approle.Valid(appRole) {
+			return fmt.Errorf("%w: --app-role %q: %w; use lower case letters, digits and underscores, starting with a letter or _ (at most 63)",
+				errUsage, appRole, catalog.ErrBadRole)
 		}
 		specs, err := parseServers(servers, admins, replicas)
 		if err != nil {
@@ -87,14 +103,18 @@ later with ` + "`shardctl server set-dsn`" + `.`,
 		defer cat.Close()
 		bar := newSchemaBar(cmd.ErrOrStderr(), quiet, "creating shard schemas")
 		err = migrations.Provision(ctx, cat, migrations.ProvisionOptions{
-			Servers: specs, Shards: shards, Layout: l, ShardSQL: shardSQL, Progress: bar.update,
+			Servers: specs, Shards: shards, Layout: l, ShardSQL: shardSQL, Progress: bar.update, AppRole: appRole,
 		})
 		bar.finish()
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "shardkit initialised: %d servers given (%d shard schemas created or updated now)\n",
-			len(specs), bar.done)
+		cfg, err := cat.Config(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "shardkit initialised: %d servers given (%d shard schemas created or updated now); application role %s\n",
+			len(specs), bar.done, cfg.AppRole)
 		return nil
 	}
 	return cmd

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -169,5 +170,72 @@ func TestFlagErrorsRedactDSN(t *testing.T) {
 	specs, err := parseServers([]string{"a=@" + file}, []string{"a=" + kv}, nil)
 	if err != nil || specs[0].DSN != url || specs[0].AdminDSN != kv {
 		t.Fatalf("parseServers with a DSN file: %+v, %v", specs, err)
+	}
+}
+
+// TestInitAppRole: init --app-role creates the named group role on the
+// catalog's cluster and every server's, records it in the catalog and
+// grants it the application's part: the map, not a server's admin DSN nor
+// a write to the map, and the shard tables of each server's homes. Without
+// the flag a new catalog records shardkit_app; a name shardkit does not
+// accept is a usage error.
+func TestInitAppRole(t *testing.T) {
+	ctx := context.Background()
+	const role = "shardctl_init_app"
+	cat := pgtest.NewDatabase(t, 0)
+	a, b := pgtest.NewDatabase(t, 0), pgtest.NewDatabase(t, 1)
+	code, out, errOut := shardctl("init", "--catalog", cat, "--server", "a="+a, "--server", "b="+b,
+		"--shards", "4", "--sql", testSQLDir(t), "--quiet", "--app-role", role)
+	if code != 0 {
+		t.Fatalf("init --app-role: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "application role "+role) {
+		t.Errorf("init output %q does not name the application role", out)
+	}
+	c := pgtest.Connect(t, cat)
+	var recorded string
+	if err := c.QueryRow(ctx, `SELECT app_role FROM shardkit.config`).Scan(&recorded); err != nil || recorded != role {
+		t.Fatalf("catalog records application role %q (err %v), want %q", recorded, err, role)
+	}
+	var login, super, mapRead, mapWrite, adminRead bool
+	err := c.QueryRow(ctx, `SELECT rolcanlogin, rolsuper,
+		has_table_privilege($1, 'shardkit.shard_map', 'SELECT'), has_table_privilege($1, 'shardkit.shard_map', 'UPDATE'),
+		has_column_privilege($1, 'shardkit.servers', 'admin_dsn', 'SELECT')
+		FROM pg_roles WHERE rolname = $1`, role).Scan(&login, &super, &mapRead, &mapWrite, &adminRead)
+	if err != nil {
+		t.Fatalf("the role on the catalog's cluster: %v", err)
+	}
+	if login || super || !mapRead || mapWrite || adminRead {
+		t.Errorf("catalog: login %v, superuser %v, reads the map %v, writes it %v, reads admin_dsn %v; want only the map read",
+			login, super, mapRead, mapWrite, adminRead)
+	}
+	for name, dsn := range map[string]string{"a": a, "b": b} {
+		var home string
+		if err := c.QueryRow(ctx, `SELECT 'shard_' || lpad(min(shard)::text, 4, '0') FROM shardkit.shard_map WHERE server = $1`, name).Scan(&home); err != nil {
+			t.Fatal(err)
+		}
+		var usage, write, server, decide bool
+		err := pgtest.Connect(t, dsn).QueryRow(ctx, `SELECT has_schema_privilege($1, $2, 'USAGE'), has_table_privilege($1, $2 || '.photos', 'INSERT'),
+			has_schema_privilege($1, 'shardkit', 'USAGE'), has_table_privilege($1, 'shardkit.tx_decisions', 'INSERT')`,
+			role, home).Scan(&usage, &write, &server, &decide)
+		if err != nil || !usage || !write {
+			t.Errorf("server %s: %s's usage of its home %s %v, insert into its photos %v (err %v); want both", name, role, home, usage, write, err)
+		}
+		// next_id() (the column defaults) and an atomic transaction's
+		// commit decision are in the server's schema shardkit.
+		if !server || !decide {
+			t.Errorf("server %s: %s's usage of schema shardkit %v, insert into shardkit.tx_decisions %v; want both", name, role, server, decide)
+		}
+	}
+
+	cat2 := pgtest.NewDatabase(t, 0)
+	code, out, errOut = shardctl("init", "--catalog", cat2, "--server", "a="+pgtest.NewDatabase(t, 1), "--shards", "2", "--quiet")
+	if code != 0 || !strings.Contains(out, "application role shardkit_app") {
+		t.Errorf("init without --app-role: exit %d, %q %q; want application role shardkit_app", code, out, errOut)
+	}
+
+	code, _, errOut = shardctl("init", "--catalog", cat, "--server", "a="+a, "--app-role", "Photos-App")
+	if code != 2 || !strings.Contains(errOut, `--app-role "Photos-App"`) || !strings.Contains(errOut, "lower case letters") {
+		t.Errorf("init --app-role Photos-App: exit %d, %q; want a usage error naming the flag", code, errOut)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/examples/photos/store"
 	"github.com/shardkit/shardkit/idgen"
@@ -146,6 +148,12 @@ func (a *Admin) moves(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	ms, err := rebalance.RecentMoves(ctx, a.cat, 50)
+	if isInsufficientPrivilege(err) {
+		// The move journal is the operator's: an application role reads
+		// the map, not the journal.
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": movesOperatorOnly})
+		return
+	}
 	if err != nil {
 		a.log.ErrorContext(ctx, "recent moves", "err", err)
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": internalError})
@@ -164,6 +172,16 @@ func (a *Admin) moves(w http.ResponseWriter, r *http.Request) {
 		})
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// movesOperatorOnly answers /admin/api/moves when the service's role may
+// not read the move journal, as an application role may not.
+const movesOperatorOnly = "photos: the move journal is the operator's; the service's role cannot read it: run `shardctl move status` (the shard map above shows moving and fenced shards)"
+
+// isInsufficientPrivilege reports Postgres's 42501.
+func isInsufficientPrivilege(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
 }
 
 // DecodedPhoto is a photo with its ID split into its parts, and where its

@@ -14,12 +14,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/shardsql"
 	"github.com/shardkit/shardkit/examples/photos/store"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
+	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -30,12 +32,15 @@ func TestMain(m *testing.M) { pgtest.Main(m, 3) }
 // logical shards, behind an httptest server, plus direct connections to
 // every database for checking where rows landed.
 type fixture struct {
-	t       testing.TB
-	url     string
-	app     *app.App
-	layout  idgen.Layout
-	catalog *pgx.Conn
-	servers map[string]*pgx.Conn // by server name, not through shardkit
+	t      testing.TB
+	url    string
+	app    *app.App
+	layout idgen.Layout
+	// operator is the catalog as the operator opens it (the superuser's
+	// DSN): moves, and what the service may not do.
+	operator *catalog.Catalog
+	catalog  *pgx.Conn            // as the superuser
+	servers  map[string]*pgx.Conn // by server name, not through shardkit
 }
 
 var serverNames = []string{"alpha", "beta"}
@@ -53,17 +58,38 @@ func newFixtureOn(t testing.TB, shards int, dsnOf func(server string) string) *f
 	// per shape, each test getting copies; TestCatalogOutage runs
 	// app.Provision itself. alpha is on cluster 1, beta on cluster 2.
 	start := time.Now()
-	se := shardtest.New(t, shardtest.Spec{Servers: serverNames, Clusters: []int{1, 2}, Shards: shards, ShardSQL: shardsql.FS, DSN: dsnOf})
+	// The servers are registered as an operator registers them for an
+	// application role: the app DSN logs in as shardtest.AppLogin (a
+	// member of the catalog's application role), the admin DSN as the
+	// superuser. The service gets the app DSNs alone.
+	se := shardtest.New(t, shardtest.Spec{Servers: serverNames, Clusters: []int{1, 2}, Shards: shards, ShardSQL: shardsql.FS, DSN: dsnOf, AppRole: true})
 	t.Logf("%d shards on 2 servers ready in %s", shards, time.Since(start).Round(time.Millisecond))
 	catDSN := se.CatalogDSN
-	cfg := app.Config{Catalog: store.CatalogDSN(catDSN), Shards: shards, FenceWait: store.FenceWait(2 * time.Second), Provision: true, Servers: se.Servers}
+	cfg := asApp(t, app.Config{Catalog: store.CatalogDSN(catDSN), Shards: shards, FenceWait: store.FenceWait(2 * time.Second), Servers: se.Servers})
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f := serve(t, cfg, log)
+	f.operator = se.Catalog
 	f.catalog, f.servers = pgtest.Connect(t, catDSN), map[string]*pgx.Conn{}
-	for _, s := range cfg.Servers {
-		f.servers[s.Name] = pgtest.Connect(t, s.DSN)
+	for _, s := range se.Servers {
+		f.servers[s.Name] = pgtest.Connect(t, se.DSN[s.Name])
 	}
 	return f
+}
+
+// asApp is cfg (provisioned by the operator, with the superuser's DSNs)
+// as the service runs: its catalog DSN logs in as shardtest.AppLogin, and
+// it holds the servers' application DSNs only (the catalog gives the
+// router those anyway; the service provisions nothing).
+func asApp(t testing.TB, cfg app.Config) app.Config {
+	t.Helper()
+	cfg.Catalog = store.CatalogDSN(shardtest.AppDSN(t, string(cfg.Catalog)))
+	cfg.Provision, cfg.ProvisionOnly = false, false
+	servers := make([]migrations.ServerSpec, len(cfg.Servers))
+	for i, s := range cfg.Servers {
+		servers[i] = migrations.ServerSpec{Name: s.Name, DSN: s.DSN}
+	}
+	cfg.Servers = servers
+	return cfg
 }
 
 // serve initializes the service of cfg behind an httptest server, both

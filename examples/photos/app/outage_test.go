@@ -19,6 +19,7 @@ import (
 	"github.com/shardkit/shardkit/examples/photos/store"
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/router"
@@ -49,13 +50,14 @@ func TestCatalogOutage(t *testing.T) {
 	const shards = 16
 	cfg := app.Config{Catalog: store.CatalogDSN(c.DSN("postgres")), Shards: shards, FenceWait: store.FenceWait(2 * time.Second), Provision: true}
 	for i, name := range serverNames {
-		cfg.Servers = append(cfg.Servers, migrations.ServerSpec{Name: name, DSN: pgtest.NewDatabase(t, i+1)})
+		db := pgtest.NewDatabase(t, i+1)
+		cfg.Servers = append(cfg.Servers, migrations.ServerSpec{Name: name, DSN: shardtest.AppDSN(t, db), AdminDSN: db})
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	if err := app.Provision(ctx, cfg, log); err != nil {
+	if err := app.Provision(ctx, cfg, log); err != nil { // as the operator
 		t.Fatalf("provision: %v", err)
 	}
-	f := serve(t, cfg, log)
+	f := serve(t, asApp(t, cfg), log)
 	snap := f.app.Router.Snapshot()
 
 	// Writers: each signs a user up and uploads a photo for it, in a loop.

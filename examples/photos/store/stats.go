@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/internal/pgdsn"
@@ -70,6 +71,12 @@ func (s *Stats) pool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 		return nil, pgdsn.Scrub(err)
 	}
 	cfg.MaxConns = 2
+	// The application's DSN may name a pooler in transaction mode, where
+	// a statement prepared on one server connection may be missing on the
+	// next (26000 through PgBouncer in make demo-pooled). A count a few
+	// times a minute gains nothing from preparing: the simple protocol
+	// carries its arrays as literals.
+	cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
 	// A count opens every table of the server, and the backend keeps their
 	// catalog entries until it exits: 52 MB for 667 shards of five tables,
 	// the largest backend of the demo's soak while it stayed in the pool.

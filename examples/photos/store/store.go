@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
@@ -147,26 +149,30 @@ const txAttempts = 3
 
 // shardTx runs fn in a transaction pinned to the shard of id. A move that
 // cuts the shard over while the transaction runs makes the old server
-// refuse its writes (plugin.ErrShardMoved): nothing was committed, and the
-// plugin has reloaded the map, so the whole transaction is run again on
-// the shard's new server.
+// refuse its statements (plugin.ErrShardMoved): its fence refuses writes,
+// and the application role is refused reads too from the cutover's write
+// barrier on. Nothing was committed; once the map places the shard on its
+// new server (awaitFlip), the whole transaction is run again there.
 func (s *Store) shardTx(ctx context.Context, id int64, fn func(tx *gorm.DB) error) error {
-	return s.pinnedTx(ctx, plugin.ShardOfID(id), fn)
+	return s.pinnedTx(ctx, plugin.ShardOfID(id), []int64{id}, fn)
 }
 
 // pinnedTx is shardTx for any plugin scope of a transaction: one shard
 // named, or plugin.Atomic() for a transaction across shards, whose parts
 // all roll back when one shard's old server refuses a write (or its
-// PREPARE) after a move, so it too is run again whole.
-func (s *Store) pinnedTx(ctx context.Context, scope clause.Expression, fn func(tx *gorm.DB) error) error {
+// PREPARE) after a move, so it too is run again whole. ids are the keys
+// whose shards the transaction touches.
+func (s *Store) pinnedTx(ctx context.Context, scope clause.Expression, ids []int64, fn func(tx *gorm.DB) error) error {
 	var err error
-	for range txAttempts {
+	deadline := time.Now().Add(moveWait)
+	for attempt := 1; ; attempt++ {
+		snap := s.rt.Snapshot()
 		err = s.db.WithContext(ctx).Clauses(scope).Transaction(fn)
-		if !errors.Is(err, plugin.ErrShardMoved) {
+		if !errors.Is(err, plugin.ErrShardMoved) || attempt == txAttempts {
 			return err
 		}
+		s.awaitFlip(ctx, snap, ids, deadline)
 	}
-	return err
 }
 
 // GetPhoto returns a photo by ID: the shard comes from the ID's bits.
@@ -253,7 +259,7 @@ func (s *Store) Follow(ctx context.Context, follower, followee int64) (Follow, e
 		}
 	}
 	f := Follow{FollowerID: follower, FolloweeID: followee}
-	err := s.pinnedTx(ctx, plugin.Atomic(), func(tx *gorm.DB) error {
+	err := s.pinnedTx(ctx, plugin.Atomic(), []int64{follower, followee}, func(tx *gorm.DB) error {
 		if err := tx.Create(&f).Error; err != nil {
 			return err
 		}
@@ -274,7 +280,7 @@ func (s *Store) Unfollow(ctx context.Context, follower, followee int64) error {
 	if err := s.checkID("followee_id", followee); err != nil {
 		return err
 	}
-	return s.pinnedTx(ctx, plugin.Atomic(), func(tx *gorm.DB) error {
+	return s.pinnedTx(ctx, plugin.Atomic(), []int64{follower, followee}, func(tx *gorm.DB) error {
 		res := tx.Where("follower_id = ? AND followee_id = ?", follower, followee).Delete(&Follow{})
 		if res.Error != nil {
 			return res.Error
@@ -321,14 +327,84 @@ func (s *Store) Feed(ctx context.Context, userID, before int64, limit int) (phot
 	if err != nil || len(followees) == 0 {
 		return []Photo{}, nil, err
 	}
+	// A home that is no longer the home refuses the application role: a
+	// move's cutover revokes the role's grants there with its write
+	// barrier, and flips the map right after. The plugin reroutes a
+	// one-shard statement on that refusal, not yet a read across shards:
+	// the feed waits for the flip (awaitFlip) and reads again on the new
+	// map. A refusal with no move under way is a grant the role lacks,
+	// which no retry cures.
+	deadline := time.Now().Add(moveWait)
+	for attempt := 1; ; attempt++ {
+		snap := s.rt.Snapshot()
+		photos, missing, err = s.feed(ctx, followees, before, limit)
+		if !isPrivilegeError(err) || attempt == txAttempts || !s.awaitFlip(ctx, snap, followees, deadline) {
+			return photos, missing, err
+		}
+	}
+}
+
+// moveWait bounds how long a statement that a moved shard's old home
+// refused waits for the move's flip before it runs again: as long as the
+// plugin holds a write on a fenced shard.
+const moveWait = 2 * time.Second
+
+// awaitFlip reloads the map until it is newer than was and has none of
+// the shards of ids fenced, and reports whether it got there before
+// deadline. It gives up at once on a map as old as was with none of those
+// shards under a move (fenced or moving): no move is coming to end.
+func (s *Store) awaitFlip(ctx context.Context, was *router.Snapshot, ids []int64, deadline time.Time) bool {
+	for {
+		now, err := s.rt.Reload(ctx)
+		if err != nil {
+			return false
+		}
+		fenced, moving := shardStates(now, ids)
+		if now.Version > was.Version && !fenced {
+			return true
+		}
+		if now.Version == was.Version && !fenced && !moving || time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// shardStates reports whether the map has the shard of one of ids fenced,
+// and whether it has one moving.
+func shardStates(snap *router.Snapshot, ids []int64) (fenced, moving bool) {
+	for _, id := range ids {
+		shard, err := snap.Layout.ShardOf(id)
+		if err != nil {
+			continue
+		}
+		if pl, err := snap.Placement(shard); err == nil {
+			fenced = fenced || pl.State == router.StateFenced
+			moving = moving || pl.State == router.StateMoving
+		}
+	}
+	return fenced, moving
+}
+
+func (s *Store) feed(ctx context.Context, followees []int64, before int64, limit int) ([]Photo, []int, error) {
 	var pr plugin.PartialResult
 	q := s.db.WithContext(ctx).Clauses(plugin.Partial(&pr)).Where("user_id IN ?", followees)
 	if before > 0 {
 		q = q.Where("id < ?", before)
 	}
-	photos = []Photo{}
+	photos := []Photo{}
 	if err := q.Order("id DESC").Limit(limit).Find(&photos).Error; err != nil {
 		return nil, nil, err
 	}
 	return photos, pr.Missing, nil
+}
+
+// isPrivilegeError reports Postgres's insufficient_privilege (42501).
+func isPrivilegeError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "42501"
 }

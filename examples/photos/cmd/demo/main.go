@@ -3,15 +3,21 @@
 // photo service, drives it with the load generator, adds a fourth server
 // and moves shards onto it while the load runs, then prints rows per
 // server before and after, request errors and the longest write wait at
-// cutover.
+// cutover. The service runs as photos_app, a login of the application
+// role the demo creates on every local cluster; provisioning and the moves
+// run as the operator (the clusters' superuser).
 //
 // To use existing servers instead of local clusters, set
 //
-//	SHARDKIT_CATALOG=postgres://…/catalog
+//	SHARDKIT_CATALOG=postgres://…/catalog   (the operator's)
+//	SHARDKIT_APP_CATALOG=postgres://…/catalog   (optional: the service's, a login of the application role)
 //	SHARDKIT_SERVERS=s1=postgres://…,s2=postgres://…,s3=postgres://…
+//	SHARDKIT_ADMIN_SERVERS=s1=postgres://…,…   (optional: the operator's DSNs of those servers)
 //	SHARDKIT_NEW_SERVER=s4=postgres://…   (optional: without it shards move between the servers above)
 //
 // Every server needs wal_level=logical (shards move by logical replication).
+// The demo says which role the service runs as, and warns when it is not
+// an application role.
 package main
 
 import (
@@ -28,6 +34,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
 	"github.com/shardkit/shardkit/examples/photos/store"
@@ -85,14 +92,33 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	defer c.stop()
-	cfg := app.Config{Addr: "127.0.0.1:0", Catalog: store.CatalogDSN(c.catalog), FenceWait: store.FenceWait(2 * time.Second),
-		Provision: true, Servers: c.servers, Shards: o.shards}
+	// Provisioning and moves are the operator's: the catalog's and the
+	// servers' admin DSNs. The service gets the application's DSNs only:
+	// the catalog as its login, and the servers' application DSNs, which
+	// its router reads from the catalog.
+	opCfg := app.Config{Catalog: store.CatalogDSN(c.catalog), Provision: true, Servers: c.servers, Shards: o.shards}
+	say("provisioning %d logical shards on %s", opCfg.Shards, serverNames(opCfg.Servers))
+	t := time.Now()
+	if err := app.Provision(ctx, opCfg, log); err != nil {
+		return err
+	}
+	say("provisioned in %s", time.Since(t).Round(time.Millisecond))
+	op, err := catalog.Open(ctx, c.catalog)
+	if err != nil {
+		return err
+	}
+	defer op.Close()
+	op = op.Operator()
+	cfg := app.Config{Addr: "127.0.0.1:0", Catalog: store.CatalogDSN(c.appCatalog), FenceWait: store.FenceWait(2 * time.Second), Shards: o.shards}
 	a, url, stopService, err := service(ctx, cfg, say, log)
 	if err != nil {
 		return err
 	}
 	defer stopService()
-	s, err := loadAndMove(ctx, o, out, c, cfg, a, url, start, say, log)
+	if err := sayRole(ctx, a, c.catalog, c.local, say); err != nil {
+		return err
+	}
+	s, err := loadAndMove(ctx, o, out, c, opCfg, op, a, url, start, say, log)
 	if err != nil {
 		return err
 	}
@@ -131,15 +157,8 @@ func servers(ctx context.Context, o options, say func(string, ...any)) (cluster,
 	return startLocal(ctx, 3, o.pooled)
 }
 
-// service provisions the shards and serves the photo service on a free
-// port; stop shuts it down.
+// service serves the photo service on a free port; stop shuts it down.
 func service(ctx context.Context, cfg app.Config, say func(string, ...any), log *slog.Logger) (a *app.App, url string, stop func(), err error) {
-	say("provisioning %d logical shards on %s", cfg.Shards, serverNames(cfg.Servers))
-	t := time.Now()
-	if err := app.Provision(ctx, cfg, log); err != nil {
-		return nil, "", nil, err
-	}
-	say("provisioned in %s", time.Since(t).Round(time.Millisecond))
 	a, cleanup, err := app.Initialize(ctx, cfg, log)
 	if err != nil {
 		return nil, "", nil, err
@@ -159,7 +178,7 @@ func service(ctx context.Context, cfg app.Config, say func(string, ...any), log 
 
 // loadAndMove runs the load, moves shards in the middle of it, and
 // returns what the summary prints.
-func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg app.Config, a *app.App, url string,
+func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg app.Config, op *catalog.Catalog, a *app.App, url string,
 	start time.Time, say func(string, ...any), log *slog.Logger) (summary, error) {
 	runner := loadgen.New(loadgen.Config{URL: url, Users: o.users, Workers: o.workers, Progress: out, ProgressEvery: 2 * time.Second})
 	say("load: creating %d users, their first photos and follows", o.users)
@@ -172,14 +191,14 @@ func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg a
 	defer stopLoad()
 	loadDone := make(chan loadgen.Result, 1)
 	go func() { loadDone <- runner.Run(loadCtx) }()
-	go sayResources(loadCtx, start, a, say)
+	go sayResources(loadCtx, start, op, say)
 	say("load: running (uploads, likes, follows, feed reads) with %d workers", o.workers)
 	if err := sleep(ctx, o.warmup); err != nil {
 		return summary{}, err
 	}
 	warm := readResources(start)
 	say("after the warm-up: %s", warm)
-	warmBackends, err := readBackends(ctx, directDSNs(a.Router.Snapshot()))
+	warmBackends, err := operatorBackends(ctx, op)
 	if err != nil {
 		return summary{}, err
 	}
@@ -189,7 +208,7 @@ func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg a
 	if err != nil {
 		return summary{}, err
 	}
-	mv, err := moveShards(ctx, o, c, cfg, a, runner, say, log)
+	mv, err := moveShards(ctx, o, c, cfg, op, a, runner, say, log)
 	if err != nil {
 		stopLoad()
 		<-loadDone
@@ -201,7 +220,7 @@ func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg a
 	stopLoad()
 	res := <-loadDone
 	say("load stopped")
-	endBackends, err := readBackends(ctx, directDSNs(a.Router.Snapshot()))
+	endBackends, err := operatorBackends(ctx, op)
 	if err != nil {
 		return summary{}, err
 	}
@@ -225,7 +244,7 @@ func loadAndMove(ctx context.Context, o options, out io.Writer, c cluster, cfg a
 // and the servers' backends beside them: a backend's caches grow as it
 // touches more shard tables and prepares more reads, up to their bounds, and
 // a soak shows whether they level off.
-func sayResources(ctx context.Context, start time.Time, a *app.App, say func(string, ...any)) {
+func sayResources(ctx context.Context, start time.Time, op *catalog.Catalog, say func(string, ...any)) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
 	for {
@@ -233,27 +252,29 @@ func sayResources(ctx context.Context, start time.Time, a *app.App, say func(str
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			say("under load: %s; %s", readResources(start), serverBackends(ctx, a))
+			b, err := operatorBackends(ctx, op)
+			if err != nil {
+				say("under load: %s; server backends unknown: %v", readResources(start), err)
+				continue
+			}
+			say("under load: %s; %s", readResources(start), b)
 		}
 	}
 }
 
-// serverBackends describes the servers' backends, or why they could not be read.
-func serverBackends(ctx context.Context, a *app.App) string {
-	// The service's router holds no admin DSN; the demo, which also plays
-	// the operator, reads them from the operator's view of the catalog.
-	snap, err := a.Catalog.Operator().Load(ctx)
+// operatorBackends reads the servers' backends through their admin DSNs,
+// from the operator's view of the catalog: the service's router holds no
+// admin DSN, and its role may not read other roles' backends.
+func operatorBackends(ctx context.Context, op *catalog.Catalog) (backends, error) {
+	snap, err := op.Load(ctx)
 	if err != nil {
-		return "server backends unknown: " + err.Error()
+		return backends{}, err
 	}
-	b, err := readBackends(ctx, directDSNs(snap))
-	if err != nil {
-		return "server backends unknown: " + err.Error()
-	}
-	return b.String()
+	return readBackends(ctx, directDSNs(snap))
 }
 
-// directDSNs maps each server of the map to a DSN that reaches it directly.
+// directDSNs maps each server of an operator's map to a DSN that reaches
+// it directly.
 func directDSNs(snap *router.Snapshot) map[string]string {
 	m := map[string]string{}
 	for _, s := range snap.Servers() {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/examples/photos/app"
 	"github.com/shardkit/shardkit/examples/photos/loadgen"
 	"github.com/shardkit/shardkit/rebalance"
@@ -23,7 +24,9 @@ type moveRun struct {
 // it while the load runs: rebalance.Plan by rows, capped at o.moves moves,
 // executed o.parallel at a time by Mover.Rebalance. The moves stay
 // reversible until finish.
-func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *app.App, runner *loadgen.Runner,
+// The moves are the operator's (op): the service's role may neither read
+// the admin DSNs nor write the map.
+func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, op *catalog.Catalog, a *app.App, runner *loadgen.Runner,
 	say func(string, ...any), log *slog.Logger) (*moveRun, error) {
 	target := ""
 	if c.addServer != nil {
@@ -46,7 +49,7 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 	started := time.Now()
 	// Every step, Verify and Complete are bounded: on a stuck server the
 	// demo stops with an error that says what it waited for.
-	mover, err := rebalance.New(rebalance.Config{Catalog: a.Catalog, Logger: log, StepTimeout: 3 * time.Minute})
+	mover, err := rebalance.New(rebalance.Config{Catalog: op, Logger: log, StepTimeout: 3 * time.Minute})
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +63,7 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, a *ap
 	}
 	// Read the map from the catalog: registering a server does not bump the
 	// map version, so the router's snapshot may not list the new one yet.
-	snap, err := a.Catalog.Load(ctx)
+	snap, err := op.Load(ctx)
 	if err != nil {
 		mover.Close()
 		return nil, err
