@@ -22,7 +22,7 @@ import (
 // (here, pagemerge.go and aggmerge.go: each answer scanned by GORM and
 // merged as it arrives). All but execute run on the caller's goroutine;
 // execute's goroutines never touch GORM state.
-func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) { p.readAcross(db, d, nil) }
+func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) { p.readAcrossFresh(db, d, nil) }
 
 // readAcross is fanoutQuery's stages. With out set (Row, Rows, Scan), the
 // merged rows are not scanned into the statement's destination: they are

@@ -21,7 +21,7 @@ func (p *Plugin) rowsAcross(db *gorm.DB, d *decision) {
 		return // gorm:row runs nothing in a dry run either
 	}
 	var out *memrows.Rows
-	p.readAcross(db, d, &out)
+	p.readAcrossFresh(db, d, &out)
 	if db.Error == nil && out == nil {
 		out = &memrows.Rows{}
 	}
