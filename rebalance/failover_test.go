@@ -326,7 +326,13 @@ func TestMoveKeepsFailoverSlotAcrossSourceFailover(t *testing.T) {
 // finds the slot gone and copies again from scratch (the shard served by
 // its source all along), then cuts over, verifies and completes: every
 // acknowledged write is on the target.
+//
+// Three failovers, each on clusters of its own: about 35 s on a quiet
+// machine, so not in -short (the race stage); -race passes it too.
 func TestMoveRecopiesWhenSourceFailsOverWithoutSlot(t *testing.T) {
+	if testing.Short() {
+		t.Skip("three failovers of a move's source, ~35 s: not in -short")
+	}
 	for _, c := range []struct {
 		name   string
 		at     Step
@@ -400,7 +406,12 @@ func TestMoveRecopiesWhenSourceFailsOverWithoutSlot(t *testing.T) {
 // the move stays reversible. Rolled back, the shard is on the promoted
 // source with every acknowledged write, those the target took included;
 // completed, on the target.
+//
+// Two failovers, ~25 s: not in -short.
 func TestMoveReversibleAcrossSourceFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("two failovers of a move's source, ~25 s: not in -short")
+	}
 	for _, end := range []string{"rollback", "complete"} {
 		t.Run(end, func(t *testing.T) {
 			ctx := context.Background()
