@@ -35,7 +35,7 @@ test: postgres vet lint
 ## online move with verify and rollback, migrations under load, backup and restore, the
 ## resolver, the catalog's queries. SHARDKIT_PG_VERSIONS=none skips it.
 SHARDKIT_PG_VERSIONS ?= 17 18
-CORE_RUN := ^(TestDifferential|TestDifferentialPooled|TestDifferentialPreparedPooler|TestDifferentialTypes|TestDifferentialTypesPooled|TestDifferentialTypesICU|TestTypedReadsICUDefault|TestOldHomeRefusesTheAppRole|TestReadsLinearizableAcrossMoves|TestMoveKeepsPasswordsOutOfLogs|TestFailoverSyncStandby|TestFailoverOldPrimaryFenced|TestAppRoleOnTheCatalog|TestTLSAsWritten|Example.*|TestRollbackAfterCutover|TestOnlineMoveWithPluginWriters|TestTargetRefusesWritesUntilTheFlip|TestMoveUsesAdminDSN|TestAddColumnUnderLoad|TestMigrateAddsVersionAndResumes|TestDump.*|TestRestore.*|TestResolver.*|TestLoad|TestWatch.*|TestSlotLeases|TestRenewAndRelease|TestSetServerDSN)$$
+CORE_RUN := ^(TestDifferential|TestDifferentialPooled|TestDifferentialPreparedPooler|TestDifferentialTypes|TestDifferentialTypesPooled|TestDifferentialTypesICU|TestTypedReadsICUDefault|TestOldHomeRefusesTheAppRole|TestReadsLinearizableAcrossMoves|TestMoveKeepsPasswordsOutOfLogs|TestFailoverSyncStandby|TestFailoverOldPrimaryFenced|TestAppRoleOnTheCatalog|TestTLSAsWritten|Example.*|TestRollbackAfterCutover|TestMoveKeepsFailoverSlotAcrossSourceFailover|TestOnlineMoveWithPluginWriters|TestTargetRefusesWritesUntilTheFlip|TestMoveUsesAdminDSN|TestAddColumnUnderLoad|TestMigrateAddsVersionAndResumes|TestDump.*|TestRestore.*|TestResolver.*|TestLoad|TestWatch.*|TestSlotLeases|TestRenewAndRelease|TestSetServerDSN)$$
 CORE_PKGS := ./plugin ./rebalance ./migrations ./backup ./resolver ./catalog ./internal/pgdsn
 test-versions:
 	@[ "$(SHARDKIT_PG_VERSIONS)" = none ] && exit 0; rc=0; \

@@ -99,12 +99,14 @@ type exportedSlot struct {
 // dsn and keeps its replication connection open, holding the exported
 // snapshot. The slot is permanent: the subscription streams from it once
 // the copy and the index build are done.
-func createSlotExporting(ctx context.Context, dsn, slot string) (*exportedSlot, error) {
+func createSlotExporting(ctx context.Context, dsn string, at *pgdsn.HostPort, slot string) (*exportedSlot, error) {
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("create slot %s: the source's DSN: %w", slot, pgdsn.Scrub(err))
 	}
-	pc := cfg.Config.Copy()
+	// The slot goes on the host the copy's transactions read from,
+	// which import its snapshot.
+	pc := pinned(&cfg.Config, at)
 	if pc.RuntimeParams == nil {
 		pc.RuntimeParams = map[string]string{}
 	}
@@ -325,7 +327,7 @@ func (mv *Mover) openSourceReads(ctx context.Context, mc *moveCtx, slot string, 
 	var exported *exportedSlot
 	if slot != "" {
 		start := time.Now()
-		exported, err = createSlotExporting(ctx, mc.srcDSN, slot)
+		exported, err = createSlotExporting(ctx, mc.srcDSN, mc.srcAt, slot)
 		if err != nil {
 			return nil, err
 		}

@@ -73,9 +73,10 @@ func newAppEnv(t testing.TB, n, used, shards int) *env {
 	return newEnvSpec(t, n, used, shards, true)
 }
 
-func newEnvSpec(t testing.TB, n, used, shards int, app bool) *env {
+// tuneShared applies tuneOnce to the shared clusters; a test that adds
+// clusters of its own calls it before.
+func tuneShared(t testing.TB) {
 	t.Helper()
-	ctx := context.Background()
 	tuneOnce.Do(func() {
 		for i := range pgtest.Set(t).Clusters {
 			dsn := pgtest.Cluster(t, i).DSN("postgres")
@@ -83,11 +84,25 @@ func newEnvSpec(t testing.TB, n, used, shards int, app bool) *env {
 			pgtest.Exec(t, dsn, `SELECT pg_reload_conf()`)
 		}
 	})
+}
+
+func newEnvSpec(t testing.TB, n, used, shards int, app bool) *env {
+	t.Helper()
+	tuneShared(t)
 	var names []string
 	for i := range n {
 		names = append(names, fmt.Sprintf("s%d", i)) // on cluster i%4
 	}
-	se := shardtest.New(t, shardtest.Spec{Servers: names, Shards: shards, Used: used, ShardSQL: testSQL, AppRole: app})
+	return newEnvFrom(t, shardtest.Spec{Servers: names, Shards: shards, Used: used, ShardSQL: testSQL, AppRole: app})
+}
+
+// newEnvFrom is newEnv of a spec of the caller's (servers on clusters of
+// a test's own: Spec.DSN).
+func newEnvFrom(t testing.TB, spec shardtest.Spec) *env {
+	t.Helper()
+	ctx := context.Background()
+	se := shardtest.New(t, spec)
+	shards := spec.Shards
 	e := &env{catalogDSN: se.CatalogDSN, cat: se.Catalog, servers: se.Servers, shards: shards, pools: map[string]*pgxpool.Pool{}, direct: se.DSN}
 	for _, s := range e.servers {
 		p, err := pgxpool.New(ctx, se.DSN[s.Name])

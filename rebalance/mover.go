@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/catalog"
@@ -192,13 +193,20 @@ func (mv *Mover) Close() {
 }
 
 // serverDSN keys the Mover's pools: a server whose admin DSN changed (a
-// rotated password) gets a new pool at its next use, while moves under
-// way finish on the one they hold; Close closes both.
-type serverDSN struct{ name, dsn string }
+// rotated password) or whose recorded primary changed (a failover) gets a
+// new pool at its next use, while moves under way finish on the one they
+// hold; Close closes both.
+type serverDSN struct {
+	name, dsn string
+	primary   router.Primary
+}
 
 // server returns a pool for a server and its DSN: the admin DSN, since a
 // move's sessions set session state and its subscriptions replicate, which
-// a transaction pooler in front of the application DSN cannot carry.
+// a transaction pooler in front of the application DSN cannot carry. The
+// pool uses only the host the catalog records as the server's primary
+// (router.Fence), when one is recorded: an old primary back after a
+// failover is writable, and has not the rows written since.
 func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string) (*pgxpool.Pool, string, error) {
 	srv, ok := snap.Server(name)
 	if !ok {
@@ -206,7 +214,7 @@ func (mv *Mover) server(ctx context.Context, snap *router.Snapshot, name string)
 	}
 	mv.mu.Lock()
 	defer mv.mu.Unlock()
-	key := serverDSN{name, srv.Admin()}
+	key := serverDSN{name, srv.Admin(), srv.Primary}
 	if p, ok := mv.pools[key]; ok {
 		return p, srv.Admin(), nil
 	}
@@ -237,7 +245,13 @@ type moveCtx struct {
 	src, tgt *pgxpool.Pool
 	srcDSN   string
 	tgtDSN   string
-	role     string // the application's group role (catalog.Config.AppRole)
+	// srcAt and tgtAt are the hosts of each DSN that its pool reached
+	// when the move (or its resume) began: the server's primary. The
+	// move's replication connections and subscriptions name that host
+	// only (nil: the DSN as it is), so that a slot made there is read
+	// there, and a resume after a failover repoints them (repoint).
+	srcAt, tgtAt *pgdsn.HostPort
+	role         string // the application's group role (catalog.Config.AppRole)
 }
 
 func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
@@ -268,8 +282,83 @@ func (mv *Mover) prepare(ctx context.Context, m *Move) (*moveCtx, error) {
 	if m.Offline {
 		steps = offlineSteps
 	}
+	srcAt, err := reached(ctx, src, srcDSN, m.Source)
+	if err != nil {
+		return nil, err
+	}
+	tgtAt, err := reached(ctx, tgt, tgtDSN, m.Target)
+	if err != nil {
+		return nil, err
+	}
 	return &moveCtx{m: m, steps: steps, snap: snap, layout: snap.Layout, schema: router.SchemaName(m.Shard),
-		n: n, src: src, tgt: tgt, srcDSN: srcDSN, tgtDSN: tgtDSN, role: cfg.AppRole}, nil
+		n: n, src: src, tgt: tgt, srcDSN: srcDSN, tgtDSN: tgtDSN, srcAt: srcAt, tgtAt: tgtAt, role: cfg.AppRole}, nil
+}
+
+// reached returns the host of dsn that a connection of the server's pool
+// reaches now (nil for a DSN of one host, or a host HostAt cannot tell).
+// The pool's idle connections are pinged first and the dead ones closed:
+// after a failover they are connections to a host that is gone, and a
+// resume would fail on the first of them it took.
+func reached(ctx context.Context, p *pgxpool.Pool, dsn, server string) (*pgdsn.HostPort, error) {
+	for _, c := range p.AcquireAllIdle(ctx) {
+		if err := c.Ping(ctx); err != nil {
+			_ = c.Conn().Close(ctx) // released closed, the pool destroys it
+		}
+		c.Release()
+	}
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: server %q DSN: %w", server, pgdsn.Scrub(err))
+	}
+	hosts := pgdsn.Hosts(cfg)
+	if len(hosts) < 2 {
+		return nil, nil
+	}
+	conn, err := p.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("shardkit: connect to server %q: %w", server, err)
+	}
+	defer conn.Release()
+	if h, ok := pgdsn.HostAt(hosts, conn.Conn().PgConn().Conn().RemoteAddr()); ok {
+		return &h, nil
+	}
+	return nil, nil
+}
+
+// conninfo is dsn in libpq's form for a server's connections to another
+// (a subscription), naming the host at when it is known.
+func conninfo(dsn string, at *pgdsn.HostPort) (string, error) {
+	if at == nil {
+		return pgdsn.Libpq(dsn)
+	}
+	return pgdsn.LibpqAt(dsn, *at)
+}
+
+// pinned is dsn's connection settings for the host at (nil: as they are),
+// with its other hosts left out.
+func pinned(cfg *pgconn.Config, at *pgdsn.HostPort) *pgconn.Config {
+	pc := cfg.Copy()
+	if at == nil {
+		return pc
+	}
+	var fallbacks []*pgconn.FallbackConfig
+	for _, f := range pc.Fallbacks {
+		if f.Host == at.Host && f.Port == at.Port {
+			fallbacks = append(fallbacks, f) // sslmode=prefer's plain retry of the same host
+		}
+	}
+	if pc.Host != at.Host || pc.Port != at.Port {
+		// The first host is another one: at's first try takes its TLS
+		// settings from its first fallback.
+		if len(fallbacks) == 0 {
+			pc.Host, pc.Port = at.Host, at.Port
+		} else {
+			pc.Host, pc.Port, pc.TLSConfig = fallbacks[0].Host, fallbacks[0].Port, fallbacks[0].TLSConfig
+			fallbacks = fallbacks[1:]
+		}
+	}
+	pc.Fallbacks = fallbacks
+	return pc
 }
 
 func (mv *Mover) loadShardSQL(ctx context.Context) error {
@@ -437,6 +526,9 @@ func (mv *Mover) Resume(ctx context.Context, shard int) (_ Move, err error) {
 func (mv *Mover) drive(ctx context.Context, m *Move) (Move, error) {
 	mc, err := mv.prepare(ctx, m)
 	if err != nil {
+		return *m, err
+	}
+	if err := mv.acrossFailover(ctx, mc); err != nil {
 		return *m, err
 	}
 	if m.Offline {

@@ -44,7 +44,7 @@ func (mv *Mover) online(ctx context.Context, mc *moveCtx) error {
 		// is where the copy's snapshot stands. It comes after the index
 		// build: applying an update or a delete needs the primary key.
 		{stepSubscribed, func(ctx context.Context) error {
-			return createSubscription(ctx, mc.tgt, mc.n.fwd, mc.srcDSN, mc.n.fwd)
+			return createSubscription(ctx, mc.tgt, mc.n.fwd, mc.srcDSN, mc.srcAt, mc.n.fwd)
 		}},
 		{stepCaughtUp, func(ctx context.Context) error { return mv.waitCaughtUp(ctx, mc) }},
 		// Reverse replication's slot is made now, outside the fenced window
@@ -177,5 +177,5 @@ func (mv *Mover) reverse(ctx context.Context, mc *moveCtx) error {
 	if err := advanceSlot(ctx, mc.tgt, mc.n.rev, m.TargetLSN); err != nil {
 		return err
 	}
-	return createSubscription(ctx, mc.src, mc.n.rev, mc.tgtDSN, mc.n.rev)
+	return createSubscription(ctx, mc.src, mc.n.rev, mc.tgtDSN, mc.tgtAt, mc.n.rev)
 }

@@ -28,6 +28,8 @@ const (
 	// subscription, and copy nothing: the forward slot exported the
 	// snapshot the copy read, the reverse one was made before the cutover.
 	sqlFormatSubscription = `SELECT format('CREATE SUBSCRIPTION %I CONNECTION %L PUBLICATION %I WITH (copy_data = false, create_slot = false, slot_name = %L, synchronous_commit = on)', $1::text, $2::text, $3::text, $1::text)`
+	// sqlFormatRepoint takes the same arguments; the third is unused.
+	sqlFormatRepoint = `SELECT format('ALTER SUBSCRIPTION %I CONNECTION %L', $1::text, $2::text, $3::text)`
 	// Slots are looked up in the server's own database only: slot names
 	// are per cluster, and a mover must never see, wait on, terminate the
 	// reader of, or drop a slot of another database on the same cluster.
@@ -90,19 +92,38 @@ func subscriptionExists(ctx context.Context, p *pgxpool.Pool, name string) (bool
 // position to the source only once that position is flushed on the target,
 // and the cutover waits for that report; asynchronous commit would delay it
 // by up to wal_writer_delay plus a feedback cycle (measured ~250 ms).
-func createSubscription(ctx context.Context, p *pgxpool.Pool, name, dsn, pub string) error {
-	return createSub(ctx, p, sqlFormatSubscription, name, dsn, pub)
-}
-
-func createSub(ctx context.Context, p *pgxpool.Pool, format, name, dsn, pub string) error {
+//
+// The subscription names the publisher's host at (nil: every host of
+// dsn): the host where the mover made the slot.
+func createSubscription(ctx context.Context, p *pgxpool.Pool, name, dsn string, at *pgdsn.HostPort, pub string) error {
 	if ok, err := subscriptionExists(ctx, p, name); err != nil || ok {
 		return err
 	}
+	return subscriptionDDL(ctx, p, sqlFormatSubscription, name, dsn, at, pub)
+}
+
+// repointSubscription points an existing subscription at the publisher's
+// host at (nil: every host of dsn), as createSubscription would name it
+// now: after a failover of the publisher its slot is on the promoted
+// host (a failover slot, PostgreSQL 17+), and the apply worker, restarted
+// by the change, streams from there. Nothing happens when the
+// subscription does not exist.
+func repointSubscription(ctx context.Context, p *pgxpool.Pool, name, dsn string, at *pgdsn.HostPort) error {
+	if ok, err := subscriptionExists(ctx, p, name); err != nil || !ok {
+		return err
+	}
+	return subscriptionDDL(ctx, p, sqlFormatRepoint, name, dsn, at, "")
+}
+
+// subscriptionDDL runs the statement format builds (sqlFormatSubscription,
+// sqlFormatRepoint) from the subscription's name, the publisher's
+// connection string and pub, with the statement kept out of the log.
+func subscriptionDDL(ctx context.Context, p *pgxpool.Pool, format, name, dsn string, at *pgdsn.HostPort, pub string) error {
 	// The target server connects with libpq, which refuses the pgx
 	// settings a catalog DSN may carry (statement_cache_capacity, …).
-	conninfo, err := pgdsn.Libpq(dsn)
+	conninfo, err := conninfo(dsn, at)
 	if err != nil {
-		return fmt.Errorf("create subscription %s: the source's DSN: %w", name, err)
+		return fmt.Errorf("subscription %s: the publisher's DSN: %w", name, err)
 	}
 	return pgx.BeginFunc(ctx, p, func(tx pgx.Tx) error {
 		if err := quietStatements(ctx, tx); err != nil {
@@ -110,11 +131,14 @@ func createSub(ctx context.Context, p *pgxpool.Pool, format, name, dsn, pub stri
 		}
 		var stmt string
 		if err := tx.QueryRow(ctx, format, name, conninfo, pub).Scan(&stmt); err != nil {
-			return fmt.Errorf("build CREATE SUBSCRIPTION %s: %w", name, err)
+			return fmt.Errorf("build the statement of subscription %s: %w", name, err)
 		}
 		// Simple protocol: the text is sent once and never kept as a
 		// prepared statement of the session.
 		if _, err := tx.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
+			if format == sqlFormatRepoint {
+				return fmt.Errorf("repoint subscription %s: %w", name, err)
+			}
 			return fmt.Errorf("create subscription %s: %w", name, err)
 		}
 		return nil

@@ -69,6 +69,9 @@ func (mv *Mover) rollback(ctx context.Context, m *Move) (Move, error) {
 	}
 	if stepIndex(rollbackSteps, m.Step) >= 0 {
 		mc.steps = rollbackSteps
+		if err := mv.acrossFailover(ctx, mc); err != nil {
+			return *m, err
+		}
 		err = mv.rollbackCutover(ctx, mc)
 	} else {
 		err = mv.record(ctx, m, stepRbUndo, "", func(ctx context.Context) error { return mv.undo(ctx, mc) })

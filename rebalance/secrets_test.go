@@ -59,7 +59,7 @@ func TestMoveKeepsPasswordsOutOfLogs(t *testing.T) {
 	}
 	defer tgt.Close()
 	bad := "postgres://postgres:" + secret + "@127.0.0.1:1/nowhere?sslmode=disable&connect_timeout=1"
-	if err := createSubscription(ctx, tgt, "sk_secret_probe", bad, "nowhere"); err == nil {
+	if err := createSubscription(ctx, tgt, "sk_secret_probe", bad, nil, "nowhere"); err == nil {
 		t.Fatal("a subscription to a port nothing listens on was created")
 	} else if strings.Contains(err.Error(), secret) {
 		t.Fatalf("the error shows the password: %v", err)

@@ -39,6 +39,20 @@ func TestLibpqMultiHost(t *testing.T) {
 	}
 }
 
+// TestLibpqAt: the libpq form pinned to one host of an HA group's DSN
+// names that host alone, with everything else of the DSN kept.
+func TestLibpqAt(t *testing.T) {
+	dsn := "host=a,b port=5432,5433 user=u password=p dbname=db sslmode=disable target_session_attrs=read-write"
+	got, err := LibpqAt(dsn, HostPort{"b", 5433})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `host='b' port='5433' target_session_attrs='read-write' dbname='db' user='u' password='p' sslmode='disable'`
+	if got != want {
+		t.Errorf("LibpqAt:\n got %s\nwant %s", got, want)
+	}
+}
+
 func TestSharesHost(t *testing.T) {
 	parse := func(s string) *pgconn.Config {
 		c, err := pgconn.ParseConfig(s)

@@ -22,7 +22,15 @@ import (
 // and application_name as keywords, every other run-time parameter as
 // `-c name=value` in options, and pgx's own settings left out. Every host
 // is kept (see Hosts), with target_session_attrs.
-func Libpq(dsn string) (string, error) {
+func Libpq(dsn string) (string, error) { return libpq(dsn, nil) }
+
+// LibpqAt is Libpq naming the one host at (one of the DSN's hosts, see
+// HostAt) in place of the DSN's list: a server that must reach the very
+// host a connection of the DSN reached (a subscription to the slot made
+// there) then cannot reach another host of an HA group.
+func LibpqAt(dsn string, at HostPort) (string, error) { return libpq(dsn, &at) }
+
+func libpq(dsn string, at *HostPort) (string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		return "", Scrub(err)
@@ -42,7 +50,11 @@ func Libpq(dsn string) (string, error) {
 		}
 		b.WriteByte('\'')
 	}
-	host, port := HostList(Hosts(cfg))
+	hosts := Hosts(cfg)
+	if at != nil {
+		hosts = []HostPort{*at}
+	}
+	host, port := HostList(hosts)
 	add("host", host)
 	add("port", port)
 	if tsa := TargetSessionAttrs(cfg); tsa != "" {

@@ -2,6 +2,7 @@ package pglocal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,6 +21,38 @@ type StandbyOptions struct {
 	// streams asynchronously, where a commit acknowledged by the primary
 	// may be lost when the standby is promoted.
 	Sync bool
+	// SlotSync makes the standby keep copies of the primary's failover
+	// logical slots (PostgreSQL 17+), so that a subscriber of such a slot
+	// resumes on the standby once it is promoted: a physical slot on the
+	// primary that the standby streams from (primary_slot_name),
+	// hot_standby_feedback, sync_replication_slots with a dbname in
+	// primary_conninfo, and on the primary synchronized_standby_slots
+	// naming that physical slot, so that no logical walsender sends a
+	// change the standby has not received. On an older server it is an
+	// error (ErrNoSlotSync). The zero value syncs nothing: a logical slot
+	// of the primary is gone on the promoted standby.
+	SlotSync bool
+}
+
+// ErrNoSlotSync reports StandbyOptions.SlotSync on a server older than
+// PostgreSQL 17, which cannot sync logical slots to a standby.
+var ErrNoSlotSync = errors.New("pglocal: logical slot sync needs PostgreSQL 17 or newer (sync_replication_slots)")
+
+// sqlVersionNum is the server's version as a number (170011 for 17.11).
+const sqlVersionNum = "SHOW server_version_num"
+
+// VersionNum returns the running cluster's server_version_num (150014,
+// 170011, …).
+func (c *Cluster) VersionNum(ctx context.Context) (int, error) {
+	out, err := c.psql(ctx, sqlVersionNum)
+	if err != nil {
+		return 0, fmt.Errorf("pglocal: server version: %w", err)
+	}
+	n, err := strconv.Atoi(out)
+	if err != nil {
+		return 0, fmt.Errorf("pglocal: server version %q: %w", out, err)
+	}
+	return n, nil
 }
 
 // AddStandby adds a streaming standby of primary to the set: a base backup
@@ -30,22 +63,50 @@ type StandbyOptions struct {
 func (s *Set) AddStandby(ctx context.Context, primary *Cluster, opts StandbyOptions) (*Cluster, error) {
 	dir := filepath.Join(s.root, fmt.Sprintf("pg%d", len(s.Clusters)))
 	name := fmt.Sprintf("standby%d", len(s.Clusters))
-	if err := run(ctx, primary.cred, filepath.Join(primary.bin, "pg_basebackup"), "-D", dir,
-		"-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "postgres",
-		"-X", "stream", "-c", "fast", "-R", "--no-sync"); err != nil {
+	slot := name + "_slot"
+	backup := []string{"-D", dir, "-h", "127.0.0.1", "-p", strconv.Itoa(primary.Port), "-U", "postgres",
+		"-X", "stream", "-c", "fast", "-R", "--no-sync"}
+	if opts.SlotSync {
+		v, err := primary.VersionNum(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if v < 170000 {
+			return nil, fmt.Errorf("%w (the primary on port %d runs %d)", ErrNoSlotSync, primary.Port, v)
+		}
+		// The backup streams through the physical slot it creates, so
+		// that the primary keeps every WAL record the standby has not
+		// received from the backup on.
+		backup = append(backup, "-C", "-S", slot)
+	}
+	if err := run(ctx, primary.cred, filepath.Join(primary.bin, "pg_basebackup"), backup...); err != nil {
 		return nil, fmt.Errorf("pglocal: base backup of the cluster on port %d: %w", primary.Port, err)
 	}
 	// The backup's postgresql.auto.conf holds the primary's port and the
 	// primary_conninfo -R wrote; start rewrites the file, so the
 	// conninfo goes in again, naming the standby for
-	// synchronous_standby_names.
-	conninfo := fmt.Sprintf("'host=127.0.0.1 port=%d user=postgres application_name=%s'", primary.Port, name)
+	// synchronous_standby_names (and, to sync slots, a database the slot
+	// sync worker connects to: any will do, slots of every database are
+	// synced).
+	conninfo := fmt.Sprintf("host=127.0.0.1 port=%d user=postgres application_name=%s", primary.Port, name)
+	settings := map[string]string{"hot_standby": "on"}
+	if opts.SlotSync {
+		conninfo += " dbname=postgres"
+		settings["primary_slot_name"] = "'" + slot + "'"
+		settings["hot_standby_feedback"] = "on"
+		settings["sync_replication_slots"] = "on"
+	}
+	settings["primary_conninfo"] = "'" + conninfo + "'"
 	c := &Cluster{Dir: dir, bin: primary.bin, cred: primary.cred}
-	settings := map[string]string{"primary_conninfo": conninfo, "hot_standby": "on"}
 	if err := c.start(ctx, Options{Settings: settings}); err != nil {
 		return nil, err
 	}
 	s.Clusters = append(s.Clusters, c)
+	if opts.SlotSync {
+		if err := primary.Configure(ctx, map[string]string{"synchronized_standby_slots": "'" + slot + "'"}); err != nil {
+			return nil, err
+		}
+	}
 	want := "async"
 	if opts.Sync {
 		want = "sync"
@@ -70,6 +131,16 @@ func (s *Set) AddStandby(ctx context.Context, primary *Cluster, opts StandbyOpti
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// SyncSlots wakes a SlotSync standby's slot sync worker, which sleeps up
+// to 30 s when the primary's slots did not change, so that it syncs them
+// now: a reload of the configuration sets its latch. (The manual
+// pg_sync_replication_slots() refuses to run beside the worker.) It
+// reports nothing: a caller waits for the slots it needs, as it would
+// for the worker.
+func (c *Cluster) SyncSlots(ctx context.Context) {
+	_, _ = c.psql(ctx, "SELECT pg_reload_conf()")
 }
 
 // psql runs one query on the cluster's postgres database with psql and
