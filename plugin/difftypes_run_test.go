@@ -113,6 +113,27 @@ func TestDifferentialTypesICU(t *testing.T) {
 	runTyped(t, te, typedCases()/2)
 }
 
+// TestDifferentialTypesLocale is TestDifferentialTypes on servers, the
+// plain side's too, that word their errors in German (lc_messages and
+// LANGUAGE, as germanServer): every refusal, every failure both sides
+// share and every error the merge classifies is judged on a server that
+// does not speak English. A third of the default cases: the classifying
+// paths are few, the cases that reach them many.
+func TestDifferentialTypesLocale(t *testing.T) {
+	set := pgtest.Set(t)
+	c, err := set.Add(context.Background(), germanServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop() })
+	i := len(set.Clusters) - 1
+	dsn := map[string]string{"a": pgtest.NewDatabase(t, i), "b": pgtest.NewDatabase(t, i)}
+	mustSpeakGerman(t, dsn["a"])
+	te := newTypedEnvOn(t, func(o *envOpts) { o.dsnOf = func(server string) string { return dsn[server] } },
+		func() string { return pgtest.NewDatabase(t, i) })
+	runTyped(t, te, max(typedCases()/3, 50))
+}
+
 var icuDatabases atomic.Int64
 
 // icuDatabase creates a database on cluster i whose default collation

@@ -639,17 +639,29 @@ func createThings(t testing.TB, e *env) {
 // newTypedEnv makes both sides and seeds them with the same rows, with
 // direct SQL: IDs composed for each row's shard.
 func newTypedEnv(t testing.TB, adjust func(*envOpts)) *typedEnv {
+	return newTypedEnvOn(t, adjust, nil)
+}
+
+// newTypedEnvOn is newTypedEnv with the plain side's database made by
+// plain (nil: one of cluster 0, ICU's where adjust gives the servers
+// databases of their own).
+func newTypedEnvOn(t testing.TB, adjust func(*envOpts), plain func() string) *typedEnv {
 	t.Helper()
 	ctx := context.Background()
 	o := envOpts{shards: diffShards, models: []any{&Thing{}, &ThingTag{}, &Mood{}}, before: func(e *env) { createThings(t, e) }}
 	if adjust != nil {
 		adjust(&o)
 	}
-	te := &typedEnv{e: newEnv(t, o), seed: &tseed{}, stats: map[string]int{}, icu: o.dsnOf != nil}
+	te := &typedEnv{e: newEnv(t, o), seed: &tseed{}, stats: map[string]int{}, icu: o.dsnOf != nil && plain == nil}
 	layout := te.e.r.Snapshot().Layout
-	plainDSN := pgtest.NewDatabase(t, 0)
-	if te.icu {
+	var plainDSN string
+	switch {
+	case plain != nil:
+		plainDSN = plain()
+	case te.icu:
 		plainDSN = icuDatabase(t, 0)
+	default:
+		plainDSN = pgtest.NewDatabase(t, 0)
 	}
 	pgtest.Exec(t, plainDSN, commonTypesDDL+thingsDDL)
 	var err error
