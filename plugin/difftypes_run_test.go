@@ -68,7 +68,7 @@ func newRand(seed, stream uint64) *rand.Rand { return rand.New(rand.NewPCG(seed,
 // typedCases is the typed differential's number of cases: the photos'
 // knob (SHARDKIT_DIFF_N, -diff.n), else a short default.
 func typedCases() int {
-	if *diffN > 0 || os.Getenv("SHARDKIT_DIFF_N") != "" {
+	if casesGiven() {
 		return diffCases()
 	}
 	switch {
@@ -79,6 +79,9 @@ func typedCases() int {
 	}
 	return 600
 }
+
+// casesGiven reports whether the run names its number of cases.
+func casesGiven() bool { return *diffN > 0 || os.Getenv("SHARDKIT_DIFF_N") != "" }
 
 // TestDifferentialTypes runs the typed differential on two servers of
 // 64 shards, each connected directly.
@@ -117,8 +120,9 @@ func TestDifferentialTypesICU(t *testing.T) {
 // plain side's too, that word their errors in German (lc_messages and
 // LANGUAGE, as germanServer): every refusal, every failure both sides
 // share and every error the merge classifies is judged on a server that
-// does not speak English. A third of the default cases: the classifying
-// paths are few, the cases that reach them many.
+// does not speak English. A third of the default cases (SHARDKIT_DIFF_N
+// sets them all): the classifying paths are few, the cases that reach
+// them many.
 func TestDifferentialTypesLocale(t *testing.T) {
 	set := pgtest.Set(t)
 	c, err := set.Add(context.Background(), germanServer)
@@ -131,7 +135,11 @@ func TestDifferentialTypesLocale(t *testing.T) {
 	mustSpeakGerman(t, dsn["a"])
 	te := newTypedEnvOn(t, func(o *envOpts) { o.dsnOf = func(server string) string { return dsn[server] } },
 		func() string { return pgtest.NewDatabase(t, i) })
-	runTyped(t, te, max(typedCases()/3, 50))
+	n := typedCases()
+	if !casesGiven() {
+		n = max(n/3, 50)
+	}
+	runTyped(t, te, n)
 }
 
 var icuDatabases atomic.Int64
