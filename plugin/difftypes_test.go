@@ -1163,9 +1163,10 @@ func (te *typedEnv) arbitraryScanFailure(c tcase, rs, rp result) bool {
 // scan a limit's rows without a total order is one plain GORM on one
 // table gives for other rows it may as well return: the same read into a
 // Scanner (which holds every value) returns, through the plugin, as many
-// rows as plain GORM's, every one in the unlimited answer. Those rows are
-// a right page, one that holds a value the destination cannot (a NULL in
-// a []*string that GORM's Pluck fills, among rows that tie at the cut).
+// rows as plain GORM's, every one in the unlimited answer, and not the
+// rows plain GORM returns. Those rows are a right page, other than the one
+// plain GORM scanned, that holds a value the destination cannot (a NULL
+// in a []*string that GORM's Pluck fills, among rows that tie at the cut).
 func (te *typedEnv) arbitraryPluginScanFailure(c tcase, rs, rp result) bool {
 	if _, exact := c.ordered(); exact || !strings.Contains(rs.err.Error(), "sql: Scan error") || c.Dest == dsScanner {
 		return false
@@ -1175,6 +1176,11 @@ func (te *typedEnv) arbitraryPluginScanFailure(c tcase, rs, rp result) bool {
 	held.Dest = dsScanner
 	page := held.run(ctx, te.e.db)
 	if page.err != nil || len(page.rows) != len(rp.rows) {
+		return false
+	}
+	// Plain GORM's own page, which it scanned: were the plugin's the same
+	// rows, its failure would come from rows outside the page.
+	if theirs := held.run(ctx, te.plain); theirs.err != nil || len(minus(page.rows, theirs.rows)) == 0 {
 		return false
 	}
 	all := held
