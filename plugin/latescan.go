@@ -39,44 +39,62 @@ type lateRow struct {
 var lateRowsType = reflect.TypeOf([]lateRow(nil))
 
 // lateScan reports whether the planned read merges its rows unscanned: a
-// read of rows into structs, with a LIMIT, ordered by fields whose raw
-// values order them as their scanned values do (or unordered), merged in
-// Go. It returns with it the kind of each key's raw values.
+// read of rows into structs, or of plucked values, with a LIMIT or an
+// OFFSET, ordered by fields (or the plucked value) whose raw values order
+// them as their scanned values do (or unordered), merged in Go. It
+// returns with it the kind of each key's raw values, as the merge reads
+// them (a numeric column's text as numeric).
 func (rp *readPlan) lateScan() ([]pgorder.Kind, bool) {
-	if rp.shape != shapeRows || rp.raw || rp.hidden || rp.pushed < 0 || rp.pgOrder() {
+	if rp.shape != shapeRows || rp.raw || rp.hidden || rp.limit < 0 && rp.offset <= 0 || rp.pgOrder() {
 		return nil, false
 	}
 	elem := rp.sliceTyp.Elem()
 	for elem.Kind() == reflect.Pointer {
 		elem = elem.Elem()
 	}
-	if elem.Kind() != reflect.Struct {
+	scalar := elem.Kind() != reflect.Struct
+	if scalar && elem.Kind() == reflect.Map {
 		return nil, false
 	}
 	kinds := make([]pgorder.Kind, len(rp.keys))
 	for j, k := range rp.keys {
-		if k.field == nil || k.scalar || k.as != 0 {
+		if k.scalar != scalar || !scalar && k.field == nil {
 			return nil, false
 		}
-		if kinds[j] = orderKind(k); kinds[j] == pgorder.Other {
+		t := elem
+		if !scalar {
+			t = k.field.IndirectFieldType
+		}
+		if kinds[j] = orderKind(t, k.as); kinds[j] == pgorder.Other {
 			return nil, false
 		}
 	}
 	return kinds, true
 }
 
-// orderKind is the kind pgorder reads from a key's field; Other where a
-// raw value may order differently from the scanned one (a float32 field
-// rounds a float8 column's values).
-func orderKind(k orderKey) pgorder.Kind {
-	t := k.field.IndirectFieldType
+// orderKind is the kind pgorder reads from a key's Go values of type t,
+// read as as (0: as they are); Other where a raw value may order
+// differently from the scanned one (a float32 rounds a float8 column's
+// values).
+func orderKind(t reflect.Type, as pgorder.Kind) pgorder.Kind {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if t.Kind() == reflect.Float32 {
 		return pgorder.Other
 	}
+	if as != 0 {
+		return as
+	}
 	return pgorder.FromReflect(reflect.Zero(t)).Kind()
+}
+
+// keyName is the column a key's values are read from in the answers.
+func keyName(k orderKey) string {
+	if k.field != nil {
+		return k.field.DBName
+	}
+	return k.name
 }
 
 // lateRows keeps the rows of an answer of unit u that can still enter
@@ -104,7 +122,7 @@ func (p *Plugin) lateRows(db *gorm.DB, rp *readPlan, res *readResults, u int, pt
 		ok := true
 		for _, row := range pt.rows {
 			for j := range rp.keys {
-				v := pgorder.FromReflect(reflect.ValueOf(row[at[j]]))
+				v := pgorder.FromReflect(reflect.ValueOf(row[at[j]])).As(rp.keys[j].as)
 				if !v.IsNull() && v.Kind() != rp.kinds[j] {
 					ok = false
 					break
@@ -184,15 +202,20 @@ func (r *readResults) colset(keys []orderKey, cols []memrows.Column) int {
 	return len(r.colsets) - 1
 }
 
-// keyColumns finds each key's column by its field's name; nil if one is
-// missing or named twice, or a key has no field (a hidden one).
+// keyColumns finds each key's column by its field's name (a plucked
+// value's: the answer's one column); nil if one is missing or named
+// twice, or a key has no field (a hidden one).
 func keyColumns(keys []orderKey, cols []memrows.Column) []int {
 	names := make([]string, len(keys))
 	for j, k := range keys {
-		if k.field == nil {
+		switch {
+		case k.scalar && len(cols) == 1:
+			names[j] = cols[0].Name
+		case k.field == nil && !k.scalar:
 			return nil
+		default:
+			names[j] = keyName(k)
 		}
-		names[j] = k.field.DBName
 	}
 	return columnsNamed(names, cols)
 }
@@ -231,7 +254,8 @@ type pageFilter struct {
 	page    *pageMerger
 	names   []string
 	kinds   []pgorder.Kind
-	dropped *atomic.Int64 // counts the rows dropped (Plugin.cutRows)
+	as      []pgorder.Kind // what each key's values are read as (orderKey.as)
+	dropped *atomic.Int64  // counts the rows dropped (Plugin.cutRows)
 }
 
 // pageFilter returns the read's pageFilter; nil for a read that has none
@@ -242,7 +266,7 @@ func (r *readResults) pageFilter(rp *readPlan, dropped *atomic.Int64) *pageFilte
 	}
 	f := &pageFilter{page: r.page, kinds: rp.kinds, dropped: dropped}
 	for _, k := range rp.keys {
-		f.names = append(f.names, k.field.DBName)
+		f.names, f.as = append(f.names, keyName(k)), append(f.as, k.as)
 	}
 	return f
 }
@@ -311,6 +335,9 @@ func (c *pageCut) out(raw [][]byte) bool {
 			}
 		}
 		c.kv[j] = pgorder.FromReflect(reflect.ValueOf(v))
+		if j < len(c.f.as) {
+			c.kv[j] = c.kv[j].As(c.f.as[j])
+		}
 		if !c.kv[j].IsNull() && c.kv[j].Kind() != c.f.kinds[j] {
 			c.stop = true
 			return false

@@ -60,7 +60,10 @@ func (m *pageMerger) add(u int, part reflect.Value, hk [][]pgorder.Value, raw []
 			m.unit = append(m.unit, u)
 		}
 		if hk != nil {
-			m.kv, m.raw = append(m.kv, hk...), append(m.raw, raw...)
+			m.kv = append(m.kv, hk...)
+		}
+		if raw != nil {
+			m.raw = append(m.raw, raw...)
 		}
 		return // nothing to cut: sorted once, at the end
 	}
@@ -194,7 +197,9 @@ func (m *pageMerger) page(offset, limit int) reflect.Value {
 // sort orders the rows by the ORDER BY keys, then by unit; rows of one
 // unit that tie keep their order.
 func (m *pageMerger) sort() {
-	if m.raw != nil {
+	if m.kv != nil {
+		// the rows' keys came with them (hidden values, or the raw
+		// values of rows scanned late: latescan.go)
 		sortRowsBy(m.rows, m.kv, m.keys, m.unit, m.raw)
 		return
 	}
