@@ -132,6 +132,22 @@ func (t *shardTx) pinned() (int, string) {
 	return t.shard, t.server
 }
 
+// openOn reports whether a user's transaction (not GORM's own around one
+// statement) has begun its part on server.
+func (t *shardTx) openOn(server string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.statement {
+		return false
+	}
+	for _, v := range t.txs {
+		if v.server == server {
+			return true
+		}
+	}
+	return false
+}
+
 // drop rolls back and forgets the part on one server (a statement-scoped
 // retry after the server refused a write for a moved shard).
 func (t *shardTx) drop(server string) {
