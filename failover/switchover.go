@@ -30,9 +30,10 @@ type Options struct {
 	// primary's last write (default 5s); past it, ErrReplayBehind.
 	ReplayWait time.Duration
 	// SessionWait bounds the wait for routers to leave the old primary
-	// once the new one is recorded (default 500ms); the sessions left
+	// once the new one is recorded (default 100ms); the sessions left
 	// then are ended, so that the old primary serves no read once writes
-	// go to the new one.
+	// go to the new one. A router that saw the record never uses them
+	// again: they are its old pools'.
 	SessionWait time.Duration
 	// Progress, when set, is called after each step.
 	Progress func(Step)
@@ -49,7 +50,7 @@ func (o *Options) defaults() {
 		o.ReplayWait = 5 * time.Second
 	}
 	if o.SessionWait <= 0 {
-		o.SessionWait = 500 * time.Millisecond
+		o.SessionWait = 100 * time.Millisecond
 	}
 }
 

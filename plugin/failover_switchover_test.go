@@ -208,8 +208,11 @@ func TestSwitchoverNoErrors(t *testing.T) {
 		rep.Fenced.Round(time.Millisecond), l.maxWrite["b"].Round(time.Millisecond), l.maxWrite["b (stale map)"].Round(time.Millisecond), l.maxWrite["a"].Round(time.Millisecond),
 		l.maxRead.Round(time.Millisecond), len(l.acked), l.reads)
 	l.checkNoErrors(t)
-	if d := l.maxWrite["b"]; d > time.Second {
-		t.Errorf("longest write on b took %v, want at most 1s", d)
+	// The pause the switchover adds: the longest write on b beyond the
+	// longest on a, which the same run's stalls of a loaded machine
+	// slow as much.
+	if d := l.maxWrite["b"] - l.maxWrite["a"]; d > time.Second {
+		t.Errorf("longest write on b took %v, %v more than on a: want at most 1s more", l.maxWrite["b"], d)
 	}
 	if rep.Primary.SystemID != first.SystemID || rep.Primary.Timeline <= first.Timeline {
 		t.Errorf("recorded %v after the switchover, %v before: want the same system on a newer timeline", rep.Primary, first)
