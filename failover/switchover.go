@@ -94,7 +94,7 @@ const (
 	sqlReplayed  = `SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)`
 	sqlStandbyOK = `SELECT pg_is_in_recovery(), (SELECT system_identifier FROM pg_control_system())::text,
 	coalesce((SELECT status FROM pg_stat_wal_receiver), '')`
-	sqlPromote    = `SELECT pg_promote(true, $1)`
+	sqlPromote = `SELECT pg_promote(true, $1)`
 	// sqlSessionsOf counts the sessions that could still read: a
 	// transaction that failed (a write the read-only primary refused,
 	// which the plugin runs again on the new primary) can only roll back.
