@@ -298,3 +298,52 @@ func (f *failover) checkUndone(t *testing.T) {
 		t.Errorf("write to b after the undone switchover: %v", err)
 	}
 }
+
+// TestTransactionOnFencedServerFailsFast fences the shard of a
+// transaction that already runs on its server: its next write fails at
+// once with ErrShardMoved, to be run again whole, instead of waiting
+// inside the transaction (which holds up a switchover's drain of write
+// transactions, and can only end refused). Run again while the shard is
+// fenced, the transaction waits for the fence before it begins, and
+// commits on the shard's home once the fence ends.
+func TestTransactionOnFencedServerFailsFast(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, envOpts{})
+	u := int64(7)
+	shard := e.shardOf(u)
+	server := e.serverOf(t, shard)
+	fence := func(st router.ShardState) {
+		t.Helper()
+		if _, err := e.cat.PlaceShard(ctx, shard, server, st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.r.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var inTx error
+	var took time.Duration
+	err := e.db.Clauses(Shard(u)).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&Photo{UserID: u, Caption: "before the fence"}).Error; err != nil {
+			return err
+		}
+		fence(router.StateFenced)
+		start := time.Now()
+		inTx = tx.Create(&Photo{UserID: u, Caption: "under the fence"}).Error
+		took = time.Since(start)
+		return inTx
+	})
+	if !errors.Is(inTx, ErrShardMoved) || !errors.Is(err, ErrShardMoved) || !Retryable(err) {
+		t.Fatalf("write in a transaction open on the fenced server: %v after %v (transaction: %v), want ErrShardMoved at once", inTx, took, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- e.db.Clauses(Shard(u)).Transaction(func(tx *gorm.DB) error {
+			return tx.Create(&Photo{UserID: u, Caption: "after the fence"}).Error
+		})
+	}()
+	fence(router.StateActive)
+	if err := <-done; err != nil {
+		t.Fatalf("transaction begun on the fenced shard: %v, want it to wait for the fence and commit", err)
+	}
+}
