@@ -109,6 +109,9 @@ func (s *switchover) record(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := s.old.QueryRow(ctx, sqlClock).Scan(&s.recordedAt); err != nil {
+		return "", err
+	}
 	if err := s.cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
 		_, err := tx.RecordPrimary(ctx, s.name, got)
 		return err
@@ -119,7 +122,8 @@ func (s *switchover) record(ctx context.Context) (string, error) {
 	return fmt.Sprintf("primary recorded: %s (%s)", s.rep.New, got), nil
 }
 
-// endSessions waits for routers to leave the old primary and ends the
+// endSessions waits until every session on the old primary is idle since
+// the record (the routers that read there have seen it) and ends the
 // sessions left there, so that it answers no read once writes go to the
 // new primary: a router whose map is older than the record finds its
 // connection gone, and no new one reaches the old primary (it is
@@ -128,7 +132,7 @@ func (s *switchover) endSessions(ctx context.Context) (string, error) {
 	db := s.cfg.Database
 	var n int
 	_ = poll(ctx, s.opts.SessionWait, func() (bool, error) {
-		err := s.old.QueryRow(ctx, sqlSessionsOf, db).Scan(&n)
+		err := s.old.QueryRow(ctx, sqlSessionsOf, db, s.recordedAt).Scan(&n)
 		return n == 0, err
 	})
 	if err := s.old.QueryRow(ctx, sqlEndSessions, db).Scan(&s.rep.Terminated); err != nil {

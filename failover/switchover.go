@@ -30,10 +30,10 @@ type Options struct {
 	// primary's last write (default 5s); past it, ErrReplayBehind.
 	ReplayWait time.Duration
 	// SessionWait bounds the wait for routers to leave the old primary
-	// once the new one is recorded (default 100ms); the sessions left
-	// then are ended, so that the old primary serves no read once writes
-	// go to the new one. A router that saw the record never uses them
-	// again: they are its old pools'.
+	// once the new one is recorded (default 1s): until every session
+	// there is idle since the record or gone. The sessions left then are
+	// ended, so that the old primary serves no read once writes go to
+	// the new one.
 	SessionWait time.Duration
 	// Progress, when set, is called after each step.
 	Progress func(Step)
@@ -50,7 +50,7 @@ func (o *Options) defaults() {
 		o.ReplayWait = 5 * time.Second
 	}
 	if o.SessionWait <= 0 {
-		o.SessionWait = 100 * time.Millisecond
+		o.SessionWait = time.Second
 	}
 }
 
@@ -95,12 +95,16 @@ const (
 	sqlStandbyOK = `SELECT pg_is_in_recovery(), (SELECT system_identifier FROM pg_control_system())::text,
 	coalesce((SELECT status FROM pg_stat_wal_receiver), '')`
 	sqlPromote = `SELECT pg_promote(true, $1)`
-	// sqlSessionsOf counts the sessions that could still read: a
-	// transaction that failed (a write the read-only primary refused,
-	// which the plugin runs again on the new primary) can only roll back.
+	// sqlSessionsOf counts the sessions still in use since the record at
+	// $2: a router that has not seen it yet reads there. A session idle
+	// since before the record is an old pool's that a router which saw
+	// the record does not use again; a transaction that failed (a write
+	// the read-only primary refused, which the plugin runs again on the
+	// new primary) can only roll back.
 	sqlSessionsOf = `SELECT count(*) FROM pg_stat_activity
 	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = $1
-	AND state IS DISTINCT FROM 'idle in transaction (aborted)'`
+	AND state IS DISTINCT FROM 'idle in transaction (aborted)' AND NOT (state = 'idle' AND state_change < $2)`
+	sqlClock       = `SELECT statement_timestamp()`
 	sqlEndSessions = `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity
 	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND datname = $1`
 	sqlReadOnlyNow = `SELECT current_setting('default_transaction_read_only') = 'on'`
@@ -147,6 +151,7 @@ type switchover struct {
 	app              string          // the server's application DSN
 	old, standby     *pgx.Conn
 	oldRec           router.Primary
+	recordedAt       time.Time // on the old primary's clock
 	fencedAt         time.Time
 	readOnly, fenced bool
 	promoted         bool
