@@ -126,6 +126,13 @@ func switchUnderLoad(ctx context.Context, c cluster, a *app.App, runner *loadgen
 	say("shardctl server switchover %s --to %s", switchedServer, to)
 	runner.MarkWindow(true)
 	rep, err := failover.Switchover(ctx, cat, switchedServer, failover.Options{To: to, Progress: func(s failover.Step) { say("  %s", s) }})
+	if err != nil {
+		runner.MarkWindow(false)
+		return nil, err
+	}
+	// A request counts in the window when it ends: the writes the fence
+	// held end after the release, within the service's fence wait.
+	err = sleep(ctx, 2*time.Second)
 	runner.MarkWindow(false)
 	if err != nil {
 		return nil, err
