@@ -146,6 +146,9 @@ func (p *Plugin) place(ctx context.Context, d *decision) error {
 	if len(d.shards) > 1 {
 		d.places = make([]router.Placement, len(d.shards))
 	}
+	if d.tx != nil && !d.read {
+		d.fenced += d.tx.takeFenceWait() // the wait before the transaction began
+	}
 	for i, s := range d.shards {
 		pl, err := d.snap.Placement(s)
 		if err != nil {
