@@ -3,7 +3,7 @@ GO       ?= go
 PKGS     := ./...
 RACE_PKGS := ./idgen/... ./router/... ./catalog/... ./plugin/... ./migrations/... ./rebalance/... ./relay/...
 
-.PHONY: test test-versions test-short vet lint bench fuzz demo demo-pooled reliability scale scale-direct generate postgres figures
+.PHONY: test test-versions test-short vet lint bench fuzz demo demo-pooled demo-switchover reliability scale scale-direct generate postgres figures
 
 ## test: vet, staticcheck and every test on real, throwaway Postgres clusters (race detector on concurrent packages)
 # Both stages always run: a failure in the first must not hide what -race finds.
@@ -120,6 +120,10 @@ demo: postgres
 ## demo-pooled: the same with a PgBouncer in transaction mode in front of each server
 demo-pooled: postgres
 	$(GO) run ./examples/photos/cmd/demo -pooled
+
+## demo-switchover: the same load with a planned switchover of a server's primary instead of moves
+demo-switchover: postgres
+	$(GO) run ./examples/photos/cmd/demo -switchover
 
 generate:
 	$(GO) generate ./...

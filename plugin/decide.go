@@ -146,12 +146,23 @@ func (p *Plugin) place(ctx context.Context, d *decision) error {
 	if len(d.shards) > 1 {
 		d.places = make([]router.Placement, len(d.shards))
 	}
+	if d.tx != nil && !d.read {
+		d.fenced += d.tx.takeFenceWait() // the wait before the transaction began
+	}
 	for i, s := range d.shards {
 		pl, err := d.snap.Placement(s)
 		if err != nil {
 			return err
 		}
 		if !d.read && pl.State == router.StateFenced {
+			if d.tx != nil && d.tx.openOn(pl.Server) {
+				// The transaction already runs on the fenced server: its
+				// write can only be refused there once the fence ends (a
+				// move's flip, a switchover's new primary), and while it
+				// waits it holds up the fence (a cutover's locks, a
+				// switchover's drain). Run it again, whole.
+				return &ShardError{Shard: s, Server: pl.Server, Err: fmt.Errorf("%w: %w", ErrShardMoved, ErrShardFenced)}
+			}
 			start := time.Now()
 			snap, fresh, err := p.waitFence(ctx, s)
 			d.fenced += time.Since(start)

@@ -180,7 +180,7 @@ func returnInto(stmt *gorm.Statement, rv reflect.Value) (bool, error) {
 // becomes ErrShardMoved.
 func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	p.bounded(db, orig)
-	if db.Error == nil || !router.IsFenceError(db.Error) && !router.IsUndefinedTable(db.Error) && !isPrivilegeError(db.Error) {
+	if db.Error == nil || !router.IsFenceError(db.Error) && !router.IsUndefinedTable(db.Error) && !isPrivilegeError(db.Error) && !isReadOnlyError(db.Error) {
 		return
 	}
 	stmt := db.Statement
@@ -196,8 +196,11 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 		return
 	}
 	away := old
-	if isPrivilegeError(db.Error) {
-		away = "" // refused by a cutover's revoke: any unfenced home, old again after a rollback
+	if isPrivilegeError(db.Error) || isReadOnlyError(db.Error) {
+		// Refused by a cutover's revoke, or by a primary a switchover put
+		// read-only: any unfenced home, the same server under its new
+		// primary after a switchover, old again after a rollback.
+		away = ""
 	}
 	snap, pl, err := p.awaitMove(stmt.Context, shard, away)
 	if err != nil {
@@ -251,6 +254,10 @@ func (p *Plugin) movedShard(db *gorm.DB) (m *model, shard int, old string, ok bo
 		if !p.homeChanged(stmt.Context, shard, old) {
 			return nil, 0, "", false // the user's own missing grant
 		}
+	case isReadOnlyError(db.Error):
+		if !p.homeChanged(stmt.Context, shard, old) {
+			return nil, 0, "", false // a read-only server or transaction of the user's
+		}
 	case !p.movedAway(stmt.Context, shard, old):
 		return nil, 0, "", false
 	}
@@ -267,6 +274,16 @@ func (p *Plugin) movedShard(db *gorm.DB) (m *model, shard int, old string, ok bo
 func isPrivilegeError(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "42501"
+}
+
+// isReadOnlyError reports Postgres's read_only_sql_transaction (25006).
+// On a write outside a transaction it is what a primary answers once a
+// switchover made it read-only (failover.Switchover), before the router
+// saw the server's shards fenced: the write did nothing and waits on the
+// fence like the writes that saw it.
+func isReadOnlyError(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "25006"
 }
 
 // homeChanged reports whether the map, reloaded from the catalog, has the

@@ -215,6 +215,16 @@ func (r *rootPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnP
 		if err != nil {
 			return nil, err
 		}
+		if pl.State == router.StateFenced {
+			// A transaction begun on a fenced shard's server would be
+			// refused its writes there once the fence ends: it waits, as
+			// a write does, and begins on the shard's home after it.
+			start := time.Now()
+			if snap, pl, err = r.p.waitFence(ctx, shard); err != nil {
+				return nil, err
+			}
+			tx.fenceWait = time.Since(start)
+		}
 		if _, err := tx.pin(shard, pl, snap); err != nil {
 			return nil, err
 		}

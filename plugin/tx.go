@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
@@ -33,7 +34,8 @@ type shardTx struct {
 	txs        []*txView
 	def        gorm.ConnPool // transaction on the default connection
 	done       bool
-	savepoints []string // live savepoints, oldest first
+	savepoints []string      // live savepoints, oldest first
+	fenceWait  time.Duration // waited on a fence before it began; its first write reports it
 }
 
 // txView is the part of a shardTx on one server. Statements routed there
@@ -130,6 +132,32 @@ func (t *shardTx) pinned() (int, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.shard, t.server
+}
+
+// takeFenceWait returns the time the transaction waited on a fence
+// before it began, once.
+func (t *shardTx) takeFenceWait() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.fenceWait
+	t.fenceWait = 0
+	return d
+}
+
+// openOn reports whether a user's transaction (not GORM's own around one
+// statement) has begun its part on server.
+func (t *shardTx) openOn(server string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.statement {
+		return false
+	}
+	for _, v := range t.txs {
+		if v.server == server {
+			return true
+		}
+	}
+	return false
 }
 
 // drop rolls back and forgets the part on one server (a statement-scoped

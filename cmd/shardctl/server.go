@@ -17,11 +17,11 @@ func init() { commands = append(commands, newServerCmd) }
 func newServerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
-		Short: "Change a registered shard server (its DSNs, its recorded primary)",
-		Args:  exactArgs(0, "a subcommand: set-dsn, promoted"),
+		Short: "Change a registered shard server (its DSNs, its recorded primary, a switchover)",
+		Args:  exactArgs(0, "a subcommand: set-dsn, promoted, switchover"),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newSetDSNCmd(), newPromotedCmd())
+	cmd.AddCommand(newSetDSNCmd(), newPromotedCmd(), newSwitchoverCmd())
 	return cmd
 }
 

@@ -345,6 +345,19 @@ func init() {
 			},
 		},
 		Figure{
+			Name:     "demo-switchover",
+			Measures: []string{"./examples/photos/...", "./failover", "./plugin", "./catalog", "./router"},
+			Command:  "for run in 1 2 3; do make demo-switchover >&2 || exit 1; done",
+			Columns:  []string{"figure", "measured"},
+			Rows: []Row{
+				{Label: "requests (req/s)", Bench: "BenchmarkDemoSwitchover", Cells: []string{"{. requests} ({. req/s})"}},
+				{Label: "request errors", Bench: "BenchmarkDemoSwitchover", Cells: []string{"{. errors}"}},
+				{Label: "writes held (the fence to its release)", Bench: "BenchmarkDemoSwitchover", Cells: []string{"{. fenced-ms} ms"}},
+				{Label: "longest write request during the switchover", Bench: "BenchmarkDemoSwitchover", Cells: []string{"{. longest-write-ms} ms"}},
+				{Label: "longest fence wait in the plugin", Bench: "BenchmarkDemoSwitchover", Cells: []string{"{. fence-wait-ms} ms"}},
+			},
+		},
+		Figure{
 			Name:    "pooler-exec-modes",
 			Command: "go test ./plugin -run '^$' -bench BenchmarkExecModes -benchtime 2000x",
 			Columns: []string{"execution mode", "select by key / plain", "insert / plain"},

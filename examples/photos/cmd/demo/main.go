@@ -46,7 +46,7 @@ import (
 type options struct {
 	users, workers, moves, parallel, shards int
 	warmup, cooldown                        time.Duration
-	verbose, soak, pooled                   bool
+	verbose, soak, pooled, switchover       bool
 	heapProfile                             string
 }
 
@@ -62,6 +62,7 @@ func main() {
 	flag.BoolVar(&o.verbose, "v", false, "show the service's and the mover's logs")
 	flag.StringVar(&o.heapProfile, "heapprofile", "", "write the live heap's profile to this file after the load (go tool pprof)")
 	flag.BoolVar(&o.pooled, "pooled", false, "put a PgBouncer in transaction mode in front of each local server: the service's statements go through it, moves connect directly")
+	flag.BoolVar(&o.switchover, "switchover", false, "instead of moving shards, switch server pg1's primary over to a synchronous standby under the load (failover.Switchover)")
 	flag.BoolVar(&o.soak, "soak", false, "fail if the process's goroutines or live heap, or the servers' largest backend, grew past their bounds under the load (make reliability)")
 	flag.Parse()
 
@@ -117,6 +118,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	defer stopService()
 	if err := sayRole(ctx, a, c.catalog, c.local, say); err != nil {
 		return err
+	}
+	if o.switchover {
+		return loadAndSwitch(ctx, o, out, c, op, a, url, say)
 	}
 	s, err := loadAndMove(ctx, o, out, c, opCfg, op, a, url, start, say, log)
 	if err != nil {

@@ -50,6 +50,9 @@ type cluster struct {
 	addServer func(ctx context.Context) (migrations.ServerSpec, error)
 	stop      func()
 	local     bool
+	// standby gives a local server a synchronous standby (-switchover):
+	// a DSN naming both hosts, and the standby's host:port.
+	standby func(ctx context.Context, server string) (dsn, to string, err error)
 }
 
 // fromEnv returns the servers named in the environment, or ok false when
@@ -143,6 +146,14 @@ func startLocal(ctx context.Context, n int, pooled bool) (cluster, error) {
 			return cluster{}, err
 		}
 		c.servers = append(c.servers, s)
+	}
+	c.standby = func(ctx context.Context, server string) (string, string, error) {
+		for i, s := range c.servers {
+			if s.Name == server {
+				return addStandby(ctx, set, set.Clusters[i+1])
+			}
+		}
+		return "", "", fmt.Errorf("demo: no server %s", server)
 	}
 	c.addServer = func(ctx context.Context) (migrations.ServerSpec, error) {
 		cl, err := set.Add(ctx, pglocal.Options{})

@@ -1,0 +1,349 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	fo "github.com/shardkit/shardkit/failover"
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
+	"github.com/shardkit/shardkit/router"
+)
+
+// switchLoad is writers and readers through the plugin, every call
+// recorded: how long it took, its error, and each acknowledged write.
+type switchLoad struct {
+	mu       sync.Mutex
+	acked    []switchAck
+	errs     []error
+	maxWrite map[string]time.Duration // the longest write call, by server
+	maxRead  time.Duration
+	reads    int
+	stop     atomic.Bool
+	wg       sync.WaitGroup
+}
+
+type switchAck struct {
+	id, user int64
+	server   string
+	at       time.Time
+}
+
+func (l *switchLoad) write(f *failover, u int64, server string) {
+	defer l.wg.Done()
+	for !l.stop.Load() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		p := Photo{UserID: u, Caption: "switchover"}
+		start := time.Now()
+		err := f.e.db.WithContext(ctx).Create(&p).Error
+		took := time.Since(start)
+		cancel()
+		l.mu.Lock()
+		l.maxWrite[server] = max(l.maxWrite[server], took)
+		if err == nil {
+			l.acked = append(l.acked, switchAck{p.ID, u, server, time.Now()})
+		} else {
+			l.errs = append(l.errs, fmt.Errorf("write for user %d on %s: %w", u, server, err))
+		}
+		l.mu.Unlock()
+	}
+}
+
+// read reads back the newest acknowledged write to server b, again and
+// again: a read that begins after a write was acknowledged must find it,
+// wherever the server's primary is.
+func (l *switchLoad) read(f *failover) {
+	defer l.wg.Done()
+	for !l.stop.Load() {
+		var last switchAck
+		l.mu.Lock()
+		for i := len(l.acked) - 1; i >= 0; i-- {
+			if l.acked[i].server == "b" {
+				last = l.acked[i]
+				break
+			}
+		}
+		l.mu.Unlock()
+		if last.id == 0 {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var p Photo
+		start := time.Now()
+		err := f.e.db.WithContext(ctx).Where("user_id = ? AND id = ?", last.user, last.id).Take(&p).Error
+		took := time.Since(start)
+		cancel()
+		l.mu.Lock()
+		l.reads++
+		l.maxRead = max(l.maxRead, took)
+		if err != nil {
+			l.errs = append(l.errs, fmt.Errorf("read of photo %d acknowledged before the read began: %w", last.id, err))
+		}
+		l.mu.Unlock()
+	}
+}
+
+func (l *switchLoad) ackedSince(server string, t time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, a := range l.acked {
+		if a.server == server && a.at.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// newSwitchover is a failover environment whose primary is recorded and
+// whose router watches the map, as a service's does; the old primary is
+// made writable again before the test's databases are dropped.
+func newSwitchover(t *testing.T) (*failover, router.Primary) {
+	t.Helper()
+	f := newFailover(t, envOpts{})
+	first := f.recordPrimary(t)
+	wctx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	go func() { _ = f.e.r.WatchWith(wctx, router.WatchOptions{Poll: 50 * time.Millisecond}) }()
+	sees(t, f.e.r, first)
+	t.Cleanup(func() {
+		if err := f.primary.Configure(context.Background(), map[string]string{"default_transaction_read_only": "off"}); err != nil {
+			t.Error(err)
+		}
+	})
+	return f, first
+}
+
+// startSwitchLoad starts four writers on server b, one on a and two
+// readers of b, and returns once b acknowledged 20 writes.
+func startSwitchLoad(t *testing.T, f *failover) *switchLoad {
+	t.Helper()
+	l := &switchLoad{maxWrite: map[string]time.Duration{}}
+	for _, srv := range []struct {
+		name string
+		n    int
+	}{{"b", 4}, {"a", 1}} {
+		for _, u := range f.usersOn(t, srv.name, srv.n) {
+			l.wg.Add(1)
+			go l.write(f, u, srv.name)
+		}
+	}
+	for range 2 {
+		l.wg.Add(1)
+		go l.read(f)
+	}
+	t.Cleanup(l.finish)
+	start := time.Now()
+	testkit.Eventually(t, 30*time.Second, func() bool { return l.ackedSince("b", start) >= 20 })
+	return l
+}
+
+func (l *switchLoad) finish() { l.stop.Store(true); l.wg.Wait() }
+
+// checkNoErrors fails the test for each error a caller saw (ten at most).
+func (l *switchLoad) checkNoErrors(t *testing.T) {
+	t.Helper()
+	for i, err := range l.errs {
+		if i == 10 {
+			t.Errorf("… %d errors in all", len(l.errs))
+			break
+		}
+		t.Errorf("error seen by a caller: %v", err)
+	}
+}
+
+// TestSwitchoverNoErrors runs a planned switchover of server b (a primary
+// with a synchronous standby, one DSN naming both hosts with
+// target_session_attrs=read-write) under writers and readers through the
+// plugin: no call fails, the longest write waits at most a second, every
+// acknowledged write is on the new primary, every read finds the newest
+// acknowledged write, and the old primary gets no write after it.
+func TestSwitchoverNoErrors(t *testing.T) {
+	ctx := context.Background()
+	f, first := newSwitchover(t)
+	e := f.e
+	// A process whose router does not watch the map: it learns of the
+	// fence only when the read-only primary refuses its write.
+	r2, err := router.New(ctx, e.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db2, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2 := Register(Config{Router: r2, IDs: e.gen}, &Photo{})
+	if err := db2.Use(p2); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p2.Close() })
+	l := startSwitchLoad(t, f)
+	stale := &failover{e: &env{db: db2}}
+	l.wg.Add(1)
+	go l.write(stale, f.usersOn(t, "b", 5)[4], "b (stale map)")
+
+	rep, err := fo.Switchover(ctx, e.cat, "b", fo.Options{
+		To:       fmt.Sprintf("127.0.0.1:%d", f.standby.Port),
+		Progress: func(s fo.Step) { t.Logf("switchover: %s", s) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := time.Now()
+	testkit.Eventually(t, 60*time.Second, func() bool { return l.ackedSince("b", done) >= 40 })
+	l.finish()
+
+	t.Logf("fenced %v; longest write on b %v (%v with a stale map), on a %v; longest read %v; %d writes, %d reads",
+		rep.Fenced.Round(time.Millisecond), l.maxWrite["b"].Round(time.Millisecond), l.maxWrite["b (stale map)"].Round(time.Millisecond), l.maxWrite["a"].Round(time.Millisecond),
+		l.maxRead.Round(time.Millisecond), len(l.acked), l.reads)
+	l.checkNoErrors(t)
+	// The pause the switchover adds: the longest write on b beyond the
+	// longest on a, which the same run's stalls of a loaded machine
+	// slow as much.
+	if d := l.maxWrite["b"] - l.maxWrite["a"]; d > time.Second {
+		t.Errorf("longest write on b took %v, %v more than on a: want at most 1s more", l.maxWrite["b"], d)
+	}
+	if rep.Primary.SystemID != first.SystemID || rep.Primary.Timeline <= first.Timeline {
+		t.Errorf("recorded %v after the switchover, %v before: want the same system on a newer timeline", rep.Primary, first)
+	}
+
+	var all, after []int64
+	for _, a := range l.acked {
+		if !strings.HasPrefix(a.server, "b") {
+			continue
+		}
+		all = append(all, a.id)
+		if a.at.After(done) {
+			after = append(after, a.id)
+		}
+	}
+	if n := f.onHost(t, f.standby, all); n != len(all) {
+		t.Errorf("%d of the %d writes acknowledged on b are on the new primary", n, len(all))
+	}
+	if n := f.onHost(t, f.primary, after); n != 0 {
+		t.Errorf("%d of the %d writes acknowledged after the switchover are on the old primary", n, len(after))
+	}
+}
+
+// TestSwitchoverAbortsCleanly names a --to host that is not a standby
+// (the primary itself): the switchover stops at its check with a typed
+// error and changes nothing.
+func TestSwitchoverAbortsCleanly(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newSwitchover(t)
+	_, err := fo.Switchover(ctx, f.e.cat, "b", fo.Options{To: fmt.Sprintf("127.0.0.1:%d", f.primary.Port)})
+	var se *fo.StepError
+	if !errors.As(err, &se) || !errors.Is(err, fo.ErrNotStandby) || !se.Aborted || se.Step != "check" {
+		t.Fatalf("switchover to the primary: %v, want a *StepError at check, aborted, with ErrNotStandby", err)
+	}
+	f.checkUndone(t)
+}
+
+// TestSwitchoverUndoneWhenReplayBehind pauses the standby's replay, so
+// that the switchover cannot see the old primary's last write replayed:
+// it stops at replay, after the fence and the read-only primary, and
+// undoes both. The callers see no error: their writes waited on the fence
+// and went on on the old primary.
+func TestSwitchoverUndoneWhenReplayBehind(t *testing.T) {
+	ctx := context.Background()
+	f, first := newSwitchover(t)
+	pgtest.Exec(t, f.standby.DSN("postgres"), "SELECT pg_wal_replay_pause()")
+	t.Cleanup(func() { pgtest.Exec(t, f.standby.DSN("postgres"), "SELECT pg_wal_replay_resume()") })
+	l := startSwitchLoad(t, f)
+	_, err := fo.Switchover(ctx, f.e.cat, "b", fo.Options{To: fmt.Sprintf("127.0.0.1:%d", f.standby.Port), ReplayWait: 300 * time.Millisecond})
+	var se *fo.StepError
+	if !errors.As(err, &se) || !errors.Is(err, fo.ErrReplayBehind) || !se.Aborted || se.Step != "replay" {
+		t.Fatalf("switchover with replay paused: %v, want a *StepError at replay, aborted, with ErrReplayBehind", err)
+	}
+	undone := time.Now()
+	testkit.Eventually(t, 60*time.Second, func() bool { return l.ackedSince("b", undone) >= 20 })
+	l.finish()
+	l.checkNoErrors(t)
+	f.checkUndone(t)
+	if srv, _ := f.e.r.Snapshot().Server("b"); srv.Primary != first {
+		t.Errorf("server b's primary is %v after the undone switchover, want %v", srv.Primary, first)
+	}
+}
+
+// checkUndone fails the test unless server b's shards are active in the
+// catalog and its primary takes writes.
+func (f *failover) checkUndone(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.e.r.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for s := 0; s < f.e.shards; s++ {
+		if pl, _ := f.e.r.Snapshot().Placement(s); pl.State != router.StateActive {
+			t.Errorf("shard %d is %s after the undone switchover", s, pl.State)
+		}
+	}
+	var ro string
+	if err := pgtest.Connect(t, f.primary.DSN(f.db)).QueryRow(ctx, "SHOW default_transaction_read_only").Scan(&ro); err != nil || ro != "off" {
+		t.Errorf("the old primary has default_transaction_read_only %q (%v) after the undone switchover, want off", ro, err)
+	}
+	u := f.usersOn(t, "b", 1)[0]
+	if err := f.e.db.Create(&Photo{UserID: u, Caption: "undone"}).Error; err != nil {
+		t.Errorf("write to b after the undone switchover: %v", err)
+	}
+}
+
+// TestTransactionOnFencedServerFailsFast fences the shard of a
+// transaction that already runs on its server: its next write fails at
+// once with ErrShardMoved, to be run again whole, instead of waiting
+// inside the transaction (which holds up a switchover's drain of write
+// transactions, and can only end refused). Run again while the shard is
+// fenced, the transaction waits for the fence before it begins, and
+// commits on the shard's home once the fence ends.
+func TestTransactionOnFencedServerFailsFast(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, envOpts{})
+	u := int64(7)
+	shard := e.shardOf(u)
+	server := e.serverOf(t, shard)
+	fence := func(st router.ShardState) {
+		t.Helper()
+		if _, err := e.cat.PlaceShard(ctx, shard, server, st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.r.Reload(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var inTx error
+	var took time.Duration
+	err := e.db.Clauses(Shard(u)).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&Photo{UserID: u, Caption: "before the fence"}).Error; err != nil {
+			return err
+		}
+		fence(router.StateFenced)
+		start := time.Now()
+		inTx = tx.Create(&Photo{UserID: u, Caption: "under the fence"}).Error
+		took = time.Since(start)
+		return inTx
+	})
+	if !errors.Is(inTx, ErrShardMoved) || !errors.Is(err, ErrShardMoved) || !Retryable(err) {
+		t.Fatalf("write in a transaction open on the fenced server: %v after %v (transaction: %v), want ErrShardMoved at once", inTx, took, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- e.db.Clauses(Shard(u)).Transaction(func(tx *gorm.DB) error {
+			return tx.Create(&Photo{UserID: u, Caption: "after the fence"}).Error
+		})
+	}()
+	fence(router.StateActive)
+	if err := <-done; err != nil {
+		t.Fatalf("transaction begun on the fenced shard: %v, want it to wait for the fence and commit", err)
+	}
+}
