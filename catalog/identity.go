@@ -13,7 +13,7 @@ import (
 
 // ErrNoIdentity reports a catalog made before catalog version 13, which
 // has no identity to tie the maps a relay serves to it.
-var ErrNoIdentity = errors.New("the catalog has no identity (made before catalog version 13): run shardctl migrate")
+var ErrNoIdentity = errors.New("the catalog has no identity (made before catalog version 13): migrate it (Catalog.Migrate)")
 
 // Stamp is what a client of a relay checks a map against: the catalog's
 // identity and, read at one instant, its map version and its servers.

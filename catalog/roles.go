@@ -81,3 +81,31 @@ func (c *Catalog) GrantApp(ctx context.Context, role string) error {
 	}
 	return nil
 }
+
+// Refusals tries, on the catalog's own connections, the two things the
+// application role may not do: read a server's admin DSN, and write the
+// shard map (in a transaction that is rolled back, so that nothing
+// changes even where the write is allowed). Each error is nil where the
+// catalog's role may do it, and a 42501 (insufficient_privilege) where it
+// is refused. It is for a deployment's own check that its app processes
+// hold no more than the application role, as the photo demo prints it.
+func (c *Catalog) Refusals(ctx context.Context) (readAdminDSN, writeShardMap error) {
+	var admin *string
+	readAdminDSN = c.pool.QueryRow(ctx, `SELECT admin_dsn FROM shardkit.servers LIMIT 1`).Scan(&admin)
+	if errors.Is(readAdminDSN, pgx.ErrNoRows) {
+		readAdminDSN = nil
+	}
+	writeShardMap = pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE shardkit.shard_map SET server = server WHERE shard = 0`); err != nil {
+			return err
+		}
+		return errRolledBack
+	})
+	if errors.Is(writeShardMap, errRolledBack) {
+		writeShardMap = nil
+	}
+	return readAdminDSN, writeShardMap
+}
+
+// errRolledBack ends Refusals' transaction with a rollback.
+var errRolledBack = errors.New("rolled back")

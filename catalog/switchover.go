@@ -50,7 +50,7 @@ func (c *Catalog) FenceServer(ctx context.Context, name string, lease time.Durat
 			return err
 		}
 		if busy > 0 {
-			return fmt.Errorf("shardkit: server %q: %w (%d shards not active): finish or roll back the move first (shardctl status)", name, ErrServerBusy, busy)
+			return fmt.Errorf("shardkit: server %q: %w (%d shards not active): finish or roll back the move first", name, ErrServerBusy, busy)
 		}
 		tag, err := tx.tx.Exec(ctx, sqlServerFence, name, float64(lease.Milliseconds()))
 		n = tag.RowsAffected()

@@ -63,6 +63,12 @@ func TestAppRoleOnTheCatalog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
+	if readErr, writeErr := cat.Refusals(ctx); !isInsufficientPrivilege(readErr) || !isInsufficientPrivilege(writeErr) {
+		t.Errorf("Refusals as the app: reading admin_dsn %v, writing the map %v; want both insufficient_privilege", readErr, writeErr)
+	}
+	if readErr, writeErr := e.cat.Refusals(ctx); readErr != nil || writeErr != nil {
+		t.Errorf("Refusals as the operator: reading admin_dsn %v, writing the map %v; want both allowed", readErr, writeErr)
+	}
 	snap, err := cat.Load(ctx)
 	if err != nil {
 		t.Fatalf("app loads the map: %v", err)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/shardkit/shardkit/backup"
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/migrations"
 	"github.com/shardkit/shardkit/rebalance"
 	"github.com/shardkit/shardkit/router"
@@ -29,6 +30,10 @@ func hint(err error) string {
 		return "retry with `shardctl move --resume`"
 	case isMove && me.Kind == rebalance.ErrPreflight && me.Source != "": // refused by its checks (a Report's)
 		return fmt.Sprintf("nothing was changed; `shardctl move --shard %d --to %s --dry-run` lists every check", me.Shard, me.Target)
+	case errors.Is(err, catalog.ErrNoIdentity):
+		return "run `shardctl migrate`"
+	case errors.Is(err, catalog.ErrServerBusy):
+		return "`shardctl status` shows the server's moves; `shardctl move --complete` or `shardctl rollback` ends one"
 	case errors.Is(err, router.ErrNoCatalog):
 		return "run `shardctl init --server NAME=DSN` first"
 	case errors.Is(err, migrations.ErrDuplicateServer):

@@ -232,9 +232,7 @@ func sayRole(ctx context.Context, a *app.App, operatorDSN string, strict bool, s
 	if err := db.Raw(`SELECT current_user AS name, rolsuper AS super FROM pg_roles WHERE rolname = current_user`).Scan(&role).Error; err != nil {
 		return fmt.Errorf("read the service's role: %w", err)
 	}
-	var admin *string
-	readErr := db.Raw(`SELECT admin_dsn FROM shardkit.servers LIMIT 1`).Scan(&admin).Error
-	writeErr := db.Exec(`UPDATE shardkit.shard_map SET server = server WHERE shard = 0`).Error
+	readErr, writeErr := a.Catalog.Refusals(ctx)
 	operator := "the operator"
 	if conn, err := pgx.Connect(ctx, operatorDSN); err == nil {
 		var name string
