@@ -142,7 +142,11 @@ func envInt(name string, def int) int {
 // The split/ sub-benchmarks take a select by ID apart, each against
 // plain GORM: raw SQL on the server's pool (no GORM, no plugin) sent as
 // the plugin sends it, the same prepared, and on one shard only (a
-// backend that touches one schema, not a thousand).
+// backend that touches one schema, not a thousand); and an update by ID,
+// each against plain GORM's: raw SQL in a transaction on plain GORM's
+// pool (GORM's share), on a shard server unnamed (what a write cost the
+// server before the plugin prepared writes), and prepared as the plugin
+// runs it now.
 func BenchmarkOneShardVsPlain(b *testing.B) {
 	ctx := context.Background()
 	e := newEnv(b, envOpts{shards: idgen.DefaultShards, serial: true, cfg: func(c *Config) {
@@ -296,6 +300,43 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 		{"sql_unnamed_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
 		{"sql_prepared_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID, asPrepared) }, pids: aPIDs}},
 	}
+	// The split of an update by ID, each part against plain GORM's: raw
+	// SQL in a transaction (BEGIN, the UPDATE, COMMIT, as GORM runs it) on
+	// plain GORM's pool, prepared from pgx's cache; on a shard server,
+	// random shards, unnamed; the same prepared from the plugin's cache of
+	// writes.
+	update := func(ctx context.Context, db *sql.DB, table string, id int64) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+table+` SET "caption"=$1 WHERE "id" = $2`, "u", id); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	asWrite := context.WithValue(ctx, stmtOptsKey{}, stmtOpts{prepare: true, write: true})
+	plainUpdate := oneSide{run: func(i int) error { return plain.Model(&Photo{ID: pp[i].ID}).Update("caption", "u").Error }, pids: plainPIDs}
+	updates := []struct {
+		name string
+		side oneSide
+	}{
+		{"update_plain_sql_prepared", oneSide{run: func(i int) error { return update(ctx, plainSQL, "photos", pp[i].ID) }, pids: plainPIDs}},
+		{"update_sql_unnamed", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return update(ctx, servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
+		{"update_sql_prepared", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return update(asWrite, servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
+	}
+	for _, s := range updates {
+		for i := range onA {
+			if err := s.side.run(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run("split/"+s.name, func(b *testing.B) {
+			report(b, inBlocks(b, blocks, n, pick, s.side, plainUpdate))
+		})
+	}
+
 	for _, s := range splits {
 		for i := range onA {
 			if err := s.side.run(i); err != nil {
