@@ -249,18 +249,19 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 		b.ReportMetric(float64(s.client)/float64(p.client), "cpu-ratio")
 		b.ReportMetric(float64(s.server)/float64(p.server), "server-ratio")
 	}
-	// Warm: each side's reads run on its connection warmRounds times a
-	// row, so that the blocks measure the steady state of a long-running
-	// service (catalog caches filled, pages in shared buffers, each
-	// shard's prepared statement past the executions after which
-	// Postgres may plan it once for all), not the first touches.
+	// Warm: each side's statements, reads and writes, run on its
+	// connection warmRounds times a row, so that the blocks measure the
+	// steady state of a long-running service (catalog caches filled,
+	// pages in shared buffers, each shard's prepared statements past the
+	// executions after which Postgres may plan them once for all), not
+	// the first touches.
 	for _, side := range []struct {
 		db   *gorm.DB
 		rows []Photo
 	}{{sharded, sp}, {plain, pp}} {
 		for range warmRounds {
 			for i := range side.rows {
-				for _, o := range ops[:2] {
+				for _, o := range ops {
 					if err := o.fn(side.db, side.rows, i); err != nil {
 						b.Fatal(err)
 					}
