@@ -146,7 +146,8 @@ func envInt(name string, def int) int {
 // each against plain GORM's: raw SQL in a transaction on plain GORM's
 // pool (GORM's share), on a shard server unnamed (what a write cost the
 // server before the plugin prepared writes), and prepared as the plugin
-// runs it now.
+// runs it now; and an insert in raw SQL, prepared, on plain GORM's pool
+// and on a shard server's random shards, each against plain GORM's.
 func BenchmarkOneShardVsPlain(b *testing.B) {
 	ctx := context.Background()
 	e := newEnv(b, envOpts{shards: idgen.DefaultShards, serial: true, cfg: func(c *Config) {
@@ -327,6 +328,53 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 		{"update_sql_unnamed", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return update(ctx, servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
 		{"update_sql_prepared", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return update(asWrite, servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
 	}
+	// And an insert, as GORM sends it (the plugin's ID in Go; plain
+	// GORM's from its table's identity, read back), in raw SQL in a
+	// transaction, prepared: on plain GORM's pool, and on a shard
+	// server's random shards.
+	insert := func(ctx context.Context, db *sql.DB, query string, args ...any) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		var id int64
+		if err := tx.QueryRowContext(ctx, query, args...).Scan(&id); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	now := time.Now()
+	plainInsert := oneSide{run: func(i int) error { return plain.Create(&Photo{UserID: pp[i].UserID, Caption: "one"}).Error }, pids: plainPIDs}
+	inserts := []struct {
+		name string
+		side oneSide
+	}{
+		{"insert_plain_sql_prepared", oneSide{run: func(i int) error {
+			return insert(ctx, plainSQL, `INSERT INTO "photos" ("user_id","caption","likes","created_at") VALUES ($1,$2,$3,$4) RETURNING "id"`, pp[i].UserID, "one", 0, now)
+		}, pids: plainPIDs}},
+		{"insert_sql_prepared", oneSide{run: func(i int) error {
+			p := onA[i%len(onA)]
+			id, err := e.p.cfg.IDs.Next(ctx, e.shardOf(p.UserID))
+			if err != nil {
+				return err
+			}
+			return insert(asWrite, servers["a"], `INSERT INTO `+qualified(p)+` ("user_id","caption","likes","created_at","id") VALUES ($1,$2,$3,$4,$5) RETURNING "id"`, p.UserID, "one", 0, now, id)
+		}, pids: aPIDs}},
+	}
+	for _, s := range inserts {
+		for range warmRounds {
+			for i := range onA {
+				if err := s.side.run(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.Run("split/"+s.name, func(b *testing.B) {
+			report(b, inBlocks(b, blocks, n, pick, s.side, plainInsert))
+		})
+	}
+
 	for _, s := range updates {
 		for i := range onA {
 			if err := s.side.run(i); err != nil {
