@@ -142,7 +142,12 @@ func envInt(name string, def int) int {
 // The split/ sub-benchmarks take a select by ID apart, each against
 // plain GORM: raw SQL on the server's pool (no GORM, no plugin) sent as
 // the plugin sends it, the same prepared, and on one shard only (a
-// backend that touches one schema, not a thousand).
+// backend that touches one schema, not a thousand); and an update by ID,
+// each against plain GORM's: raw SQL in a transaction on plain GORM's
+// pool (GORM's share), on a shard server unnamed (what a write cost the
+// server before the plugin prepared writes), and prepared as the plugin
+// runs it now; and an insert in raw SQL, prepared, on plain GORM's pool
+// and on a shard server's random shards, each against plain GORM's.
 func BenchmarkOneShardVsPlain(b *testing.B) {
 	ctx := context.Background()
 	e := newEnv(b, envOpts{shards: idgen.DefaultShards, serial: true, cfg: func(c *Config) {
@@ -245,18 +250,19 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 		b.ReportMetric(float64(s.client)/float64(p.client), "cpu-ratio")
 		b.ReportMetric(float64(s.server)/float64(p.server), "server-ratio")
 	}
-	// Warm: each side's reads run on its connection warmRounds times a
-	// row, so that the blocks measure the steady state of a long-running
-	// service (catalog caches filled, pages in shared buffers, each
-	// shard's prepared statement past the executions after which
-	// Postgres may plan it once for all), not the first touches.
+	// Warm: each side's statements, reads and writes, run on its
+	// connection warmRounds times a row, so that the blocks measure the
+	// steady state of a long-running service (catalog caches filled,
+	// pages in shared buffers, each shard's prepared statements past the
+	// executions after which Postgres may plan them once for all), not
+	// the first touches.
 	for _, side := range []struct {
 		db   *gorm.DB
 		rows []Photo
 	}{{sharded, sp}, {plain, pp}} {
 		for range warmRounds {
 			for i := range side.rows {
-				for _, o := range ops[:2] {
+				for _, o := range ops {
 					if err := o.fn(side.db, side.rows, i); err != nil {
 						b.Fatal(err)
 					}
@@ -296,6 +302,90 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 		{"sql_unnamed_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
 		{"sql_prepared_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID, asPrepared) }, pids: aPIDs}},
 	}
+	// The split of an update by ID, each part against plain GORM's: raw
+	// SQL in a transaction (BEGIN, the UPDATE, COMMIT, as GORM runs it) on
+	// plain GORM's pool, prepared from pgx's cache; on a shard server,
+	// random shards, unnamed; the same prepared from the plugin's cache of
+	// writes.
+	update := func(ctx context.Context, db *sql.DB, table string, id int64) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE `+table+` SET "caption"=$1 WHERE "id" = $2`, "u", id); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	asWrite := context.WithValue(ctx, stmtOptsKey{}, stmtOpts{prepare: true, write: true})
+	plainUpdate := oneSide{run: func(i int) error { return plain.Model(&Photo{ID: pp[i].ID}).Update("caption", "u").Error }, pids: plainPIDs}
+	updates := []struct {
+		name string
+		side oneSide
+	}{
+		{"update_plain_sql_prepared", oneSide{run: func(i int) error { return update(ctx, plainSQL, "photos", pp[i].ID) }, pids: plainPIDs}},
+		{"update_sql_unnamed", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return update(ctx, servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
+		{"update_sql_prepared", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return update(asWrite, servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
+	}
+	// And an insert, as GORM sends it (the plugin's ID in Go; plain
+	// GORM's from its table's identity, read back), in raw SQL in a
+	// transaction, prepared: on plain GORM's pool, and on a shard
+	// server's random shards.
+	insert := func(ctx context.Context, db *sql.DB, query string, args ...any) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		var id int64
+		if err := tx.QueryRowContext(ctx, query, args...).Scan(&id); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	now := time.Now()
+	plainInsert := oneSide{run: func(i int) error { return plain.Create(&Photo{UserID: pp[i].UserID, Caption: "one"}).Error }, pids: plainPIDs}
+	inserts := []struct {
+		name string
+		side oneSide
+	}{
+		{"insert_plain_sql_prepared", oneSide{run: func(i int) error {
+			return insert(ctx, plainSQL, `INSERT INTO "photos" ("user_id","caption","likes","created_at") VALUES ($1,$2,$3,$4) RETURNING "id"`, pp[i].UserID, "one", 0, now)
+		}, pids: plainPIDs}},
+		{"insert_sql_prepared", oneSide{run: func(i int) error {
+			p := onA[i%len(onA)]
+			id, err := e.p.cfg.IDs.Next(ctx, e.shardOf(p.UserID))
+			if err != nil {
+				return err
+			}
+			return insert(asWrite, servers["a"], `INSERT INTO `+qualified(p)+` ("user_id","caption","likes","created_at","id") VALUES ($1,$2,$3,$4,$5) RETURNING "id"`, p.UserID, "one", 0, now, id)
+		}, pids: aPIDs}},
+	}
+	for _, s := range inserts {
+		for range warmRounds {
+			for i := range onA {
+				if err := s.side.run(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.Run("split/"+s.name, func(b *testing.B) {
+			report(b, inBlocks(b, blocks, n, pick, s.side, plainInsert))
+		})
+	}
+
+	for _, s := range updates {
+		for i := range onA {
+			if err := s.side.run(i); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.Run("split/"+s.name, func(b *testing.B) {
+			report(b, inBlocks(b, blocks, n, pick, s.side, plainUpdate))
+		})
+	}
+
 	for _, s := range splits {
 		for i := range onA {
 			if err := s.side.run(i); err != nil {

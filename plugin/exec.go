@@ -559,12 +559,11 @@ func (p *Plugin) runQuery(db *gorm.DB) {
 
 // oneShardOpts is what a statement's connection is to do with it
 // (stmtOpts), and whether that connection bounds it (a connection of the
-// plugin's own, unnamedConn). It runs prepared when it is a read, GORM
-// builds its text (a raw text may be any of a user's), it is one shard's,
-// and its server's primary pool runs named statements (PreparedReads); it
-// is bounded by bound when the connection can. Writes stay unnamed: an
-// INSERT or UPDATE by key plans in microseconds, and their texts, one per
-// shard, would take room in the connection's cache from the reads.
+// plugin's own, unnamedConn). It runs prepared when GORM builds its text
+// (a raw text may be any of a user's), it is one shard's, its server's
+// primary pool runs named statements (PreparedReads), and it is a read or
+// a write whose text and result stay the same from run to run
+// (preparedWrite); it is bounded by bound when the connection can.
 func (p *Plugin) oneShardOpts(stmt *gorm.Statement, bound time.Duration) (stmtOpts, bool) {
 	var s *serverDB
 	switch c := stmt.ConnPool.(type) {
@@ -579,11 +578,48 @@ func (p *Plugin) oneShardOpts(stmt *gorm.Statement, bound time.Duration) (stmtOp
 		return stmtOpts{}, false
 	}
 	o := stmtOpts{bound: bound}
-	if s.named && stmt.SQL.Len() == 0 && reads(stmt) {
-		m, shard, _ := p.lookup(stmt)
-		o.prepare = m != nil && shard >= 0
+	if s.named && stmt.SQL.Len() == 0 {
+		o.write = preparedWrite(stmt)
+		if o.write || reads(stmt) {
+			m, shard, _ := p.lookup(stmt)
+			o.prepare = m != nil && shard >= 0
+		}
 	}
 	return o, true
+}
+
+// preparedWrite reports whether a one-shard write runs prepared: an
+// INSERT of one row, an UPDATE or a DELETE, returning nothing or named
+// columns. An INSERT of many rows has a text for each count of rows,
+// which would fill the connection's cache with texts run once; RETURNING
+// every column (clause.Returning{}) changes its result under a column
+// added to the table, which a prepared statement inside a transaction,
+// as GORM runs a write, cannot run past.
+func preparedWrite(stmt *gorm.Statement) bool {
+	if len(stmt.BuildClauses) == 0 {
+		return false
+	}
+	switch stmt.BuildClauses[0] {
+	case "INSERT":
+		if rv := stmt.ReflectValue; (rv.Kind() == reflect.Slice || rv.Kind() == reflect.Array) && rv.Len() != 1 {
+			return false
+		}
+	case "UPDATE", "DELETE":
+	default:
+		return false
+	}
+	if c, ok := stmt.Clauses["RETURNING"]; ok {
+		r, ok := c.Expression.(clause.Returning)
+		if !ok || len(r.Columns) == 0 {
+			return false
+		}
+		for _, col := range r.Columns {
+			if col.Name == "*" || col.Raw {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // reads reports whether GORM runs the statement as a query (Find, First,

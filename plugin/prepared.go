@@ -105,7 +105,7 @@ func (*planGeneration) text(query string, gen int64) string {
 func (c unnamedConn) QueryContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Rows, error) {
 	o := optsOf(ctx)
 	nc, at := c.deadline(o.bound)
-	rows, err := c.query(ctx, query, args, o.prepare)
+	rows, err := c.query(ctx, query, args, o)
 	if nc == nil {
 		return rows, err
 	}
@@ -120,14 +120,14 @@ func (c unnamedConn) QueryContext(ctx context.Context, query string, args []driv
 	return rows, passed(err, at)
 }
 
-func (c unnamedConn) query(ctx context.Context, query string, args []driver.NamedValue, prepare bool) (driver.Rows, error) {
-	if prepare {
-		text, err := c.prepared(ctx, query)
+func (c unnamedConn) query(ctx context.Context, query string, args []driver.NamedValue, o stmtOpts) (driver.Rows, error) {
+	if o.prepare {
+		text, err := c.prepared(ctx, query, o.write)
 		if err != nil {
 			return nil, err
 		}
 		rows, err := c.pgxConn.QueryContext(ctx, text, args)
-		if c.stale(ctx, text, err) {
+		if c.stale(ctx, text, o.write, err) {
 			return c.pgxConn.QueryContext(ctx, query, args)
 		}
 		return rows, err
@@ -143,17 +143,21 @@ func (c unnamedConn) query(ctx context.Context, query string, args []driver.Name
 	return rows, err
 }
 
-// A read of one shard that GORM built runs as a named prepared statement
-// on servers where reads across shards may (PreparedReads,
-// serverDB.named): unnamed, the server parses and plans it on every run,
-// and the client describes it every time, which costs a one-shard read
-// more server and client CPU than the read itself. Each shard has its own
-// text, so each connection keeps its own statements, least recently used
-// closed first (shardStmts), at most preparedShardStmtsPerConn of them.
-// The context of such a statement says so (stmtOpts, bounded); the
-// connection (unnamedConn) prepares its text on first use.
+// A statement of one shard that GORM built (a read, an insert, an update
+// or a delete) runs as a named prepared statement on servers where reads
+// across shards may (PreparedReads, serverDB.named): unnamed, the server
+// parses and plans it on every run, and the client describes it every
+// time, which costs a one-shard read more server and client CPU than the
+// read itself, and a one-shard write about as much as the write. Each
+// shard has its own text, so each connection keeps its own statements,
+// least recently used closed first (shardStmts): reads and writes in
+// caches of their own, so that a burst of writes to many shards closes no
+// read, at most preparedShardStmtsPerConn reads and
+// preparedShardWritesPerConn writes. The context of such a statement
+// says so (stmtOpts, bounded); the connection (unnamedConn) prepares its
+// text on first use.
 
-// preparedShardStmtsPerConn is the most one-shard statements a connection
+// preparedShardStmtsPerConn is the most one-shard reads a connection
 // keeps prepared. A cached one-shard read holds about 17 KB of its
 // backend's memory, by ID or by key (measured on Postgres 15 with
 // pg_backend_memory_contexts, generic plans): 2048 of them hold at most
@@ -164,44 +168,66 @@ func (c unnamedConn) query(ctx context.Context, query string, args []driver.Name
 // shapes than the cache holds cost more than unnamed statements.
 var preparedShardStmtsPerConn = 2048 // a variable for the tests of its bound
 
-// shardStmtsKey is the shardStmts' key in its connection's CustomData.
-const shardStmtsKey = "shardkit.oneshard"
+// preparedShardWritesPerConn is the most one-shard writes (INSERT,
+// UPDATE, DELETE) a connection keeps prepared, in a cache of their own:
+// a cached insert or update by ID holds about 9 KB of its backend's
+// memory (measured on Postgres 15 with pg_backend_memory_contexts,
+// TestOneShardWritesMemory): 2048 of them hold at most about 18 MB, two
+// write shapes of each of a server's 1000 shards. A write met for the
+// first time on a connection costs one more round trip (its Prepare),
+// and one for the Close of the write it evicts.
+var preparedShardWritesPerConn = 2048 // a variable for the tests of its bound
 
-// shardStmts is a connection's prepared one-shard statements by name
-// (shardStmtName), least recently used at the back. Only the goroutine holding the
-// connection uses it.
+// shardStmtsKey and shardWritesKey are the keys of a connection's
+// shardStmts in its CustomData: its reads', its writes'.
+const (
+	shardStmtsKey  = "shardkit.oneshard"
+	shardWritesKey = "shardkit.oneshard.writes"
+)
+
+// shardStmts is a connection's prepared one-shard statements of one kind
+// by name (shardStmtName), least recently used at the back. Only the
+// goroutine holding the connection uses it.
 type shardStmts struct {
 	byText map[string]*list.Element // of string, the text
 	lru    list.List
+	max    int // the most it keeps
 }
 
-func shardStmtsOf(c *pgconn.PgConn) *shardStmts {
+// shardStmtsOf is the connection's cache of prepared one-shard writes
+// (write) or reads.
+func shardStmtsOf(c *pgconn.PgConn, write bool) *shardStmts {
+	key, max := shardStmtsKey, preparedShardStmtsPerConn
+	if write {
+		key, max = shardWritesKey, preparedShardWritesPerConn
+	}
 	cd := c.CustomData()
-	ss, _ := cd[shardStmtsKey].(*shardStmts)
+	ss, _ := cd[key].(*shardStmts)
 	if ss == nil {
-		ss = &shardStmts{byText: map[string]*list.Element{}}
-		cd[shardStmtsKey] = ss
+		ss = &shardStmts{byText: map[string]*list.Element{}, max: max}
+		cd[key] = ss
 	}
 	return ss
 }
 
 // prepared returns the name under which query is prepared on the
 // connection in the server's plan generation, preparing it, and closing
-// the least recently used to make room, if it is not yet. The name is
-// the digest of the generation and the text, never the text itself:
-// pgx runs a statement prepared under a text whenever that text comes
-// again, so a statement named by its own text would also run where the
-// plugin sends the text unnamed (inside a transaction, or the unnamed
-// run after a stale plan), and fail there once its result type changed.
-func (c unnamedConn) prepared(ctx context.Context, query string) (string, error) {
+// the least recently used of its kind (a write, or a read) to make room,
+// if it is not yet. The name is the digest of the generation and the
+// text, never the text itself: pgx runs a statement prepared under a
+// text whenever that text comes again, so a statement named by its own
+// text would also run where the plugin sends the text unnamed (a raw
+// statement of the same text, or the unnamed run after a stale plan),
+// and fail there once its result type changed.
+func (c unnamedConn) prepared(ctx context.Context, query string, write bool) (string, error) {
 	name := shardStmtName(query, c.plans.n.Load())
 	conn := c.Conn()
-	ss := shardStmtsOf(conn.PgConn())
+	ss := shardStmtsOf(conn.PgConn(), write)
 	if el, ok := ss.byText[name]; ok {
 		ss.lru.MoveToFront(el)
 		return name, nil
 	}
-	for ss.lru.Len() >= preparedShardStmtsPerConn {
+	for ss.lru.Len() >= ss.max {
 		if err := c.forget(ctx, ss, ss.lru.Back().Value.(string)); err != nil {
 			return "", err
 		}
@@ -235,13 +261,13 @@ func (c unnamedConn) forget(ctx context.Context, ss *shardStmts, name string) er
 // again unnamed, planned afresh. It starts the server's next plan
 // generation and closes the statement, so that the next run prepares
 // it after the change.
-func (c unnamedConn) stale(ctx context.Context, name string, err error) bool {
+func (c unnamedConn) stale(ctx context.Context, name string, write bool, err error) bool {
 	if err == nil || !planChanged(err) {
 		return false
 	}
 	gen := c.plans.n.Load()
 	c.plans.n.CompareAndSwap(gen, gen+1)
-	_ = c.forget(ctx, shardStmtsOf(c.Conn().PgConn()), name)
+	_ = c.forget(ctx, shardStmtsOf(c.Conn().PgConn(), write), name)
 	return c.Conn().PgConn().TxStatus() == 'I'
 }
 
@@ -250,23 +276,23 @@ func (c unnamedConn) stale(ctx context.Context, name string, err error) bool {
 func (c unnamedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	o := optsOf(ctx)
 	nc, at := c.deadline(o.bound)
-	res, err := c.exec(ctx, query, args, o.prepare)
+	res, err := c.exec(ctx, query, args, o)
 	if nc != nil {
 		_ = nc.SetDeadline(time.Time{})
 	}
 	return res, passed(err, at)
 }
 
-func (c unnamedConn) exec(ctx context.Context, query string, args []driver.NamedValue, prepare bool) (driver.Result, error) {
-	if !prepare {
+func (c unnamedConn) exec(ctx context.Context, query string, args []driver.NamedValue, o stmtOpts) (driver.Result, error) {
+	if !o.prepare {
 		return c.pgxConn.ExecContext(ctx, query, args)
 	}
-	text, err := c.prepared(ctx, query)
+	text, err := c.prepared(ctx, query, o.write)
 	if err != nil {
 		return nil, err
 	}
 	res, err := c.pgxConn.ExecContext(ctx, text, args)
-	if c.stale(ctx, text, err) {
+	if c.stale(ctx, text, o.write, err) {
 		return c.pgxConn.ExecContext(ctx, query, args)
 	}
 	return res, err

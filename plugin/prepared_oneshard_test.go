@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // oneShardEnv is an environment whose servers have one connection each,
@@ -47,7 +48,7 @@ func TestOneShardStatementsPrepared(t *testing.T) {
 		name     string
 		prepared PreparedReads
 		want     int
-	}{{"direct", PreparedReadsDirect, 2}, {"never", PreparedReadsNever, 0}} {
+	}{{"direct", PreparedReadsDirect, 4}, {"never", PreparedReadsNever, 0}} {
 		t.Run(c.name, func(t *testing.T) {
 			e, a, users := oneShardEnv(t, c.prepared, 1)
 			u := users[0]
@@ -76,7 +77,7 @@ func TestOneShardStatementsPrepared(t *testing.T) {
 				t.Fatalf("raw: %v, %d", err, n)
 			}
 			if got := preparedOnShards(t, a); got != c.want {
-				t.Fatalf("%d one-shard statements prepared on server a's connection, want %d (read by ID, read by key; writes stay unnamed)", got, c.want)
+				t.Fatalf("%d one-shard statements prepared on server a's connection, want %d (read by ID, read by key, insert, update by ID; raw SQL stays unnamed)", got, c.want)
 			}
 		})
 	}
@@ -94,6 +95,76 @@ func TestOneShardStatementsBounded(t *testing.T) {
 	}
 	if got := preparedOnShards(t, a); got != 5 {
 		t.Fatalf("%d one-shard statements prepared after reading %d shards, want the bound, 5", got, len(users))
+	}
+}
+
+// preparedWrites counts the writes on photos prepared in the one session
+// of db.
+func preparedWrites(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_prepared_statements WHERE statement ~ '^(INSERT|UPDATE|DELETE)' AND statement LIKE '%"shard\_%"."photos"%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Writes keep a cache of their own: writes to more shards than it holds
+// close writes, never the reads the connection keeps prepared.
+func TestOneShardWritesBounded(t *testing.T) {
+	defer func(r, w int) { preparedShardStmtsPerConn, preparedShardWritesPerConn = r, w }(preparedShardStmtsPerConn, preparedShardWritesPerConn)
+	preparedShardStmtsPerConn, preparedShardWritesPerConn = 5, 3
+	e, a, users := oneShardEnv(t, PreparedReadsDirect, 12)
+	for _, u := range users[:5] {
+		var got []Photo
+		if err := e.db.Where("user_id = ?", u).Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range users {
+		p := Photo{UserID: u, Caption: "x"}
+		if err := e.db.Create(&p).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := preparedWrites(t, a); got != 3 {
+		t.Fatalf("%d one-shard writes prepared after inserting into %d shards, want the bound, 3", got, len(users))
+	}
+	if got := preparedOnShards(t, a) - 3; got != 5 {
+		t.Fatalf("%d one-shard reads still prepared after the writes, want all 5: writes closed reads", got)
+	}
+}
+
+// What a prepared one-shard write holds of its backend's memory, by
+// insert and update by ID: its cached plan's memory contexts, after the
+// runs past which Postgres may plan it once for all.
+func TestOneShardWritesMemory(t *testing.T) {
+	const users = 16
+	e, a, onA := oneShardEnv(t, PreparedReadsDirect, users)
+	for range warmRounds {
+		for _, u := range onA {
+			p := Photo{UserID: u, Caption: "x"}
+			if err := e.db.Create(&p).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := e.db.Model(&Photo{ID: p.ID}).Update("caption", "y").Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := preparedWrites(t, a); got != 2*users {
+		t.Fatalf("%d one-shard writes prepared on server a's connection, want %d (an insert and an update of each shard)", got, 2*users)
+	}
+	var bytes int64
+	if err := a.QueryRow(`SELECT coalesce(sum(total_bytes), 0) FROM pg_backend_memory_contexts
+		WHERE name IN ('CachedPlanSource', 'CachedPlanQuery', 'CachedPlan') AND ident ~ '^(INSERT|UPDATE)' AND ident LIKE '%"shard\_%"."photos"%'`).Scan(&bytes); err != nil {
+		t.Fatal(err)
+	}
+	per := bytes / (2 * users)
+	t.Logf("a prepared one-shard write holds %d bytes of its backend's memory (%d statements, %d bytes)", per, 2*users, bytes)
+	// The bound documented at preparedShardWritesPerConn.
+	if per == 0 || per > 16<<10 {
+		t.Fatalf("a prepared one-shard write holds %d bytes of its backend's memory, want at most the 16 KB the cache's bound assumes", per)
 	}
 }
 
@@ -125,5 +196,40 @@ func TestOneShardPreparedAfterAddColumn(t *testing.T) {
 		return tx.First(&got, p.ID).Error
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A prepared write runs on after a column is added to its table (Postgres
+// plans it again), and a write returning every column is never prepared:
+// inside GORM's transaction its changed result could not run past the
+// prepared statement.
+func TestOneShardWritePreparedAfterAddColumn(t *testing.T) {
+	e, a, users := oneShardEnv(t, PreparedReadsDirect, 1)
+	u := users[0]
+	write := func() Photo {
+		t.Helper()
+		p := Photo{UserID: u, Caption: "x"}
+		if err := e.db.Create(&p).Error; err != nil {
+			t.Fatalf("Create: %v", err)
+		}
+		if err := e.db.Clauses(clause.Returning{}).Create(&Photo{UserID: u, Caption: "r"}).Error; err != nil {
+			t.Fatalf("Create returning every column: %v", err)
+		}
+		if err := e.db.Model(&Photo{ID: p.ID}).Update("caption", "y").Error; err != nil {
+			t.Fatalf("Update: %v", err)
+		}
+		return p
+	}
+	write()
+	if _, err := a.ExecContext(context.Background(), fmt.Sprintf(`ALTER TABLE "shard_%04d"."photos" ADD COLUMN extra int NOT NULL DEFAULT 7`, e.shardOf(u))); err != nil {
+		t.Fatal(err)
+	}
+	p := write()
+	var extra int
+	if err := a.QueryRow(fmt.Sprintf(`SELECT extra FROM "shard_%04d"."photos" WHERE id = $1 AND caption = 'y'`, e.shardOf(u)), p.ID).Scan(&extra); err != nil || extra != 7 {
+		t.Fatalf("the row written after the column was added: extra %d, %v", extra, err)
+	}
+	if got := preparedWrites(t, a); got != 2 {
+		t.Fatalf("%d one-shard writes prepared, want 2 (the insert and the update; not the insert returning every column)", got)
 	}
 }

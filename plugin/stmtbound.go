@@ -27,6 +27,7 @@ import (
 // connection.
 type stmtOpts struct {
 	prepare bool          // run it prepared (shardStmts)
+	write   bool          // prepared among the connection's writes, not its reads
 	bound   time.Duration // the bound on its run; 0: none here
 }
 

@@ -58,6 +58,11 @@ func init() {
 				oneShardRow("*raw SQL on a shard server, unnamed, random shards*", "split/sql_unnamed"),
 				oneShardRow("*the same on one shard only*", "split/sql_unnamed_one_shard"),
 				oneShardRow("*the same prepared, one shard*", "split/sql_prepared_one_shard"),
+				oneShardRow("*update by ID in raw SQL on plain GORM's pool, prepared (GORM's share)*", "split/update_plain_sql_prepared"),
+				oneShardRow("*the same on a shard server, unnamed, random shards*", "split/update_sql_unnamed"),
+				oneShardRow("*the same prepared, random shards (the plugin's cache of writes)*", "split/update_sql_prepared"),
+				oneShardRow("*insert in raw SQL on plain GORM's pool, prepared (GORM's share)*", "split/insert_plain_sql_prepared"),
+				oneShardRow("*the same on a shard server, prepared, random shards*", "split/insert_sql_prepared"),
 			},
 		},
 		Figure{
