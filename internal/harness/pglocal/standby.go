@@ -200,6 +200,23 @@ func (c *Cluster) Kill(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("pglocal: kill: postmaster.pid: %w", err)
 	}
+	// A crash ends every process at once. Killed one by one, the
+	// postmaster could fork a backend for a client reconnecting after its
+	// first backend died, before its own SIGKILL: that backend, in no
+	// list, would go on serving (and committing) on the "crashed" server.
+	// Stopped first, it forks nothing; its children are listed only then.
+	_ = syscall.Kill(pid, syscall.SIGSTOP)
+	for {
+		st, ok := procStat(pid)
+		if !ok || st.state == 'T' || st.state == 'Z' {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pglocal: kill: postmaster %d not stopped: %w", pid, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
 	procs := append(childrenOf(pid), pid)
 	for _, p := range procs {
 		_ = syscall.Kill(p, syscall.SIGKILL)
