@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -48,6 +49,26 @@ type readStmt struct {
 type stmtAnswer struct {
 	rows partials
 	err  error
+}
+
+// partials are one unit's partial rows, as the driver returned them.
+type partials struct {
+	cols []memrows.Column // as the driver describes them to database/sql
+	rows [][]any
+}
+
+// memRows serves the rows as a server's: each column as the driver
+// described it.
+func (pt partials) memRows() *memrows.Rows {
+	r := &memrows.Rows{Cols: pt.cols, Data: make([][]driver.Value, len(pt.rows))}
+	for i, row := range pt.rows {
+		vals := make([]driver.Value, len(row))
+		for j, v := range row {
+			vals[j] = v
+		}
+		r.Data[i] = vals
+	}
+	return r
 }
 
 // readExec runs a read's statements: the statements of one server one
