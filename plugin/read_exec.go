@@ -21,13 +21,13 @@ import (
 
 // The execute stage of a read of several shards. Its goroutines, one per
 // server, take statements whose text and arguments were rendered on the
-// caller's goroutine (render.go), run them on connections of their own,
+// caller's goroutine (read_render.go), run them on connections of their own,
 // and read the rows into values they own. They never read or write GORM
 // state: no *gorm.DB, no *gorm.Statement, no clause. GORM's builders
 // mutate what they build from (clause.Where.Build reorders a leading Or in
 // place), so a statement shared by goroutines is a wrong answer waiting
 // to happen. Every answer goes back to the caller's goroutine, which
-// scans and merges it (fanout.go).
+// scans and merges it (read.go).
 
 // readStmt is one statement of a read of several shards, rendered before
 // any statement runs.

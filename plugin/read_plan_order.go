@@ -29,7 +29,7 @@ type orderKey struct {
 	desc   bool
 	scalar bool // the row is the value
 	// coll: text in a collation that is not byte order; such rows are
-	// ordered in Postgres (collmerge.go)
+	// ordered in Postgres (read_merge_coll.go)
 	coll *collation
 	// hidden: the key is not read from the rows but from a column each
 	// shard selects for it under alias, dropped before the rows are

@@ -14,7 +14,7 @@ import (
 
 // The render stage of a read of several shards: every statement's SQL
 // text and arguments, built with GORM on the caller's goroutine before
-// any statement runs (readexec.go runs them). Each is built from a
+// any statement runs (read_exec.go runs them). Each is built from a
 // private copy of what GORM's builders mutate (ownClauses).
 
 // renderRead renders the statements of a planned read: per unit, one
