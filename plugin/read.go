@@ -14,13 +14,15 @@ import (
 	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
-// fanoutQuery runs a read of several shards in four stages: plan
-// (read_plan.go: what each shard runs, how the shards are batched, how the
-// answers merge), render (read_render.go: every statement's text and
-// arguments, built with GORM), execute (read_exec.go: the servers at once,
-// each running its statements' text and reading their rows) and merge
-// (here, read_merge_page.go and read_merge_agg.go: each answer scanned by GORM and
-// merged as it arrives). All but execute run on the caller's goroutine;
+// fanoutQuery runs a read of several shards in five stages, each in the
+// files named for it (doc.go maps them): plan (read_plan*.go: what each
+// shard runs, how the shards are batched, how the answers merge), render
+// (read_render*.go: every statement's text and arguments, built with
+// GORM), execute (read_exec*.go: the servers at once, each running its
+// statements' text and reading their rows), merge (read_merge*.go, and
+// take and mergeRead here: each answer merged as it arrives) and scan
+// (read_scan*.go: only the page scanned by GORM, or the merged rows
+// served as *sql.Rows). All but execute run on the caller's goroutine;
 // execute's goroutines never touch GORM state.
 func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) { p.readAcrossFresh(db, d, nil) }
 

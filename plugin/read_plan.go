@@ -10,11 +10,9 @@ import (
 	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
-// A read of several shards goes through three stages, each done once:
-// plan (this file: what each shard runs, how the shards are batched, how
-// the answers merge), execute (read.go: the units read, the servers at
-// once), and merge (read_merge_page.go for rows, read_merge_agg.go for aggregates;
-// counts add up).
+// The plan stage of a read of several shards (read.go runs the stages in
+// order): what each shard runs, how the shards are batched, and how the
+// answers merge, decided once before anything is rendered.
 
 // readShape is what a multi-shard read returns, and so how its units'
 // answers merge.
