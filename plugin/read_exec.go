@@ -13,10 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/internal/memrows"
-	"github.com/shardkit/shardkit/router"
 )
 
 // The execute stage of a read of several shards. Its goroutines, one per
@@ -29,16 +27,24 @@ import (
 // to happen. Every answer goes back to the caller's goroutine, which
 // scans and merges it (read.go).
 
+// querier is what a statement runs on: a server's pool, a replica's, or a
+// transaction's part there (the GORM connection pool the statement was
+// rendered with, held by this narrower type so that this stage needs no
+// GORM import).
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 // readStmt is one statement of a read of several shards, rendered before
 // any statement runs.
 type readStmt struct {
-	unit   int           // the plan's unit it belongs to
-	shards []int         // the logical shards it reads
-	server string        // the physical server it runs on
-	conn   gorm.ConnPool // the server's pool, a replica's, or the transaction's part there
-	schema string        // a read that joins other tables runs with this schema on its search_path ("": none)
-	named  bool          // run as a named prepared statement (PreparedReads)
-	filter *pageFilter   // named: drop the rows that cannot enter the page as they arrive (nil: keep all)
+	unit   int         // the plan's unit it belongs to
+	shards []int       // the logical shards it reads
+	server string      // the physical server it runs on
+	conn   querier     // the server's pool, a replica's, or the transaction's part there
+	schema string      // a read that joins other tables runs with this schema on its search_path ("": none)
+	named  bool        // run as a named prepared statement (PreparedReads)
+	filter *pageFilter // named: drop the rows that cannot enter the page as they arrive (nil: keep all)
 	sql    string
 	vars   []any
 	err    error // binding failed (the server is known down, say): it fails without running
@@ -451,21 +457,6 @@ func columnsOf(cts []*sql.ColumnType) []memrows.Column {
 		cols[i] = memrows.Column{Name: ct.Name(), DBType: ct.DatabaseTypeName(), Scan: ct.ScanType()}
 	}
 	return cols
-}
-
-// schemaOf is the schema a one-shard statement of the read runs with on
-// its search_path: the shard's, when the statement joins other tables and
-// its connection is a pool (a transaction's part has it set already).
-func schemaOf(stmt *gorm.Statement, shard int) string {
-	if !joinsTables(stmt) {
-		return ""
-	}
-	if _, ok := stmt.ConnPool.(interface {
-		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-	}); !ok {
-		return ""
-	}
-	return router.SchemaName(shard)
 }
 
 // planChanged reports Postgres's refusal to run a prepared statement
