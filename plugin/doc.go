@@ -149,7 +149,8 @@ package plugin
 // file). The read path's files are named read_<stage>_…, listed under
 // their stage, in the order a read runs them: plan, render, execute,
 // merge, scan. Only the execute stage runs on other goroutines, and it
-// touches database/sql alone; every other stage runs on the caller's.
+// touches database/sql alone: its files import no GORM (a layout test
+// keeps them so); every other stage runs on the caller's.
 //
 // GORM's entry:
 //
