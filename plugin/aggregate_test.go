@@ -155,7 +155,7 @@ func TestAggregatesAcrossShards(t *testing.T) {
 		})
 	}
 
-	// Shapes once refused, now finished in Postgres (aggfinal.go) or
+	// Shapes once refused, now finished in Postgres (read_merge_agg_final.go) or
 	// combined from partials of expressions.
 	for _, c := range []struct {
 		name string

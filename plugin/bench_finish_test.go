@@ -12,7 +12,7 @@ import (
 
 // BenchmarkFinishInPostgres: reads of all 2000 shards on two servers
 // whose merge Go cannot make exact, finished by one server in one more
-// statement (collmerge.go, aggfinal.go), each paired in every iteration
+// statement (read_merge_coll.go, read_merge_agg_final.go), each paired in every iteration
 // with the nearest read Go merges alone, so that the ratio comes from one
 // run on one machine:
 //

@@ -112,7 +112,7 @@ type collations struct {
 	// def: the database's default collation, as the servers read give
 	// it (mixed where they differ); nil before a server is read
 	def atomic.Pointer[collation]
-	// types: every registered column's type, as byCol (coltype.go)
+	// types: every registered column's type, as byCol (read_plan_coltype.go)
 	types  atomic.Pointer[map[string]map[string]colType]
 	tables []string
 	// complete is the newest map version whose every server with shards

@@ -36,7 +36,7 @@ END $$`)
 // Postgres, and equals plain GORM on one table of the same collation
 // holding the same rows — ascending and descending, with ties, NULL-free
 // text of mixed case and accents, LIMIT and OFFSET, plucked values, and
-// the min and max of the caption (finished in Postgres, aggfinal.go).
+// the min and max of the caption (finished in Postgres, read_merge_agg_final.go).
 func TestTextCollationOrderedInPostgres(t *testing.T) {
 	e := newEnv(t, envOpts{before: func(e *env) { icuCaptions(t, e, e.servers...) }})
 	plainDSN := pgtest.NewDatabase(t, 0)

@@ -14,7 +14,7 @@ import (
 )
 
 // Goroutines that run a read's statements never touch GORM state: every
-// statement is built on the caller's goroutine (render.go). These tests
+// statement is built on the caller's goroutine (read_render.go). These tests
 // hold the plugin to it.
 
 // goid returns the current goroutine's number.

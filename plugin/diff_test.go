@@ -386,7 +386,7 @@ func TestDifferentialPooled(t *testing.T) {
 // TestDifferentialPreparedPooler is TestDifferential with every shard
 // server behind a PgBouncer that carries prepared statements (1.21 or
 // later) and PreparedReadsAlways: reads across shards go through the
-// pooler as named statements, a server's pipelined (readpipe.go), with
+// pooler as named statements, a server's pipelined (read_exec_pipe.go), with
 // the server connections shared by the pool's clients.
 func TestDifferentialPreparedPooler(t *testing.T) {
 	if _, err := pgbouncer.PreparedBinary(); err != nil {
@@ -401,7 +401,7 @@ func TestDifferentialPreparedPooler(t *testing.T) {
 
 // TestDifferentialCollated is TestDifferential with the photos' caption
 // in an ICU collation on both sides, so that reads across shards ordered
-// by it are ordered in Postgres (collmerge.go).
+// by it are ordered in Postgres (read_merge_coll.go).
 func TestDifferentialCollated(t *testing.T) {
 	d := newCollatedDiffEnv(t)
 	// Most ordered cases order by the caption, so that merges of rows in

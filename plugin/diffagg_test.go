@@ -54,7 +54,7 @@ type aggRow struct {
 var (
 	aggItems = []string{"count(*)", "count(id)", "sum(likes)", "min(likes)", "max(likes)", "avg(likes)", "min(caption)", "max(caption)",
 		"max(created_at)", "min(created_at)", "sum(user_id)", "avg(user_id)", "count(caption)", "COUNT(1)", "Sum(likes)", "avg(id)", "sum(id)",
-		// finished in Postgres or combined from partials of expressions (aggfinal.go)
+		// finished in Postgres or combined from partials of expressions (read_merge_agg_final.go)
 		"count(distinct user_id)", "count(DISTINCT caption)", "count(distinct likes % 3)", "sum(likes * 2)", "avg(likes + user_id)",
 		"max(likes - 1)", "min(lower(caption))", "bool_and(likes > 0)", "bool_or(likes > 3)", "every(likes < 5)"}
 	aggRefusedItems = []string{"string_agg(caption, ',')", "count(*) over ()",
@@ -151,7 +151,7 @@ func (g *gen) aggGroup(c *dcase) *aggSpec {
 		covered[outs[k].name] = true
 	}
 	if len(group) > 0 && g.pick(5) == 0 {
-		// an aggregate not selected (finished in Postgres, aggfinal.go)
+		// an aggregate not selected (finished in Postgres, read_merge_agg_final.go)
 		terms = append(terms, []string{"sum(likes) desc", "count(distinct caption)", "min(caption)"}[g.pick(3)])
 	}
 	if len(group) > 0 && (len(terms) > 0 || g.coin()) && g.pick(4) != 0 {

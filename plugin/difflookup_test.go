@@ -194,7 +194,7 @@ func (g *gen) pinify(c *dcase) {
 		}
 		if g.coin() {
 			// sums and averages of a double precision column holding NaN,
-			// ±Infinity and NULL (finished in Postgres, aggfinal.go)
+			// ±Infinity and NULL (finished in Postgres, read_merge_agg_final.go)
 			r := strings.NewReplacer("sum(likes)", "sum(score)", "avg(likes)", "avg(score)", "max(likes)", "max(score)", "avg(user_id)", "avg(score * 2)")
 			a.Select = r.Replace(a.Select)
 		}

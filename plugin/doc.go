@@ -142,37 +142,111 @@
 // repository.
 package plugin
 
-// How the code is laid out, by concern:
+// # Files
 //
-//   - GORM's entry: callbacks.go (every callback registered, each entry
-//     point, the statement keys), plugin.go (Register, Initialize),
-//     config.go, errors.go, clauses.go, observe.go, retry.go.
-//   - Routing: route.go (the route callback, binding a decision to a
-//     shard), decide.go (the decision: a statement's shards and their
-//     homes), analyze.go and
-//     condread.go (reading WHERE conditions; the lexer is
-//     internal/sqlcond), shardset.go, subquery.go, raw.go, assign.go
-//     (IDs of new rows), models.go.
-//   - Execution: exec.go (writes across shards, moved-shard retries).
-//   - Reads across shards: readplan.go (plan), render.go (every
-//     statement's text, on the caller's goroutine), readexec.go (execute:
-//     the only code of a read that runs on other goroutines, and it
-//     touches database/sql alone), fanout.go (the stages in order, and
-//     the merge of each answer as it arrives), scatter.go (one UNION ALL
-//     statement per server batch), readrows.go and pagemerge.go (merging
-//     rows), hiddenorder.go (ORDER BY values the rows do not carry),
-//     windows.go (windows partitioned by the shard key), collmerge.go
-//     (rows ordered in Postgres), rowsacross.go (Row, Rows and Scan: the
-//     merged rows served through internal/memrows); every merge orders values with
-//     internal/pgorder.
-//   - Aggregates: aggplan.go, aggparse.go, aggmerge.go (partials combined
-//     and served to GORM's scanning through internal/memrows), aggfinal.go
-//     (partials finished in Postgres: HAVING, distinct counts, floats,
-//     text in a linguistic collation), aggfinalhaving.go (HAVING read for
-//     it), pgarray.go (partial rows as typed arrays).
-//   - Lookups: lookup.go, lookupread.go, lookupupdate.go, lookupwrite.go,
-//     lookupclaim.go.
-//   - Connections and transactions: pool.go, connector.go, health.go,
-//     tx.go, savepoint.go, atomic.go.
-//   - Start-up checks: checks.go, collation.go, warm.go.
-//   - Bulk import: copy.go, copywire.go.
+// Every non-test file of the package, by concern, one line each
+// (doc_test.go fails when a file is missing here or a name here is not a
+// file). The read path's files are named read_<stage>_…, listed under
+// their stage, in the order a read runs them: plan, render, execute,
+// merge, scan. Only the execute stage runs on other goroutines, and it
+// touches database/sql alone: its files import no GORM (a layout test
+// keeps them so); every other stage runs on the caller's.
+//
+// GORM's entry:
+//
+//	plugin.go                Register, Initialize, the Plugin's state
+//	callbacks.go             every callback registered, each entry point, the statement keys
+//	config.go                Config and its defaults
+//	errors.go                the typed errors
+//	clauses.go               the Shard, ShardOfID and AllShards scopes
+//	observe.go               Observe, Routed and RoutedShard: a statement's routing decision
+//	retry.go                 Retryable: which errors are transient
+//	doc.go                   this manual and map
+//
+// Routing:
+//
+//	route.go                 the route callback, binding a decision to a shard
+//	decide.go                the decision: a statement's shards and their homes
+//	analyze.go               a statement's conditions read for the shards they name
+//	condread.go              WHERE text read into shard sets (the lexer is internal/sqlcond)
+//	shardset.go              the shard sets conditions name
+//	subquery.go              sub-queries and joins, kept on one shard
+//	raw.go                   raw SQL: the default connection or a pinned transaction's shard
+//	assign.go                IDs of new rows
+//	models.go                the registered models and their shard fields
+//
+// Writes:
+//
+//	exec.go                  writes across shards, moved-shard retries
+//
+// Read path, entry:
+//
+//	read.go                  the stages in order (readAcross); each answer merged as it arrives
+//	read_moved.go            a read run once more on a fresh map when a server refused its routing
+//
+// Read path, plan:
+//
+//	read_plan.go             the plan: the read's shape, its units and batches, how the answers merge
+//	read_plan_rows.go        what a read of rows may join and select
+//	read_plan_order.go       ORDER BY resolved to the merge's keys; hidden ORDER BY values
+//	read_plan_window.go      window functions partitioned by the shard key
+//	read_plan_coltype.go     each column's Postgres type, as the merge orders its values
+//	read_plan_agg.go         aggregates, GROUP BY, DISTINCT: the partials each shard computes
+//	read_plan_agg_parse.go   an aggregate read's select list and ORDER BY parsed
+//	read_plan_agg_having.go  HAVING read, for the groups finished in Postgres
+//
+// Read path, render:
+//
+//	read_render.go           every statement's text and arguments, from a private copy of the clauses
+//	read_render_union.go     one UNION ALL statement per server and batch; recent texts cached
+//
+// Read path, exec:
+//
+//	read_exec.go             the servers at once, one goroutine each; the answers (partials)
+//	read_exec_pipe.go        a server's statements pipelined on one connection, prepared once
+//	read_exec_named.go       a statement run as a named prepared one; rows past the page dropped as they arrive
+//
+// Read path, merge:
+//
+//	read_merge_page.go       rows merged in ORDER BY order, kept to the page
+//	read_merge_coll.go       rows ordered in Postgres: text in a collation that is not byte order
+//	read_merge_agg.go        partials combined per group, with Postgres's arithmetic and types
+//	read_merge_agg_final.go  partials finished in Postgres: HAVING, distinct counts, floats, linguistic text
+//	read_merge_arrays.go     partial rows sent to Postgres as typed arrays
+//
+// Read path, scan:
+//
+//	read_scan_late.go        only the page scanned by GORM, once, from the driver's values
+//	read_scan_rows.go        Row, Rows and Scan: the merged rows served through internal/memrows
+//
+// Lookups:
+//
+//	lookup.go                LookupTable, LookupShard and the lookup columns
+//	lookupread.go            reads routed by a lookup column
+//	lookupwrite.go           a lookup value's reservation, written with its row
+//	lookupclaim.go           the claim, hold and drop steps of a reservation
+//	lookupupdate.go          the lookup columns an UPDATE sets
+//
+// Connections and transactions:
+//
+//	pool.go                  each server's primary pool
+//	connector.go             the default OpenDB: database/sql over pgx
+//	prepared.go              PreparedReads: where reads run as named prepared statements
+//	stmtbound.go             one-shard statements bounded by their connection
+//	health.go                ServerError, servers taken as down and back, Health, Partial
+//	tx.go                    transactions pinned to a shard
+//	savepoint.go             SavePoint and RollbackTo across a transaction's parts
+//	atomic.go                Atomic: transactions across shards by two-phase commit
+//
+// Start-up checks:
+//
+//	checks.go                every model's table and lookup tables, on every server
+//	collation.go             text columns' collations, and whether Go can order them
+//	warm.go                  the warm-up of pools and statements
+//
+// Bulk import:
+//
+//	copy.go                  CopyFrom: one COPY per shard, several at once per server
+//	copywire.go              the rows written in COPY's binary format
+//
+// Every merge orders values with internal/pgorder.

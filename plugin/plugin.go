@@ -30,7 +30,7 @@ type Plugin struct {
 	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
 	atomics  atomicCounters
 	log      logger.Interface          // the gorm.DB's, for what happens after a commit returns
-	unions   unionTexts                // texts of recent reads across shards' statements (scatter.go)
+	unions   unionTexts                // texts of recent reads across shards' statements (read_render_union.go)
 	every    atomic.Pointer[placedAll] // the last snapshot's shards, placed, for reads of every shard (decide.go)
 	cutRows  atomic.Int64              // rows of reads across shards dropped as they arrived (pageCut); tests read it
 

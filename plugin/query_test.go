@@ -173,7 +173,7 @@ func TestQueryRouting(t *testing.T) {
 		if err := db.Model(&Photo{}).Where("user_id = ?", 1).Distinct("caption").Count(&n).Error; err != nil || n != 1 {
 			t.Fatalf("count distinct in one shard: err %v n %d", err, n)
 		}
-		// aggregates, DISTINCT and GROUP BY merge across shards (aggplan.go)
+		// aggregates, DISTINCT and GROUP BY merge across shards (read_plan_agg.go)
 		var caps []string
 		err := db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 2}).Distinct("caption").Pluck("caption", &caps).Error
 		if err != nil || len(caps) != 1 || caps[0] != "seed" {
@@ -257,7 +257,7 @@ func TestQueryRouting(t *testing.T) {
 		if n != 3 {
 			t.Fatalf("rows %d", n)
 		}
-		// across shards: the merged rows (rowsacross_test.go compares
+		// across shards: the merged rows (read_scan_rows_test.go compares
 		// each shape with one table)
 		rows, err = db.Model(&Photo{}).Where("user_id IN ?", []int64{1, 2}).Order("id").Rows()
 		if err != nil {

@@ -19,26 +19,6 @@ import (
 // combined rows to GORM's own scanning, so that each value reaches the
 // destination exactly as a Postgres row's value would.
 
-// partials are one unit's partial rows, as the driver returned them.
-type partials struct {
-	cols []memrows.Column // as the driver describes them to database/sql
-	rows [][]any
-}
-
-// memRows serves the rows as a server's: each column as the driver
-// described it.
-func (pt partials) memRows() *memrows.Rows {
-	r := &memrows.Rows{Cols: pt.cols, Data: make([][]driver.Value, len(pt.rows))}
-	for i, row := range pt.rows {
-		vals := make([]driver.Value, len(row))
-		for j, v := range row {
-			vals[j] = v
-		}
-		r.Data[i] = vals
-	}
-	return r
-}
-
 // numericCol is avg's output column: Postgres's avg of integers and
 // numerics is a numeric.
 var numericCol = memrows.Column{DBType: "NUMERIC", Scan: reflect.TypeFor[float64]()}

@@ -14,7 +14,7 @@ import (
 )
 
 // Finishing an aggregate read in Postgres. Go combines the shards'
-// partial groups exactly where it can (aggmerge.go). Where it cannot —
+// partial groups exactly where it can (read_merge_agg.go). Where it cannot —
 // HAVING (a predicate only Postgres evaluates as written), count(DISTINCT
 // …) (the per-shard distinct values, combined), sums and averages of
 // floating-point values (Postgres's arithmetic, overflow checks and all),

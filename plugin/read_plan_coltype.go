@@ -14,9 +14,9 @@ import (
 // collation (collation.go), and a key whose Go values do not order as
 // the column's do (a numeric read as a string, an enum, inet, interval,
 // citext; a nullable column read into a field that cannot hold NULL) is
-// read under a hidden alias as the driver returns it (hiddenorder.go),
+// read under a hidden alias as the driver returns it (read_plan_order.go),
 // merged in Go where its driver values order as Postgres orders them,
-// else ordered in Postgres (collmerge.go).
+// else ordered in Postgres (read_merge_coll.go).
 
 // colType is a column's Postgres type on the servers.
 type colType struct {

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -9,14 +10,176 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
 	"gorm.io/gorm/clause"
+	"gorm.io/gorm/schema"
 
 	"github.com/shardkit/shardkit/internal/pgorder"
 	"github.com/shardkit/shardkit/internal/sqlcond"
 )
 
-// A read across shards ordered by what its rows do not carry: each shard
-// selects the ORDER BY values under hidden aliases, the merge orders by
-// them, and they are dropped before GORM scans the rows.
+// The ORDER BY of a read of rows across shards, resolved to the keys the
+// merge orders by: columns the rows carry (orderKeys), or, for what they
+// do not carry, values each shard selects under hidden aliases, which the
+// merge orders by and drops before GORM scans the rows (hiddenOrderKeys).
+
+// orderKey is one ORDER BY column resolved to a field of the rows the
+// query returns (or a map key).
+type orderKey struct {
+	field  *schema.Field // of the destination's row type; nil: map rows, use name
+	name   string
+	desc   bool
+	scalar bool // the row is the value
+	// coll: text in a collation that is not byte order; such rows are
+	// ordered in Postgres (read_merge_coll.go)
+	coll *collation
+	// hidden: the key is not read from the rows but from a column each
+	// shard selects for it under alias, dropped before the rows are
+	// scanned (hiddenOrderKeys); sql is what the shards select, expr
+	// whether it is an expression (its collation unknown to the plugin).
+	hidden bool
+	alias  string
+	sql    string
+	expr   bool
+	// opaque: an expression over a joined table the plugin does not
+	// know, whose text's collation it cannot tell
+	opaque bool
+	nulls  int8 // hidden: NULLS FIRST (1) or LAST (-1); 0: Postgres's default for the direction
+	// as: the kind the merge reads the key's Go values as (a numeric
+	// column's text as numeric; 0: as FromReflect reads them)
+	as pgorder.Kind
+	// pgType: hidden values that only Postgres orders (citext, inet,
+	// interval, …), sent to it as text and ordered as this type
+	pgType string
+}
+
+// ord is how the key orders values, as Postgres does.
+func (k orderKey) ord() pgorder.Order {
+	o := pgorder.Default(k.desc)
+	switch k.nulls {
+	case 1:
+		o.NullsFirst = true
+	case -1:
+		o.NullsFirst = false
+	}
+	return o
+}
+
+// nullsSQL is the key's NULLS clause, "" for the default.
+func (k orderKey) nullsSQL() string {
+	switch k.nulls {
+	case 1:
+		return " NULLS FIRST"
+	case -1:
+		return " NULLS LAST"
+	}
+	return ""
+}
+
+// orderKeys resolves the ORDER BY columns of a multi-shard query against
+// what each shard returns: a column the query does not select, or that
+// the destination has no field for, cannot order the merged rows.
+func orderKeys(db *gorm.DB, m *model, elem reflect.Type) ([]orderKey, error) {
+	stmt := db.Statement
+	c, ok := stmt.Clauses["ORDER BY"]
+	if !ok {
+		return nil, nil
+	}
+	ob, ok := c.Expression.(clause.OrderBy)
+	if !ok || ob.Expression != nil {
+		return nil, fmt.Errorf("%w: ORDER BY expression cannot be merged across shards", ErrUnroutableSQL)
+	}
+	for elem.Kind() == reflect.Ptr {
+		elem = elem.Elem()
+	}
+	var dest *schema.Schema
+	if elem.Kind() == reflect.Struct {
+		ds := &gorm.Statement{DB: db}
+		if err := ds.Parse(reflect.New(elem).Interface()); err != nil {
+			return nil, fmt.Errorf("%w: merge into %s: %w", ErrUnroutableSQL, elem, err)
+		}
+		dest = ds.Schema
+	}
+	selected, explicit := selectedColumns(stmt)
+	var keys []orderKey
+	var err error
+	for _, col := range ob.Columns {
+		var parts [][2]string // name, direction
+		if col.Column.Raw {
+			for _, item := range strings.Split(col.Column.Name, ",") {
+				f := strings.Fields(item)
+				if len(f) == 0 || len(f) > 2 {
+					return nil, fmt.Errorf("%w: ORDER BY %q cannot be merged across shards", ErrUnroutableSQL, col.Column.Name)
+				}
+				dir := ""
+				if len(f) == 2 {
+					dir = strings.ToLower(f[1])
+				}
+				parts = append(parts, [2]string{f[0], dir})
+			}
+		} else {
+			dir := ""
+			if col.Desc {
+				dir = "desc"
+			}
+			parts = append(parts, [2]string{col.Column.Name, dir})
+		}
+		for _, pt := range parts {
+			table, name := splitColumn(pt[0])
+			if name == clause.PrimaryKey {
+				name = m.pk.DBName
+			}
+			if table == "?" || !m.ownTable(stmt, table) {
+				return nil, fmt.Errorf("%w: ORDER BY %q is not a column of %s", ErrUnroutableSQL, pt[0], m.table)
+			}
+			if pt[1] != "" && pt[1] != "asc" && pt[1] != "desc" {
+				return nil, fmt.Errorf("%w: ORDER BY %q cannot be merged across shards", ErrUnroutableSQL, pt[0]+" "+pt[1])
+			}
+			if explicit && !selected[name] && !selected["*"] {
+				return nil, fmt.Errorf("%w: ORDER BY %s across shards needs %s in the Select list, so that the rows can be merged in order", ErrUnroutableSQL, name, name)
+			}
+			k := orderKey{name: name, desc: pt[1] == "desc"}
+			var typ reflect.Type
+			switch {
+			case dest != nil:
+				if k.field = dest.LookUpField(name); k.field == nil || k.field.DBName != name {
+					return nil, fmt.Errorf("%w: ORDER BY %s across shards needs a %s field in the destination %s to merge the rows in order", ErrUnroutableSQL, name, name, elem)
+				}
+				typ = k.field.FieldType
+			case elem.Kind() == reflect.Map:
+				// map values are what the driver returns for the column:
+				// ordered only where the model's field says it is a
+				// plain integer, string, bool or time
+				if f := m.schema.LookUpField(name); f != nil && f.DBName == name && !isFloat(f.FieldType) {
+					typ = f.FieldType
+				}
+			default: // Pluck: the rows are the values of the one selected column
+				if len(ob.Columns) != 1 || len(parts) != 1 || selectedColumn(stmt) != name {
+					return nil, fmt.Errorf("%w: plucked values from several shards can only be ordered by the plucked column", ErrUnroutableSQL)
+				}
+				k.scalar, typ = true, elem
+			}
+			if !pgorder.Orderable(typ) {
+				return nil, fmt.Errorf("%w: ORDER BY %s across shards: the plugin merges rows in order only by integer, float, string, bool and time columns", ErrUnroutableSQL, name)
+			}
+			read := typ // what holds the values the merge reads: a map's are the driver's, NULL as nil
+			if k.field == nil && !k.scalar {
+				read = reflect.PointerTo(typ)
+			}
+			var exact bool
+			if k.as, exact = m.columnType(name).goKind(read); !exact {
+				return nil, fmt.Errorf("%w: ORDER BY %s across shards: its %s values do not order as the column's %s", ErrUnroutableSQL, name, typ, m.columnType(name).cast)
+			}
+			if k.coll, err = m.textOrder(db.Statement.Context, name); err != nil {
+				return nil, err
+			}
+			if k.coll != nil && k.field == nil && !k.scalar {
+				return nil, fmt.Errorf("%w: ORDER BY %s across shards: rows read into maps cannot be ordered by text in collation %q; read them into a struct, or scope the query to one shard",
+					ErrUnroutableSQL, name, k.coll.name)
+			}
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
 
 // hiddenPrefix starts the alias of an ORDER BY value each shard selects
 // for the merge and the merge drops.

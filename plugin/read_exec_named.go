@@ -23,7 +23,7 @@ import (
 // goroutine per query (to watch the context), a lock and a conversion per
 // value, and a copy of every value handed out; pgx's database/sql driver
 // converts every value once more before that. The plugin runs the
-// statement on the pool's pgx connection itself (readpipe.go): the same
+// statement on the pool's pgx connection itself (read_exec_pipe.go): the same
 // connection (taken from and returned to the same pool), the same plan
 // generation, and each value converted as pgx's driver converts it for
 // database/sql, so that what the merge and GORM's Scan see is what

@@ -345,7 +345,7 @@ func (ap *aggPlan) orderTerm(stmt *gorm.Statement, m *model, t []sqlcond.Token) 
 			return refuseAgg("ORDER BY %s across shards: order by an aggregate that is also in the Select list, or by its alias", src)
 		}
 		// an aggregate not selected: each shard computes its partial,
-		// and the groups are finished in Postgres (aggfinal.go)
+		// and the groups are finished in Postgres (read_merge_agg_final.go)
 		o.out = ap.havingItem(it)
 		ap.noPush = true
 	default:

@@ -17,7 +17,7 @@ import (
 // plugin combines the partials of equal groups in Go, then applies
 // DISTINCT, ORDER BY, OFFSET and LIMIT to the combined rows, and hands
 // them to GORM's own scanning as if one table had answered (see
-// aggmerge.go), so that destinations and value types are those of plain
+// read_merge_agg.go), so that destinations and value types are those of plain
 // GORM. Shapes whose combination would not be exact are refused.
 
 // aggFunc is an aggregate the plugin combines.

@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,32 +13,38 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"gorm.io/gorm"
 
 	"github.com/shardkit/shardkit/internal/memrows"
-	"github.com/shardkit/shardkit/router"
 )
 
 // The execute stage of a read of several shards. Its goroutines, one per
 // server, take statements whose text and arguments were rendered on the
-// caller's goroutine (render.go), run them on connections of their own,
+// caller's goroutine (read_render.go), run them on connections of their own,
 // and read the rows into values they own. They never read or write GORM
 // state: no *gorm.DB, no *gorm.Statement, no clause. GORM's builders
 // mutate what they build from (clause.Where.Build reorders a leading Or in
 // place), so a statement shared by goroutines is a wrong answer waiting
 // to happen. Every answer goes back to the caller's goroutine, which
-// scans and merges it (fanout.go).
+// scans and merges it (read.go).
+
+// querier is what a statement runs on: a server's pool, a replica's, or a
+// transaction's part there (the GORM connection pool the statement was
+// rendered with, held by this narrower type so that this stage needs no
+// GORM import).
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
 
 // readStmt is one statement of a read of several shards, rendered before
 // any statement runs.
 type readStmt struct {
-	unit   int           // the plan's unit it belongs to
-	shards []int         // the logical shards it reads
-	server string        // the physical server it runs on
-	conn   gorm.ConnPool // the server's pool, a replica's, or the transaction's part there
-	schema string        // a read that joins other tables runs with this schema on its search_path ("": none)
-	named  bool          // run as a named prepared statement (PreparedReads)
-	filter *pageFilter   // named: drop the rows that cannot enter the page as they arrive (nil: keep all)
+	unit   int         // the plan's unit it belongs to
+	shards []int       // the logical shards it reads
+	server string      // the physical server it runs on
+	conn   querier     // the server's pool, a replica's, or the transaction's part there
+	schema string      // a read that joins other tables runs with this schema on its search_path ("": none)
+	named  bool        // run as a named prepared statement (PreparedReads)
+	filter *pageFilter // named: drop the rows that cannot enter the page as they arrive (nil: keep all)
 	sql    string
 	vars   []any
 	err    error // binding failed (the server is known down, say): it fails without running
@@ -48,6 +55,26 @@ type readStmt struct {
 type stmtAnswer struct {
 	rows partials
 	err  error
+}
+
+// partials are one unit's partial rows, as the driver returned them.
+type partials struct {
+	cols []memrows.Column // as the driver describes them to database/sql
+	rows [][]any
+}
+
+// memRows serves the rows as a server's: each column as the driver
+// described it.
+func (pt partials) memRows() *memrows.Rows {
+	r := &memrows.Rows{Cols: pt.cols, Data: make([][]driver.Value, len(pt.rows))}
+	for i, row := range pt.rows {
+		vals := make([]driver.Value, len(row))
+		for j, v := range row {
+			vals[j] = v
+		}
+		r.Data[i] = vals
+	}
+	return r
 }
 
 // readExec runs a read's statements: the statements of one server one
@@ -430,21 +457,6 @@ func columnsOf(cts []*sql.ColumnType) []memrows.Column {
 		cols[i] = memrows.Column{Name: ct.Name(), DBType: ct.DatabaseTypeName(), Scan: ct.ScanType()}
 	}
 	return cols
-}
-
-// schemaOf is the schema a one-shard statement of the read runs with on
-// its search_path: the shard's, when the statement joins other tables and
-// its connection is a pool (a transaction's part has it set already).
-func schemaOf(stmt *gorm.Statement, shard int) string {
-	if !joinsTables(stmt) {
-		return ""
-	}
-	if _, ok := stmt.ConnPool.(interface {
-		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
-	}); !ok {
-		return ""
-	}
-	return router.SchemaName(shard)
 }
 
 // planChanged reports Postgres's refusal to run a prepared statement

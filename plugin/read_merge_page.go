@@ -18,7 +18,7 @@ import (
 // of their units in the plan (then their order within the unit), so the
 // answer does not depend on which server answers first: it is the answer
 // of concatenating every unit's rows in plan order, sorting stably and
-// cutting (the specification pagemerge_test.go checks it against).
+// cutting (the specification read_merge_page_test.go checks it against).
 //
 // Without an ORDER BY, any LIMIT rows are a right answer: once the page
 // is full, the units not yet sent are skipped (full).
@@ -199,7 +199,7 @@ func (m *pageMerger) page(offset, limit int) reflect.Value {
 func (m *pageMerger) sort() {
 	if m.kv != nil {
 		// the rows' keys came with them (hidden values, or the raw
-		// values of rows scanned late: latescan.go)
+		// values of rows scanned late: read_scan_late.go)
 		sortRowsBy(m.rows, m.kv, m.keys, m.unit, m.raw)
 		return
 	}

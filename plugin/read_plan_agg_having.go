@@ -13,7 +13,7 @@ import (
 )
 
 // Reading HAVING conditions of an aggregate read across shards into the
-// statement that finishes the partial groups in Postgres (aggfinal.go).
+// statement that finishes the partial groups in Postgres (read_merge_agg_final.go).
 
 // havingPart is a piece of a HAVING condition rewritten over the
 // partial groups: SQL text, an aggregate (item), a grouped column (key)

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Partial rows sent to Postgres as typed arrays (aggfinal.go, and hidden
-// ORDER BY values ordered there, collmerge.go).
+// Partial rows sent to Postgres as typed arrays (read_merge_agg_final.go, and hidden
+// ORDER BY values ordered there, read_merge_coll.go).
 
 // columnArray reads column i of the rows (driver values) into an array
 // argument of its Postgres type; nil elements are NULLs.

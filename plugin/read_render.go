@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"maps"
@@ -10,11 +11,13 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/callbacks"
 	"gorm.io/gorm/clause"
+
+	"github.com/shardkit/shardkit/router"
 )
 
 // The render stage of a read of several shards: every statement's SQL
 // text and arguments, built with GORM on the caller's goroutine before
-// any statement runs (readexec.go runs them). Each is built from a
+// any statement runs (read_exec.go runs them). Each is built from a
 // private copy of what GORM's builders mutate (ownClauses).
 
 // renderRead renders the statements of a planned read: per unit, one
@@ -188,4 +191,19 @@ func (p *Plugin) namedOn(d *decision, st readStmt) bool {
 		return err == nil && srv.namedReplicas
 	}
 	return false
+}
+
+// schemaOf is the schema a one-shard statement of the read runs with on
+// its search_path: the shard's, when the statement joins other tables and
+// its connection is a pool (a transaction's part has it set already).
+func schemaOf(stmt *gorm.Statement, shard int) string {
+	if !joinsTables(stmt) {
+		return ""
+	}
+	if _, ok := stmt.ConnPool.(interface {
+		BeginTx(context.Context, *sql.TxOptions) (*sql.Tx, error)
+	}); !ok {
+		return ""
+	}
+	return router.SchemaName(shard)
 }

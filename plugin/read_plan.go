@@ -10,11 +10,9 @@ import (
 	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
-// A read of several shards goes through three stages, each done once:
-// plan (this file: what each shard runs, how the shards are batched, how
-// the answers merge), execute (fanout.go: the units read, the servers at
-// once), and merge (pagemerge.go for rows, aggmerge.go for aggregates;
-// counts add up).
+// The plan stage of a read of several shards (read.go runs the stages in
+// order): what each shard runs, how the shards are batched, and how the
+// answers merge, decided once before anything is rendered.
 
 // readShape is what a multi-shard read returns, and so how its units'
 // answers merge.
@@ -54,7 +52,7 @@ type readPlan struct {
 	// shapeRows' rows are then [][]any, ordered by hidden keys.
 	raw bool
 	// late: shapeRows' rows are merged as the driver returned them and
-	// only the page is scanned (latescan.go)
+	// only the page is scanned (read_scan_late.go)
 	late  bool
 	kinds []pgorder.Kind // late: the kind of each key's raw values
 }

@@ -14,20 +14,22 @@ import (
 	"github.com/shardkit/shardkit/internal/pgorder"
 )
 
-// fanoutQuery runs a read of several shards in four stages: plan
-// (readplan.go: what each shard runs, how the shards are batched, how the
-// answers merge), render (render.go: every statement's text and
-// arguments, built with GORM), execute (readexec.go: the servers at once,
-// each running its statements' text and reading their rows) and merge
-// (here, pagemerge.go and aggmerge.go: each answer scanned by GORM and
-// merged as it arrives). All but execute run on the caller's goroutine;
+// fanoutQuery runs a read of several shards in five stages, each in the
+// files named for it (doc.go maps them): plan (read_plan*.go: what each
+// shard runs, how the shards are batched, how the answers merge), render
+// (read_render*.go: every statement's text and arguments, built with
+// GORM), execute (read_exec*.go: the servers at once, each running its
+// statements' text and reading their rows), merge (read_merge*.go, and
+// take and mergeRead here: each answer merged as it arrives) and scan
+// (read_scan*.go: only the page scanned by GORM, or the merged rows
+// served as *sql.Rows). All but execute run on the caller's goroutine;
 // execute's goroutines never touch GORM state.
 func (p *Plugin) fanoutQuery(db *gorm.DB, d *decision) { p.readAcrossFresh(db, d, nil) }
 
 // readAcross is fanoutQuery's stages. With out set (Row, Rows, Scan), the
 // merged rows are not scanned into the statement's destination: they are
 // left in *out as the driver returned them, with their columns, in the
-// order and number Find would scan them (rowsacross.go).
+// order and number Find would scan them (read_scan_rows.go).
 func (p *Plugin) readAcross(db *gorm.DB, d *decision, out **memrows.Rows) {
 	stmt := db.Statement
 	s := save(stmt)
@@ -96,7 +98,7 @@ type readResults struct {
 	cols    []memrows.Column    // rp.raw: the columns of the rows, as the first answer gave them
 	out     *memrows.Rows       // rp.raw: the merged rows
 	// rp.late: the column sets the answers came with, and where each
-	// holds the ORDER BY keys (nil: not all found) (latescan.go)
+	// holds the ORDER BY keys (nil: not all found) (read_scan_late.go)
 	colsets [][]memrows.Column
 	keyCols [][]int
 }
@@ -115,7 +117,7 @@ func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResu
 	default:
 		keep := rp.pushed
 		if rp.pgOrder() {
-			keep = -1 // every candidate, ordered in Postgres at the end (collmerge.go)
+			keep = -1 // every candidate, ordered in Postgres at the end (read_merge_coll.go)
 		}
 		r.rows, r.page = make([]reflect.Value, n), newPageMerger(rp.sliceTyp, rp.keys, keep)
 		switch {
