@@ -177,7 +177,7 @@ func (p *Plugin) onCreate(db *gorm.DB) {
 // onQuery replaces gorm:query: one shard as usual (inside a read-only
 // transaction with the shard's search_path when the query joins other
 // tables), or a read of several shards planned, run and merged
-// (readplan.go, fanout.go).
+// (read.go and its stages, see doc.go).
 func (p *Plugin) onQuery(db *gorm.DB) {
 	if d := takePlan(db.Statement); d != nil {
 		p.fanoutQuery(db, d)
@@ -191,7 +191,7 @@ func (p *Plugin) onQuery(db *gorm.DB) {
 // shard as GORM runs it (with the shard's search_path when it joins
 // other tables, exec.go), or a read of several shards planned, run and
 // merged as Find's, its merged rows served as *sql.Rows or *sql.Row
-// (rowsacross.go).
+// (read_scan_rows.go).
 func (p *Plugin) onRow(db *gorm.DB) {
 	if d := takePlan(db.Statement); d != nil {
 		p.rowsAcross(db, d)
