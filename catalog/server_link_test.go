@@ -62,9 +62,13 @@ func TestServerLinkRecorded(t *testing.T) {
 		return tx.SetServerDSN(ctx, "gamma", "postgres://app@gamma:5432/db?password=rotated", "")
 	})
 	check("password rotated", "gamma", false, router.LinkPooled)
-	update(func(ctx context.Context, tx *Tx) error { return tx.SetServerDSN(ctx, "gamma", "postgres://app@pgb:6432/db", "") })
+	update(func(ctx context.Context, tx *Tx) error {
+		return tx.SetServerDSN(ctx, "gamma", "postgres://app@pgb:6432/db", "")
+	})
 	check("moved to a pooler", "gamma", false, router.LinkPooled)
-	update(func(ctx context.Context, tx *Tx) error { return tx.SetServerDSN(ctx, "gamma", "postgres://app@gamma:5432/db", "") })
+	update(func(ctx context.Context, tx *Tx) error {
+		return tx.SetServerDSN(ctx, "gamma", "postgres://app@gamma:5432/db", "")
+	})
 	check("moved back", "gamma", true, router.LinkDirect)
 	update(func(ctx context.Context, tx *Tx) error { return tx.SetServerLink(ctx, "delta", router.LinkDirect) })
 	check("set direct", "delta", true, router.LinkDirect)
