@@ -44,7 +44,9 @@ records it anew from the DSNs: direct when the app DSN names the admin DSN's
 host, port and database (another user, such as a login of the application
 role), else pooled. --direct or --pooled records it as given, with or
 without a DSN change: --direct for an app DSN that reaches the server under
-another host name, --pooled for a pooler the DSNs do not show.
+another host name, --pooled for a pooler the DSNs do not show. A server left
+direct whose app DSN reaches a Postgres listening on another port than the DSN
+names (a pooler, or a forwarded port, between) gets a warning.
 
 Each new DSN must connect before anything changes (--no-check skips that,
 for a server that is down). Passwords are never printed. Routers learn of
@@ -116,9 +118,38 @@ the change at their next map check.`,
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "server %s: app DSN %s (%s), admin DSN %s (shard map version %d)\n",
 			name, pgdsn.Redact(srv.DSN), reach(srv), adminShown, snap.Version)
+		if !noCheck && srv.Direct() {
+			if dsnPort, serverPort, err := portsOf(ctx, srv.DSN); err == nil && dsnPort != serverPort {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: server %s is recorded direct, but its app DSN names port %d and reaches a Postgres listening on port %d: "+
+					"a pooler (or a forwarded port) stands between; if it is a pooler that does not carry prepared statements, run shardctl server set-dsn %s --pooled\n",
+					name, dsnPort, serverPort, name)
+			}
+		}
 		return nil
 	}
 	return cmd
+}
+
+// portsOf connects with dsn and returns the port it names and the port
+// the Postgres it reaches listens on (its port setting): a pooler (or a
+// forwarded port) in between makes them differ. PgBouncer passes the
+// query to the server.
+func portsOf(ctx context.Context, dsn string) (dsnPort, serverPort int, err error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return 0, 0, err
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	cfg.DefaultQueryExecMode = pgx.QueryExecModeSimpleProtocol
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close(context.Background())
+	err = c.QueryRow(ctx, `SELECT current_setting('port')::int`).Scan(&serverPort)
+	return int(cfg.Port), serverPort, err
 }
 
 // reach says how a server's app DSN reaches it, as the catalog records it

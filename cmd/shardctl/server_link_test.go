@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/router"
 )
@@ -62,5 +66,41 @@ func TestServerLinkFlags(t *testing.T) {
 		if code, _, errOut := shardctl(tt.args...); code != tt.code || !strings.Contains(errOut, tt.want) {
 			t.Fatalf("%v: exit %d, stderr %q; want exit %d and %q", tt.args, code, errOut, tt.code, tt.want)
 		}
+	}
+}
+
+// TestServerSetDSNWarnsPooler: a server recorded direct whose app DSN
+// reaches PgBouncer (1.18, transaction mode) is recorded as told, with a
+// warning that a pooler stands between; recorded pooled, no warning.
+func TestServerSetDSNWarnsPooler(t *testing.T) {
+	if _, err := pgbouncer.Binary(); err != nil {
+		t.Skip(err)
+	}
+	cat := pgtest.NewDatabase(t, 0)
+	a := pgtest.NewDatabase(t, 0)
+	if code, _, errOut := shardctl("init", "--catalog", cat, "--server", "a="+a, "--shards", "4", "--quiet"); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errOut)
+	}
+	t.Setenv(CatalogEnv, cat)
+	u, err := url.Parse(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := pgbouncer.Start(ctx, pgbouncer.Options{Port: port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	pooled := b.DSN(strings.TrimPrefix(u.Path, "/"))
+	code, out, errOut := shardctl("server", "set-dsn", "a", "--app", pooled, "--admin", a, "--direct")
+	if code != 0 || !strings.Contains(out, "(direct)") || !strings.Contains(errOut, "a pooler (or a forwarded port) stands between") {
+		t.Fatalf("set-dsn --direct through PgBouncer: exit %d, stdout %q, stderr %q; want it recorded direct, with a warning", code, out, errOut)
+	}
+	code, out, errOut = shardctl("server", "set-dsn", "a", "--pooled")
+	if code != 0 || !strings.Contains(out, "(pooled)") || strings.Contains(errOut, "warning") {
+		t.Fatalf("set-dsn --pooled: exit %d, stdout %q, stderr %q; want it recorded pooled, no warning", code, out, errOut)
 	}
 }
