@@ -23,8 +23,8 @@ var (
 	ErrDSNInUse = errors.New("the DSN is another server's")
 	// ErrNoServerLink reports a catalog made before version 15, which
 	// cannot record whether a server is reached directly or through a
-	// pooler. Run shardctl migrate (Catalog.Migrate), then set it again.
-	ErrNoServerLink = errors.New("the catalog cannot record how a server is reached (made before catalog version 15): run shardctl migrate")
+	// pooler. Migrate it (Catalog.Migrate), then set it again.
+	ErrNoServerLink = errors.New("the catalog cannot record how a server is reached (made before catalog version 15): migrate it first (Catalog.Migrate)")
 )
 
 // Statements on the servers. A server's admin_dsn is stored NULL when it
