@@ -81,8 +81,10 @@ func TestServerLinkRecorded(t *testing.T) {
 
 // TestMigrateKeepsServerLinks: the servers of a catalog made before the
 // record (version 14) keep what they were, whether read before or after
-// the migration, by an operator or an application: one DSN is direct, an
-// admin DSN apart counts as a pooler, until recorded otherwise.
+// the migration, by an operator or an application (one DSN is direct, an
+// admin DSN on another endpoint counts as a pooler's, neither recorded),
+// except the one reached with an application login on its admin DSN's
+// endpoint, which the migration records direct in a new map version.
 func TestMigrateKeepsServerLinks(t *testing.T) {
 	ctx := testCtx(t)
 	cat, dsn := openEmpty(t)
@@ -93,33 +95,45 @@ func TestMigrateKeepsServerLinks(t *testing.T) {
 	pgtest.Exec(t, dsn, `INSERT INTO shardkit.config (shards, epoch_ms, time_bits, shard_bits, seq_bits, slot_bits, map_version) VALUES (2, $1, $2, $3, $4, $5, 3)`,
 		l.EpochMs, int16(l.TimeBits), int16(l.ShardBits), int16(l.SeqBits), int16(l.SlotBits))
 	pgtest.Exec(t, dsn, `INSERT INTO shardkit.servers (name, dsn, admin_dsn) VALUES
-		('one', 'postgres://one/db', NULL), ('role', 'postgres://app@role/db', 'postgres://operator@role/db'),
+		('one', 'postgres://one/db', NULL), ('role', 'postgres://app@role/db?password=a', 'postgres://operator@role/db'),
 		('pooled', 'postgres://pgb:6432/db', 'postgres://pooled/db')`)
 	pgtest.Exec(t, dsn, `INSERT INTO shardkit.shard_map (shard, server, version) VALUES (0, 'one', 3), (1, 'role', 3)`)
-	want := map[string]bool{"one": true, "role": false, "pooled": false}
-	check := func(when string, c *Catalog) {
+	type want struct {
+		direct bool
+		link   router.Link
+	}
+	check := func(when string, cs []*Catalog, version int64, ws map[string]want) {
 		t.Helper()
-		for _, c := range []*Catalog{c, c.Operator()} {
+		for _, c := range cs {
 			snap, err := c.Load(ctx)
 			if err != nil {
 				t.Fatalf("%s: %v", when, err)
 			}
-			for name, direct := range want {
-				if s, _ := snap.Server(name); s.Direct() != direct || s.Link != router.LinkUnrecorded {
-					t.Fatalf("%s: server %s %+v: direct %v, want %v, unrecorded", when, name, s, s.Direct(), direct)
+			if snap.Version != version {
+				t.Fatalf("%s: map version %d, want %d", when, snap.Version, version)
+			}
+			for name, w := range ws {
+				if s, _ := snap.Server(name); s.Direct() != w.direct || s.Link != w.link {
+					t.Fatalf("%s: server %s %+v: direct %v, want %+v", when, name, s, s.Direct(), w)
 				}
 			}
 		}
 	}
-	check("version 14", cat)
+	check("version 14", []*Catalog{cat, cat.Operator()}, 3, map[string]want{"one": {true, router.LinkUnrecorded}, "role": {false, router.LinkUnrecorded},
+		"pooled": {false, router.LinkUnrecorded}})
 	if err := cat.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
+	after := map[string]want{"one": {true, router.LinkUnrecorded}, "role": {true, router.LinkDirect}, "pooled": {false, router.LinkUnrecorded}}
 	fresh, err := Open(ctx, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	check("migrated", fresh)
-	check("migrated, read by a process started before", cat)
+	check("migrated", []*Catalog{fresh, fresh.Operator()}, 4, after)
+	check("migrated, read by an operator started before", []*Catalog{cat.Operator()}, 4, after)
+	// An application process started before reads the view as of version
+	// 12, whose direct column now says what the record says.
+	after["role"] = want{true, router.LinkUnrecorded}
+	check("migrated, read by an application started before", []*Catalog{cat}, 4, after)
 }

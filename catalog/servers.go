@@ -180,6 +180,45 @@ func endpoint(dsn string) string {
 	return fmt.Sprintf("%s\x00%d\x00%s", c.Host, c.Port, c.Database)
 }
 
+// migrationSteps are the steps of catalog versions that SQL alone cannot
+// take, run in the version's transaction after its file.
+var migrationSteps = map[int]func(ctx context.Context, tx pgx.Tx) error{15: recordAppRoleLinks}
+
+// recordAppRoleLinks is version 15's step: a server whose app DSN names
+// its admin DSN's host, port and database with another user (a login of
+// the application role) was taken to be behind a pooler; it is recorded
+// direct, in a new map version, so that routers read it. Every other
+// server keeps no record and what it was.
+func recordAppRoleLinks(ctx context.Context, tx pgx.Tx) error {
+	rows, err := tx.Query(ctx, `SELECT name, dsn, admin_dsn FROM shardkit.servers WHERE admin_dsn IS NOT NULL AND pooled IS NULL`)
+	if err != nil {
+		return err
+	}
+	type row struct{ name, app, admin string }
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.name, &x.app, &x.admin)
+		return x, err
+	})
+	if err != nil {
+		return err
+	}
+	var direct []string
+	for _, x := range all {
+		if inferLink(x.app, x.admin) == router.LinkDirect {
+			direct = append(direct, x.name)
+		}
+	}
+	if len(direct) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, sqlMapBump); err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `UPDATE shardkit.servers SET pooled = false WHERE name = ANY($1)`, direct)
+	return err
+}
+
 // hasPooled reports whether the catalog has the pooled column (version 15).
 func (t *Tx) hasPooled(ctx context.Context) (bool, error) {
 	var ok bool

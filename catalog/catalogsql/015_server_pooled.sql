@@ -4,6 +4,9 @@
 -- login of the application role (its own user, another DSN) lost what the plugin runs only on
 -- direct servers (named prepared reads). pooled is NULL where nothing is recorded (every row
 -- before this version): readers then infer as before, direct when there is no admin DSN apart.
+-- The version's step in Go (catalog.recordAppRoleLinks, after this file, in its transaction)
+-- records direct the servers whose app DSN names their admin DSN's host, port and database with
+-- another user: the application-role case, the one whose behaviour this version changes.
 -- Registration (catalog.Tx.AddServer) and DSN changes (SetServerDSN) record it; shardctl server
 -- set-dsn NAME --direct or --pooled sets it.
 
