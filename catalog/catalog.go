@@ -180,6 +180,11 @@ func (c *Catalog) migrateTo(ctx context.Context, upto int) error {
 			if _, err := tx.Exec(ctx, m.sql); err != nil {
 				return fmt.Errorf("%s: %w", m.name, err)
 			}
+			if step := migrationSteps[m.version]; step != nil {
+				if err := step(ctx, tx); err != nil {
+					return fmt.Errorf("%s: %w", m.name, err)
+				}
+			}
 			_, err := tx.Exec(ctx, `INSERT INTO shardkit.catalog_version (version, name) VALUES ($1, $2)`, m.version, m.name)
 			return err
 		})

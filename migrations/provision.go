@@ -30,6 +30,12 @@ type ServerSpec struct {
 	// through it): a direct connection. "" means DSN.
 	AdminDSN string
 	Replicas []string // read replica DSNs; nil means none
+	// Link records how DSN reaches the server, directly or through a
+	// pooler (router.Server.Direct), when the server is registered. The
+	// zero value records what the DSNs say: direct when DSN is AdminDSN
+	// or names its host, port and database (another user, such as a
+	// login of the application role), else pooled.
+	Link router.Link
 }
 
 // admin returns the DSN administration uses.
@@ -270,7 +276,7 @@ func registerServers(ctx context.Context, tx *catalog.Tx, servers []ServerSpec) 
 					"use that name", ErrDuplicateServer, other)}
 			}
 		}
-		if err := tx.AddServer(ctx, router.Server{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas}); err != nil {
+		if err := tx.AddServer(ctx, router.Server{Name: s.Name, DSN: s.DSN, AdminDSN: s.AdminDSN, Replicas: s.Replicas, Link: s.Link}); err != nil {
 			return err
 		}
 		byDSN[s.DSN], byDSN[s.admin()] = s.Name, s.Name

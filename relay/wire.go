@@ -49,6 +49,9 @@ type wireServer struct {
 	// AdminApart: the server has an admin DSN apart from DSN, which a
 	// relay never serves (router.Server.AdminHidden).
 	AdminApart bool `json:"admin_apart,omitempty"`
+	// Link is the catalog's record of how DSN reaches the server
+	// (router.Link's String: "direct", "pooled"), "" when none.
+	Link string `json:"link,omitempty"`
 }
 
 type wirePlacement struct {
@@ -66,9 +69,28 @@ type wireVersion struct {
 func toWireServers(ss []router.Server) []wireServer {
 	out := make([]wireServer, len(ss))
 	for i, s := range ss {
-		out[i] = wireServer{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas, State: s.State, AdminApart: !s.Direct(), Primary: s.Primary}
+		out[i] = wireServer{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas, State: s.State, AdminApart: s.AdminHidden || (s.AdminDSN != "" && s.AdminDSN != s.DSN), Link: wireLink(s.Link), Primary: s.Primary}
 	}
 	return out
+}
+
+// wireLink is a server's link on the wire: "" when unrecorded.
+func wireLink(l router.Link) string {
+	if l == router.LinkUnrecorded {
+		return ""
+	}
+	return l.String()
+}
+
+// linkOfWire reads wireLink; anything else is unrecorded.
+func linkOfWire(s string) router.Link {
+	switch s {
+	case "direct":
+		return router.LinkDirect
+	case "pooled":
+		return router.LinkPooled
+	}
+	return router.LinkUnrecorded
 }
 
 func toWirePlacements(ps []router.Placement) []wirePlacement {
@@ -190,7 +212,7 @@ func decodeServers(raw *wireMapLists) ([]router.Server, error) {
 	}
 	servers := make([]router.Server, len(ws))
 	for i, s := range ws {
-		servers[i] = router.Server{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas, State: s.State, AdminHidden: s.AdminApart, Primary: s.Primary}
+		servers[i] = router.Server{Name: s.Name, DSN: s.DSN, Replicas: s.Replicas, State: s.State, AdminHidden: s.AdminApart, Link: linkOfWire(s.Link), Primary: s.Primary}
 	}
 	return servers, nil
 }

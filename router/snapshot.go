@@ -47,6 +47,36 @@ type Server struct {
 	// snapshot does not carry. Application processes' snapshots hold no
 	// admin DSN (catalog.Catalog.Operator's do).
 	AdminHidden bool `json:"-"`
+	// Link is what the catalog records of how DSN reaches the server:
+	// directly or through a connection pooler (see Direct).
+	Link Link `json:"-"`
+}
+
+// Link says how a server's application DSN reaches the server.
+type Link uint8
+
+const (
+	// LinkUnrecorded: the catalog records nothing (a server registered
+	// before catalog version 15, or whose DSNs did not parse): Direct
+	// infers it from the DSNs.
+	LinkUnrecorded Link = iota
+	// LinkDirect: DSN reaches the server itself, whichever user it logs
+	// in as.
+	LinkDirect
+	// LinkPooled: DSN reaches a connection pooler in front of the server.
+	LinkPooled
+)
+
+// String names the link as shardctl's flags do: "direct", "pooled", or
+// "unrecorded".
+func (l Link) String() string {
+	switch l {
+	case LinkDirect:
+		return "direct"
+	case LinkPooled:
+		return "pooled"
+	}
+	return "unrecorded"
 }
 
 // Admin returns the DSN that administration and replication use:
@@ -62,9 +92,18 @@ func (s Server) Admin() string {
 	return s.DSN
 }
 
-// Direct reports whether DSN reaches the server itself: it is the
-// server's admin DSN too, so no pooler stands in between.
-func (s Server) Direct() bool { return (s.AdminDSN == "" && !s.AdminHidden) || s.AdminDSN == s.DSN }
+// Direct reports whether DSN reaches the server itself, with no pooler
+// in between: what the catalog records (Link), or, when it records
+// nothing, whether DSN is the server's admin DSN too.
+func (s Server) Direct() bool {
+	switch s.Link {
+	case LinkDirect:
+		return true
+	case LinkPooled:
+		return false
+	}
+	return (s.AdminDSN == "" && !s.AdminHidden) || s.AdminDSN == s.DSN
+}
 
 // Placement says where a logical shard lives.
 type Placement struct {

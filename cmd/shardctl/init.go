@@ -16,6 +16,7 @@ import (
 	"github.com/shardkit/shardkit/internal/approle"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/migrations"
+	"github.com/shardkit/shardkit/router"
 )
 
 func init() { commands = append(commands, newInitCmd) }
@@ -35,7 +36,12 @@ A server not yet in an existing catalog is registered with no shards.
 pooler in transaction mode; --admin NAME=DSN gives server NAME a direct DSN
 for administration and replication (schemas are created through it, moves
 replicate through it). Without --admin one DSN serves both; change either
-later with ` + "`shardctl server set-dsn`" + `.
+later with ` + "`shardctl server set-dsn`" + `. The catalog records whether each
+--server DSN reaches the server itself or a pooler (the plugin runs named
+prepared reads only on direct servers by default): direct when it names its
+--admin DSN's host, port and database (another user, such as a login of the
+application role), else pooled; --direct NAME or --pooled NAME records it as
+given for a server init registers (for a registered one, server set-dsn).
 
 --app-role NAME names the application's NOLOGIN group role (default: an
 existing catalog's, else shardkit_app). init creates it on the catalog's
@@ -50,13 +56,15 @@ operator's.`,
 	}
 	catalogDSN := catalogFlag(cmd)
 	layout := layoutFlags(cmd)
-	var servers, admins, replicas []string
+	var servers, admins, replicas, direct, pooled []string
 	var shards int
 	var sqlDir, appRole string
 	var quiet bool
 	cmd.Flags().StringArrayVar(&servers, "server", nil, "shard server NAME=DSN (repeat for each server)")
 	cmd.Flags().StringArrayVar(&admins, "admin", nil, "admin DSN NAME=DSN of server NAME: direct, for administration and replication (repeatable)")
 	cmd.Flags().StringArrayVar(&replicas, "replica", nil, "read replica NAME=DSN of server NAME (repeatable)")
+	cmd.Flags().StringArrayVar(&direct, "direct", nil, "record that server NAME's --server DSN reaches it with no pooler between (repeatable)")
+	cmd.Flags().StringArrayVar(&pooled, "pooled", nil, "record that server NAME's --server DSN reaches a connection pooler (repeatable)")
 	cmd.Flags().IntVar(&shards, "shards", idgen.DefaultShards, "logical shard count, fixed for the catalog's lifetime (default: an existing catalog's, else 2000)")
 	cmd.Flags().StringVar(&sqlDir, "sql", "", "directory of the application's per-shard SQL files (NNNN_name.sql)")
 	cmd.Flags().StringVar(&appRole, "app-role", "", "the application's NOLOGIN group role, created where missing and granted what an application needs (default: an existing catalog's, else "+catalog.DefaultAppRole+")")
@@ -81,6 +89,9 @@ operator's.`,
 		}
 		specs, err := parseServers(servers, admins, replicas)
 		if err != nil {
+			return err
+		}
+		if err := setLinks(specs, direct, pooled); err != nil {
 			return err
 		}
 		shardSQL, err := sqlFS(sqlDir)
@@ -176,6 +187,31 @@ func parseServers(servers, admins, replicas []string) ([]migrations.ServerSpec, 
 		specs[i].Replicas = append(specs[i].Replicas, dsn)
 	}
 	return specs, nil
+}
+
+// setLinks records the --direct and --pooled servers' links in specs.
+func setLinks(specs []migrations.ServerSpec, direct, pooled []string) error {
+	index := map[string]int{}
+	for i, s := range specs {
+		index[s.Name] = i
+	}
+	for _, f := range []struct {
+		flag  string
+		names []string
+		link  router.Link
+	}{{"--direct", direct, router.LinkDirect}, {"--pooled", pooled, router.LinkPooled}} {
+		for _, name := range f.names {
+			i, ok := index[name]
+			if !ok {
+				return fmt.Errorf("%w: %s %q: want one of the --server names", errUsage, f.flag, name)
+			}
+			if specs[i].Link != router.LinkUnrecorded && specs[i].Link != f.link {
+				return fmt.Errorf("%w: server %q: give --direct or --pooled, not both", errUsage, name)
+			}
+			specs[i].Link = f.link
+		}
+	}
+	return nil
 }
 
 // nameDSN reads a flag's NAME=DSN, the DSN read from a file when given as
