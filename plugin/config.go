@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -53,6 +54,36 @@ type ShardMap interface {
 }
 
 var _ ShardMap = (*router.Router)(nil)
+
+// WarmUpMode is Config.WarmUp: whether and how start-up warms every
+// shard's tables.
+type WarmUpMode int
+
+const (
+	// WarmUpOff (the default) warms nothing at start-up: the first read
+	// across shards opens the tables it reads.
+	WarmUpOff WarmUpMode = iota
+	// WarmUpBlocking warms before Register's Initialize (db.Use) returns,
+	// within Config.WarmUpTimeout.
+	WarmUpBlocking
+	// WarmUpBackground warms after db.Use returns, on one connection per
+	// server, within Config.WarmUpTimeout: start-up does not wait for it,
+	// and reads that come while it runs use other connections, cold ones.
+	WarmUpBackground
+)
+
+// String names the mode as its constant does.
+func (m WarmUpMode) String() string {
+	switch m {
+	case WarmUpOff:
+		return "WarmUpOff"
+	case WarmUpBlocking:
+		return "WarmUpBlocking"
+	case WarmUpBackground:
+		return "WarmUpBackground"
+	}
+	return fmt.Sprintf("WarmUpMode(%d)", int(m))
+}
 
 // Config configures the plugin. Only Router is required.
 type Config struct {
@@ -159,34 +190,26 @@ type Config struct {
 	// bounded by 30s plus a second, so that a frozen
 	// server is an outage within a bound, not a wait without end.
 	StatementTimeout time.Duration
-	// WarmUp opens, at start-up, every registered table of every shard
-	// on one connection per server, so that the first read across a
+	// WarmUp says whether start-up opens every registered table of every
+	// shard on one connection per server, so that the first read across a
 	// server's shards on that connection does not pay for opening them
-	// (see Register). False (the default) leaves that to the first read
-	// across shards, which opens what it reads, while single-shard
-	// statements open only their shard's tables: on direct connections
-	// every process has backends of its own, and a fleet that each
-	// warmed them would make every server open every table once per
-	// process, several times the CPU of the rest of a process's start
-	// and a backend a few times larger, for reads across shards most
-	// processes may not make soon (docs/scale.md measures it). Turn it
-	// on for a few long-lived processes that read across shards soon
-	// after they start.
-	WarmUp bool
-	// SkipWarmUp turns the start-up warm-up off even where WarmUp or
-	// WarmUpInBackground asks for it (configurations written when the
-	// warm-up was on by default set it).
-	SkipWarmUp bool
+	// (see WarmUpMode). The zero value, WarmUpOff, leaves that to the
+	// first read across shards, which opens what it reads, while
+	// single-shard statements open only their shard's tables: on direct
+	// connections every process has backends of its own, and a fleet that
+	// each warmed them would make every server open every table once per
+	// process, several times the CPU of the rest of a process's start and
+	// a backend a few times larger, for reads across shards most processes
+	// may not make soon (docs/scale.md measures it). Use WarmUpBlocking or
+	// WarmUpBackground for a few long-lived processes that read across
+	// shards soon after they start.
+	WarmUp WarmUpMode
 	// WarmUpTimeout bounds the start-up warm-up: what is not warmed by
 	// then is left to the first read that needs it, so a process's
 	// start-up stays short when many start at once against the same
-	// servers. Zero means 2s; negative means no bound.
+	// servers. Zero means 2s; negative means no bound. It has no effect
+	// with WarmUpOff.
 	WarmUpTimeout time.Duration
-	// WarmUpInBackground runs the warm-up (it implies WarmUp) after
-	// Register returns, on one connection per server, instead of before:
-	// start-up does not wait for it, and reads that come while it runs
-	// use other connections, cold ones.
-	WarmUpInBackground bool
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
 	// over pgx, as StatementCacheCapacity, ConnectTimeout and
 	// StatementTimeout describe, with configuration refusals reported as
@@ -235,9 +258,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = defaultStatementTimeout
-	}
-	if !c.WarmUp && !c.WarmUpInBackground {
-		c.SkipWarmUp = true
 	}
 	if c.WarmUpTimeout == 0 {
 		c.WarmUpTimeout = defaultWarmUpTimeout

@@ -163,7 +163,6 @@ func TestSlowStartupIsBackpressure(t *testing.T) {
 			c.ConnectTimeout = connectTimeout
 			c.MaxConnecting = maxConnecting
 			c.MaxIdleConns = -1 // every statement opens its own connection
-			c.SkipWarmUp = true
 		},
 	})
 	ua, ub := e.photoPerShard(t)

@@ -319,11 +319,11 @@ func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, pool 
 	rep.Leased = time.Since(time.Unix(0, cfg.Spawned))
 	switch cfg.WarmUp {
 	case "bounded":
-		pcfg.WarmUp = true
+		pcfg.WarmUp = plugin.WarmUpBlocking
 	case "full":
-		pcfg.WarmUp, pcfg.WarmUpTimeout = true, -1
+		pcfg.WarmUp, pcfg.WarmUpTimeout = plugin.WarmUpBlocking, -1
 	case "background":
-		pcfg.WarmUpInBackground = true
+		pcfg.WarmUp = plugin.WarmUpBackground
 	}
 	dialector := postgres.Open(cfg.CatalogDSN + "&default_query_exec_mode=exec")
 	if pool != nil {
