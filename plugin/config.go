@@ -115,30 +115,39 @@ type Config struct {
 	// Nil means dbresolver.RandomPolicy. Reads go to the primary when the
 	// statement carries dbresolver.Write or a locking clause.
 	ReplicaPolicy dbresolver.Policy
-	// PreparedReads says where reads across shards run as named prepared
-	// statements, each connection keeping at most 32 of
-	// them (see PreparedReads). The zero value, PreparedReadsDirect, runs
-	// them prepared on the servers the application reaches directly.
+	// PreparedReads and StatementCacheCapacity split the statements
+	// between them: reads (a read of one shard that GORM builds, and each
+	// statement of a read across shards) follow PreparedReads, everything
+	// else (writes, raw SQL, a transaction's Raw) StatementCacheCapacity
+	// (docs/pooler.md, "Prepared statements").
+	//
+	// PreparedReads says where reads run as named prepared statements,
+	// each connection keeping at most 2048 of one shard and 32 across
+	// shards, least recently used closed first. The zero value,
+	// PreparedReadsDirect, names them on the primaries the application
+	// reaches directly (its DSN for the server is the admin DSN) and sends
+	// them unnamed through a pooler and to replicas; PreparedReadsAlways
+	// names them everywhere (a pooler that carries prepared statements);
+	// PreparedReadsNever nowhere.
 	PreparedReads PreparedReads
-	// StatementCacheCapacity chooses how the default OpenDB runs
-	// statements. Zero (the default) means no named prepared statement
-	// on the servers and no cache in the client: each statement is sent
-	// unnamed, with its parameters typed by the server, and parsed and
+	// StatementCacheCapacity says how the default OpenDB runs the
+	// statements that are not reads. Zero (the default) sends them
+	// unnamed, with their parameters typed by the server, parsed and
 	// planned by the server every time, in one round trip (pgx's exec
-	// mode); database/sql's Prepare (GORM's PrepareStmt) creates nothing
-	// on the server either. That is safe behind a transaction pooler
-	// (PgBouncer in transaction mode), and costs neither the servers nor
-	// the client memory per statement: every shard has its own SQL text,
-	// so per-connection caches meet thousands of texts. A positive
-	// value opts in to named prepared statements, up to that many per
-	// connection (pgx's cache_statement): less server CPU per statement,
-	// but each cached statement holds server memory on its connection
-	// (each logical shard has its own SQL text), and it is safe only on
-	// direct connections or behind a pooler that tracks prepared
-	// statements (PgBouncer 1.21+ with max_prepared_statements, PgDog).
-	// 4096 is a size for that. Negative means
-	// the same as zero. A DSN that sets statement_cache_capacity or
-	// default_query_exec_mode wins.
+	// mode), and caches nothing in the client; database/sql's Prepare
+	// (GORM's PrepareStmt) creates nothing on the server either. That is
+	// safe behind a transaction pooler (PgBouncer in transaction mode),
+	// and costs no memory per statement on either side: every shard has
+	// its own SQL text, so per-connection caches meet thousands of texts.
+	// A positive value names every statement of the connection instead,
+	// reads included, up to that many per connection (pgx's
+	// cache_statement): less server CPU per statement, but each holds
+	// server memory on its connection, and it is safe only on direct
+	// connections or behind a pooler that tracks prepared statements
+	// (PgBouncer 1.21+ with max_prepared_statements, PgDog). 4096 is a
+	// size for that. Negative means the same as zero. A DSN that sets
+	// statement_cache_capacity or default_query_exec_mode wins over both
+	// fields: the plugin then names no read of its own.
 	StatementCacheCapacity int
 	// SkipTableCheck skips the start-up check that every registered
 	// model's table exists in each shard schema, and that no string
