@@ -190,7 +190,7 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 			for i, r := range routers {
 				rep.Routers[i].Final = r.Snapshot().Version
 			}
-			for _, h := range p.Health() {
+			for _, h := range p.State().Servers {
 				rep.TakenDown += int(h.TakenDown)
 			}
 			rep.End = readMemory()
