@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardkit/shardkit/internal/adminconn"
+	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -136,12 +137,9 @@ func (lk *lookupCheck) conn(ctx context.Context, shard int) (*pgx.Conn, router.P
 	return c, pl, nil
 }
 
-// lookupName is the plugin's lookup table name (plugin.LookupTable).
-func lookupName(table, column string) string { return table + "_" + column + "_lookup" }
-
 func (lk *lookupCheck) check(ctx context.Context) (*lookupReport, error) {
 	rep := &lookupReport{}
-	lk.name = lookupName(lk.table, lk.column)
+	lk.name = plugin.LookupTable(lk.table, lk.column)
 	holders := map[string][]int64{}
 	byValue := map[string]lookupEntry{}
 	var rows []lookupEntry
@@ -179,7 +177,7 @@ func (lk *lookupCheck) check(ctx context.Context) (*lookupReport, error) {
 		}
 	}
 	for _, e := range rows {
-		want, err := router.ShardOfString(e.value, lk.snap.Shards)
+		want, err := plugin.LookupShard(e.value, lk.snap.Shards)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +196,7 @@ func (lk *lookupCheck) check(ctx context.Context) (*lookupReport, error) {
 		}
 		for _, id := range ids {
 			if e, ok := byValue[v]; !ok || e.owner != id {
-				s, _ := router.ShardOfString(v, lk.snap.Shards)
+				s, _ := plugin.LookupShard(v, lk.snap.Shards)
 				rep.missing = append(rep.missing, lookupEntry{value: v, owner: id, shard: s})
 			}
 		}
