@@ -157,7 +157,7 @@ func TestWarmUp(t *testing.T) {
 	waitWarm(t, e)
 }
 
-// TestWarmUpInBackground: a warm-up after start-up still opens every
+// TestWarmUpInBackground: a warm-up after start-up (WarmUpBackground) still opens every
 // table.
 func TestWarmUpInBackground(t *testing.T) {
 	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUp, c.WarmUpTimeout = WarmUpBackground, -1 }})

@@ -215,7 +215,7 @@ func TestStaleRouterReadsTheNewHome(t *testing.T) {
 }
 
 // TestPluginReportsAPrivilegedRole: a plugin whose pools connect as the
-// superuser reports it (ServerHealth.Privileged: the old home of a moved
+// superuser reports it (ServerState.Privileged: the old home of a moved
 // shard cannot refuse it), one on the application role does not.
 func TestPluginReportsAPrivilegedRole(t *testing.T) {
 	ctx := context.Background()

@@ -76,7 +76,7 @@ type appReport struct {
 	Samples   []string // the first few errors
 	IDs       []int64
 	Misplaced int // IDs whose shard bits are not their key's shard
-	TakenDown int // times the plugin took a server as down (plugin.Health), all servers
+	TakenDown int // times the plugin took a server as down (plugin.ServerState.TakenDown), all servers
 	Routers   []routerLog
 	Start     memory // after start-up
 	End       memory // after the load
