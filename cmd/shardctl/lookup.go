@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/shardkit/shardkit/internal/adminconn"
+	"github.com/shardkit/shardkit/internal/lookuprow"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
@@ -90,6 +92,7 @@ type lookupCheck struct {
 	snap              *router.Snapshot
 	table, column, id string
 	name              string // the lookup table
+	valueType         string // its value column's type, once read (typed)
 	conns             map[string]*pgx.Conn
 }
 
@@ -278,9 +281,15 @@ func (lk *lookupCheck) repair(ctx context.Context, rep *lookupReport) error {
 }
 
 // dropIfOrphan deletes a lookup row if, locked, it still names the same
-// owner and that owner row does not hold its value.
+// owner and that owner row does not hold its value: the plugin's rule
+// (lookuprow.DropIfOrphan), with the value bound as the column is typed.
 func (lk *lookupCheck) dropIfOrphan(ctx context.Context, e lookupEntry) error {
 	c, pl, err := lk.conn(ctx, e.shard)
+	if err != nil {
+		return err
+	}
+	lq := pgx.Identifier{pl.Schema, lk.name}.Sanitize()
+	value, err := lk.typed(ctx, c, lq, e.value)
 	if err != nil {
 		return err
 	}
@@ -289,33 +298,64 @@ func (lk *lookupCheck) dropIfOrphan(ctx context.Context, e lookupEntry) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	lq := pgx.Identifier{pl.Schema, lk.name}.Sanitize()
-	var owner int64
-	err = tx.QueryRow(ctx, "SELECT owner_id FROM "+lq+" WHERE value::text = $1 FOR UPDATE", e.value).Scan(&owner)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && owner != e.owner {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("lock %q: %w", e.value, err)
-	}
-	os, err := lk.snap.Layout.ShardOf(owner)
-	if err == nil && os < lk.snap.Shards {
+	holds := func(ctx context.Context) (bool, error) {
+		os, err := lk.snap.Layout.ShardOf(e.owner)
+		if err != nil || os >= lk.snap.Shards {
+			return false, nil // an ID no shard holds has no row
+		}
 		oc, opl, err := lk.conn(ctx, os)
 		if err != nil {
-			return err
+			return false, err
 		}
-		var holds bool
-		q := fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s = $1 AND %s::text = $2)", pgx.Identifier{opl.Schema, lk.table}.Sanitize(),
-			pgx.Identifier{lk.id}.Sanitize(), pgx.Identifier{lk.column}.Sanitize())
-		if err := oc.QueryRow(ctx, q, owner, e.value).Scan(&holds); err != nil {
-			return fmt.Errorf("check the owner of %q: %w", e.value, err)
+		var ok bool
+		q := lookuprow.OwnerHolds(pgx.Identifier{opl.Schema, lk.table}.Sanitize(), lk.id, lk.column)
+		if err := oc.QueryRow(ctx, q, e.owner, value).Scan(&ok); err != nil {
+			return false, fmt.Errorf("check the owner of %q: %w", e.value, err)
 		}
-		if holds {
-			return nil
-		}
+		return ok, nil
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+lq+" WHERE value::text = $1 AND owner_id = $2", e.value, owner); err != nil {
+	dropped, err := lookuprow.DropIfOrphan(ctx, pgxLookupTx{tx}, lq, value, e.owner, holds)
+	if err != nil {
 		return fmt.Errorf("drop orphan %q: %w", e.value, err)
 	}
+	if !dropped {
+		return nil
+	}
 	return tx.Commit(ctx)
+}
+
+// typed returns a lookup value read as text as the lookup table's value
+// column types it: an int64 for an integer column, else the text.
+func (lk *lookupCheck) typed(ctx context.Context, c *pgx.Conn, lq, v string) (any, error) {
+	if lk.valueType == "" {
+		if err := c.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'value'`, lq).Scan(&lk.valueType); err != nil {
+			return nil, fmt.Errorf("type of %s.value: %w", lq, err)
+		}
+	}
+	switch lk.valueType {
+	case "bigint", "integer", "smallint":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("lookup value %q in %s (%s): %w", v, lq, lk.valueType, err)
+		}
+		return n, nil
+	}
+	return v, nil
+}
+
+// pgxLookupTx is a pgx transaction as lookuprow runs in it.
+type pgxLookupTx struct{ tx pgx.Tx }
+
+func (t pgxLookupTx) LockOwner(ctx context.Context, q string, value any) (int64, bool, error) {
+	var owner int64
+	err := t.tx.QueryRow(ctx, q, value).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return owner, err == nil, err
+}
+
+func (t pgxLookupTx) Exec(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.Exec(ctx, q, args...)
+	return err
 }
