@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"sort"
-	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
@@ -92,7 +91,6 @@ type lookupCheck struct {
 	snap              *router.Snapshot
 	table, column, id string
 	name              string // the lookup table
-	valueType         string // its value column's type, once read (typed)
 	conns             map[string]*pgx.Conn
 }
 
@@ -282,17 +280,14 @@ func (lk *lookupCheck) repair(ctx context.Context, rep *lookupReport) error {
 
 // dropIfOrphan deletes a lookup row if, locked, it still names the same
 // owner and that owner row does not hold its value: the plugin's rule
-// (lookuprow.DropIfOrphan), with the value bound as the column is typed.
+// (lookuprow.DropIfOrphan).
 func (lk *lookupCheck) dropIfOrphan(ctx context.Context, e lookupEntry) error {
 	c, pl, err := lk.conn(ctx, e.shard)
 	if err != nil {
 		return err
 	}
 	lq := pgx.Identifier{pl.Schema, lk.name}.Sanitize()
-	value, err := lk.typed(ctx, c, lq, e.value)
-	if err != nil {
-		return err
-	}
+	value := e.value // text; pgx binds it to a bigint column too
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return err
@@ -322,25 +317,6 @@ func (lk *lookupCheck) dropIfOrphan(ctx context.Context, e lookupEntry) error {
 		return nil
 	}
 	return tx.Commit(ctx)
-}
-
-// typed returns a lookup value read as text as the lookup table's value
-// column types it: an int64 for an integer column, else the text.
-func (lk *lookupCheck) typed(ctx context.Context, c *pgx.Conn, lq, v string) (any, error) {
-	if lk.valueType == "" {
-		if err := c.QueryRow(ctx, `SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = $1::regclass AND attname = 'value'`, lq).Scan(&lk.valueType); err != nil {
-			return nil, fmt.Errorf("type of %s.value: %w", lq, err)
-		}
-	}
-	switch lk.valueType {
-	case "bigint", "integer", "smallint":
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("lookup value %q in %s (%s): %w", v, lq, lk.valueType, err)
-		}
-		return n, nil
-	}
-	return v, nil
 }
 
 // pgxLookupTx is a pgx transaction as lookuprow runs in it.
