@@ -119,7 +119,7 @@ func runInstances(t *testing.T, e *env, snap *router.Snapshot, n, workers int) i
 		if err != nil {
 			t.Fatal(err)
 		}
-		pl := Register(Config{Router: r, SkipWarmUp: true, MaxIdleConns: workers}, &Photo{}, &Like{})
+		pl := Register(Config{Router: r, MaxIdleConns: workers}, &Photo{}, &Like{})
 		if err := db.Use(pl); err != nil {
 			t.Fatal(err)
 		}

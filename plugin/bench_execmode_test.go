@@ -111,7 +111,7 @@ func BenchmarkExecModes(b *testing.B) {
 	ms := &measured{m: map[string][2]float64{}}
 	for _, m := range modes {
 		m.cfg.IDs = e.gen
-		m.cfg.SkipWarmUp = true // the touch below is the warm-up, the same for every mode
+		m.cfg.WarmUp = WarmUpOff // the touch below is the warm-up, the same for every mode
 		def, err := sql.Open("pgx", e.def)
 		if err != nil {
 			b.Fatal(err)

@@ -85,7 +85,7 @@ func BenchmarkScatter(b *testing.B) {
 			})
 		})
 		b.Run("first_read_warmup/"+r.name, func(b *testing.B) {
-			firstReads(b, e.def, Config{Router: e.r, WarmUp: true, WarmUpTimeout: -1}, r.fn, nil)
+			firstReads(b, e.def, Config{Router: e.r, WarmUp: WarmUpBlocking, WarmUpTimeout: -1}, r.fn, nil)
 		})
 	}
 	for _, r := range reads {

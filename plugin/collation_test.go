@@ -166,7 +166,7 @@ func TestTextOrderWithUnreadCollation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := Register(Config{Router: e.r, SkipTableCheck: true, SkipWarmUp: true, ServerRetry: 100 * time.Millisecond, ConnectTimeout: 2 * time.Second}, &Photo{})
+	pl := Register(Config{Router: e.r, SkipTableCheck: true, ServerRetry: 100 * time.Millisecond, ConnectTimeout: 2 * time.Second}, &Photo{})
 	if err := db.Use(pl); err != nil {
 		t.Fatal(err)
 	}

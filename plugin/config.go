@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -54,6 +55,36 @@ type ShardMap interface {
 
 var _ ShardMap = (*router.Router)(nil)
 
+// WarmUpMode is Config.WarmUp: whether and how start-up warms every
+// shard's tables.
+type WarmUpMode int
+
+const (
+	// WarmUpOff (the default) warms nothing at start-up: the first read
+	// across shards opens the tables it reads.
+	WarmUpOff WarmUpMode = iota
+	// WarmUpBlocking warms before Register's Initialize (db.Use) returns,
+	// within Config.WarmUpTimeout.
+	WarmUpBlocking
+	// WarmUpBackground warms after db.Use returns, on one connection per
+	// server, within Config.WarmUpTimeout: start-up does not wait for it,
+	// and reads that come while it runs use other connections, cold ones.
+	WarmUpBackground
+)
+
+// String names the mode as its constant does.
+func (m WarmUpMode) String() string {
+	switch m {
+	case WarmUpOff:
+		return "WarmUpOff"
+	case WarmUpBlocking:
+		return "WarmUpBlocking"
+	case WarmUpBackground:
+		return "WarmUpBackground"
+	}
+	return fmt.Sprintf("WarmUpMode(%d)", int(m))
+}
+
 // Config configures the plugin. Only Router is required.
 type Config struct {
 	// Router holds the current shard map. Required: a *router.Router
@@ -84,30 +115,43 @@ type Config struct {
 	// Nil means dbresolver.RandomPolicy. Reads go to the primary when the
 	// statement carries dbresolver.Write or a locking clause.
 	ReplicaPolicy dbresolver.Policy
-	// PreparedReads says where reads across shards run as named prepared
-	// statements, each connection keeping at most 32 of
-	// them (see PreparedReads). The zero value, PreparedReadsDirect, runs
-	// them prepared on the servers the application reaches directly.
+	// PreparedReads and StatementCacheCapacity split the statements
+	// between them: reads (a read of one shard that GORM builds, and each
+	// statement of a read across shards) and one-shard writes that GORM
+	// builds (an insert of one row, an update, a delete) follow
+	// PreparedReads, everything else (raw SQL, an insert of many rows, a
+	// write returning every column, a transaction's Raw)
+	// StatementCacheCapacity (docs/pooler.md, "Execution modes and what
+	// they cost").
+	//
+	// PreparedReads says where those run as named prepared statements,
+	// each connection keeping at most 2048 reads of one shard, 2048
+	// writes and 32 reads across shards, least recently used closed
+	// first. The zero value, PreparedReadsDirect, names them on the
+	// primaries the catalog records the application reaches directly
+	// (router.Server.Direct) and sends
+	// them unnamed through a pooler and to replicas; PreparedReadsAlways
+	// names them everywhere (a pooler that carries prepared statements);
+	// PreparedReadsNever nowhere.
 	PreparedReads PreparedReads
-	// StatementCacheCapacity chooses how the default OpenDB runs
-	// statements. Zero (the default) means no named prepared statement
-	// on the servers and no cache in the client: each statement is sent
-	// unnamed, with its parameters typed by the server, and parsed and
+	// StatementCacheCapacity says how the default OpenDB runs the
+	// statements that are not reads. Zero (the default) sends them
+	// unnamed, with their parameters typed by the server, parsed and
 	// planned by the server every time, in one round trip (pgx's exec
-	// mode); database/sql's Prepare (GORM's PrepareStmt) creates nothing
-	// on the server either. That is safe behind a transaction pooler
-	// (PgBouncer in transaction mode), and costs neither the servers nor
-	// the client memory per statement: every shard has its own SQL text,
-	// so per-connection caches meet thousands of texts. A positive
-	// value opts in to named prepared statements, up to that many per
-	// connection (pgx's cache_statement): less server CPU per statement,
-	// but each cached statement holds server memory on its connection
-	// (each logical shard has its own SQL text), and it is safe only on
-	// direct connections or behind a pooler that tracks prepared
-	// statements (PgBouncer 1.21+ with max_prepared_statements, PgDog).
-	// 4096 is a size for that. Negative means
-	// the same as zero. A DSN that sets statement_cache_capacity or
-	// default_query_exec_mode wins.
+	// mode), and caches nothing in the client; database/sql's Prepare
+	// (GORM's PrepareStmt) creates nothing on the server either. That is
+	// safe behind a transaction pooler (PgBouncer in transaction mode),
+	// and costs no memory per statement on either side: every shard has
+	// its own SQL text, so per-connection caches meet thousands of texts.
+	// A positive value names every statement of the connection instead,
+	// reads included, up to that many per connection (pgx's
+	// cache_statement): less server CPU per statement, but each holds
+	// server memory on its connection, and it is safe only on direct
+	// connections or behind a pooler that tracks prepared statements
+	// (PgBouncer 1.21+ with max_prepared_statements, PgDog). 4096 is a
+	// size for that. Negative means the same as zero. A DSN that sets
+	// statement_cache_capacity or default_query_exec_mode wins over both
+	// fields: the plugin then names no read of its own.
 	StatementCacheCapacity int
 	// SkipTableCheck skips the start-up check that every registered
 	// model's table exists in each shard schema, and that no string
@@ -159,34 +203,26 @@ type Config struct {
 	// bounded by 30s plus a second, so that a frozen
 	// server is an outage within a bound, not a wait without end.
 	StatementTimeout time.Duration
-	// WarmUp opens, at start-up, every registered table of every shard
-	// on one connection per server, so that the first read across a
+	// WarmUp says whether start-up opens every registered table of every
+	// shard on one connection per server, so that the first read across a
 	// server's shards on that connection does not pay for opening them
-	// (see Register). False (the default) leaves that to the first read
-	// across shards, which opens what it reads, while single-shard
-	// statements open only their shard's tables: on direct connections
-	// every process has backends of its own, and a fleet that each
-	// warmed them would make every server open every table once per
-	// process, several times the CPU of the rest of a process's start
-	// and a backend a few times larger, for reads across shards most
-	// processes may not make soon (docs/scale.md measures it). Turn it
-	// on for a few long-lived processes that read across shards soon
-	// after they start.
-	WarmUp bool
-	// SkipWarmUp turns the start-up warm-up off even where WarmUp or
-	// WarmUpInBackground asks for it (configurations written when the
-	// warm-up was on by default set it).
-	SkipWarmUp bool
+	// (see WarmUpMode). The zero value, WarmUpOff, leaves that to the
+	// first read across shards, which opens what it reads, while
+	// single-shard statements open only their shard's tables: on direct
+	// connections every process has backends of its own, and a fleet that
+	// each warmed them would make every server open every table once per
+	// process, several times the CPU of the rest of a process's start and
+	// a backend a few times larger, for reads across shards most processes
+	// may not make soon (docs/scale.md measures it). Use WarmUpBlocking or
+	// WarmUpBackground for a few long-lived processes that read across
+	// shards soon after they start.
+	WarmUp WarmUpMode
 	// WarmUpTimeout bounds the start-up warm-up: what is not warmed by
 	// then is left to the first read that needs it, so a process's
 	// start-up stays short when many start at once against the same
-	// servers. Zero means 2s; negative means no bound.
+	// servers. Zero means 2s; negative means no bound. It has no effect
+	// with WarmUpOff.
 	WarmUpTimeout time.Duration
-	// WarmUpInBackground runs the warm-up (it implies WarmUp) after
-	// Register returns, on one connection per server, instead of before:
-	// start-up does not wait for it, and reads that come while it runs
-	// use other connections, cold ones.
-	WarmUpInBackground bool
 	// OpenDB opens a server's pool from its DSN. Nil means database/sql
 	// over pgx, as StatementCacheCapacity, ConnectTimeout and
 	// StatementTimeout describe, with configuration refusals reported as
@@ -235,9 +271,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = defaultStatementTimeout
-	}
-	if !c.WarmUp && !c.WarmUpInBackground {
-		c.SkipWarmUp = true
 	}
 	if c.WarmUpTimeout == 0 {
 		c.WarmUpTimeout = defaultWarmUpTimeout

@@ -37,7 +37,7 @@ func Example_routing() {
 	if err != nil {
 		panic(err)
 	}
-	p := plugin.Register(plugin.Config{Router: rt, SkipTableCheck: true, SkipWarmUp: true}, &Photo{})
+	p := plugin.Register(plugin.Config{Router: rt, SkipTableCheck: true}, &Photo{})
 	if err := db.Use(p); err != nil {
 		panic(err)
 	}

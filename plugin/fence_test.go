@@ -64,7 +64,7 @@ func TestFencedShardWaitsThenFails(t *testing.T) {
 	// wait first; the unfence starts once the write is being routed, and
 	// the route's record says whether the write did wait (if the unfence
 	// won the race, it did not, and the round is run again).
-	cfg := Config{Router: e.r, IDs: e.gen, FenceWait: time.Minute, SkipWarmUp: true}
+	cfg := Config{Router: e.r, IDs: e.gen, FenceWait: time.Minute}
 	long, err := gorm.Open(postgres.New(postgres.Config{Conn: e.defPool}), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
 		t.Fatal(err)

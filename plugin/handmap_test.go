@@ -52,7 +52,7 @@ func TestRoutingOnAHandMadeMap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pl := Register(Config{Router: rt, SkipTableCheck: true, SkipWarmUp: true, ConnectTimeout: time.Second}, &Photo{})
+	pl := Register(Config{Router: rt, SkipTableCheck: true, ConnectTimeout: time.Second}, &Photo{})
 	if err := db.Use(pl); err != nil {
 		t.Fatal(err)
 	}

@@ -243,33 +243,6 @@ func (s *serverDB) report(err error, retry time.Duration) {
 	}
 }
 
-// ServerHealth is one physical server as the plugin sees it.
-type ServerHealth struct {
-	Server    string
-	Down      bool  // taken as down now: its statements fail at once until a retry finds it back
-	TakenDown int64 // times it was taken as down since its pool opened
-	// Privileged: the pool connects as a superuser or a shard schema's
-	// owner, which the old home of a moved shard cannot refuse: reads on
-	// a stale map may then see a value older than one acknowledged
-	// (docs/moves.md). false also while not known yet.
-	Privileged bool
-}
-
-// Health reports the servers whose pools are open, by name: whether each
-// is taken as down, and how often it was. A server slow to answer or to
-// start sessions is not taken as down (see Config.ConnectTimeout); a
-// count that grows under load alone says that something else is wrong.
-func (p *Plugin) Health() []ServerHealth {
-	p.pools.mu.RLock()
-	defer p.pools.mu.RUnlock()
-	out := make([]ServerHealth, 0, len(p.pools.by))
-	for name, s := range p.pools.by {
-		out = append(out, ServerHealth{Server: name, Down: s.downUntil.Load() != 0, TakenDown: s.takenDown.Load(), Privileged: s.privileged.Load() == 2})
-	}
-	slices.SortFunc(out, func(a, b ServerHealth) int { return strings.Compare(a.Server, b.Server) })
-	return out
-}
-
 // outcome runs after each chain's executor: a statement that could not
 // reach its server gets a *ServerError naming the server and shard, and
 // the server's health is recorded. Multi-shard reads report per server

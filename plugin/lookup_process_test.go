@@ -133,7 +133,7 @@ func TestLookupChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := Register(Config{Router: r, IDs: gen, SkipWarmUp: true}, &Member{})
+	p := Register(Config{Router: r, IDs: gen}, &Member{})
 	if err := db.Use(p); err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/shardkit/shardkit/internal/lookuprow"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -120,9 +120,7 @@ func (p *Plugin) lookupErr(ctx context.Context, r *reservation, pl router.Placem
 const (
 	sqlClaim    = "INSERT INTO %s (value, owner_id) VALUES ($1, $2)"
 	sqlHold     = "UPDATE %s SET owner_id = owner_id WHERE value = $1 AND owner_id = $2"
-	sqlLockRow  = "SELECT owner_id FROM %s WHERE value = $1 FOR UPDATE"
 	sqlTakeOver = "UPDATE %s SET owner_id = $3 WHERE value = $1 AND owner_id = $2"
-	sqlDrop     = "DELETE FROM %s WHERE value = $1 AND owner_id = $2"
 )
 
 // claimAttempts bounds the rounds of a claim whose lookup row comes and
@@ -177,7 +175,7 @@ func (p *Plugin) reclaim(ctx context.Context, db *sql.DB, pl router.Placement, m
 	defer func() { _ = tx.Rollback() }()
 	q := r.lc.quoted[r.shard]
 	var owner int64
-	err = tx.QueryRowContext(ctx, fmt.Sprintf(sqlLockRow, q), r.value).Scan(&owner)
+	err = tx.QueryRowContext(ctx, fmt.Sprintf(lookuprow.LockRow, q), r.value).Scan(&owner)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
@@ -228,8 +226,7 @@ func (p *Plugin) ownerHolds(ctx context.Context, m *model, lc *lookupCol, owner 
 	if err != nil {
 		return false, err
 	}
-	q := "SELECT EXISTS (SELECT 1 FROM " + m.quoted[s] + " WHERE " + pgx.Identifier{m.pk.DBName}.Sanitize() +
-		" = $1 AND " + pgx.Identifier{lc.column}.Sanitize() + " = $2)"
+	q := lookuprow.OwnerHolds(m.quoted[s], m.pk.DBName, lc.column)
 	var ok bool
 	if err := srv.QueryRowContext(ctx, q, owner, value).Scan(&ok); err != nil {
 		return false, &ShardError{Shard: s, Server: pl.Server, Table: m.table, Err: fmt.Errorf("check the owner of a lookup row: %w", err)}
@@ -299,24 +296,38 @@ func (p *Plugin) dropOnce(ctx context.Context, snap *router.Snapshot, m *model, 
 		return p.lookupErr(ctx, r, pl, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	q := r.lc.quoted[r.shard]
-	var owner int64
-	err = tx.QueryRowContext(ctx, fmt.Sprintf(sqlLockRow, q), r.value).Scan(&owner)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return p.lookupErr(ctx, r, pl, err)
-	}
-	if owner != r.owner {
-		return nil
-	}
-	holds, err := p.ownerHolds(ctx, m, r.lc, owner, r.value)
-	if err != nil || holds {
+	ltx := lookupTx{tx: tx, wrap: func(err error) error { return p.lookupErr(ctx, r, pl, err) }}
+	dropped, err := lookuprow.DropIfOrphan(ctx, ltx, r.lc.quoted[r.shard], r.value, r.owner, func(ctx context.Context) (bool, error) {
+		return p.ownerHolds(ctx, m, r.lc, r.owner, r.value)
+	})
+	if err != nil || !dropped {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(sqlDrop, q), r.value, owner); err != nil {
-		return p.lookupErr(ctx, r, pl, err)
-	}
 	return tx.Commit()
+}
+
+// lookupTx is a lookup shard's transaction as lookuprow runs in it, its
+// errors wrapped as lookupErr does.
+type lookupTx struct {
+	tx   *sql.Tx
+	wrap func(error) error
+}
+
+func (t lookupTx) LockOwner(ctx context.Context, q string, value any) (int64, bool, error) {
+	var owner int64
+	err := t.tx.QueryRowContext(ctx, q, value).Scan(&owner)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, t.wrap(err)
+	}
+	return owner, true, nil
+}
+
+func (t lookupTx) Exec(ctx context.Context, q string, args ...any) error {
+	if _, err := t.tx.ExecContext(ctx, q, args...); err != nil {
+		return t.wrap(err)
+	}
+	return nil
 }

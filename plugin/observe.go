@@ -126,7 +126,7 @@ func Routed(stmt *gorm.Statement) (RouteInfo, bool) {
 }
 
 // State is the plugin's view of its servers and ID source, for metrics
-// and health checks.
+// and health checks: the one health view (Plugin.State).
 type State struct {
 	// Version is the version of the shard map the router holds.
 	Version int64
@@ -147,9 +147,23 @@ type ServerState struct {
 	// connection (see Config.ServerRetry): its statements fail at once
 	// with ErrServerUnavailable until one finds it back.
 	Up bool
+	// TakenDown counts the times the server was taken as down since its
+	// pool opened (zero while no pool is open). A server slow to answer
+	// or to start sessions is not taken as down (see
+	// Config.ConnectTimeout): a count that grows under load alone says
+	// that something else is wrong.
+	TakenDown int64
+	// Privileged: the pool connects as a superuser or a shard schema's
+	// owner, which the old home of a moved shard cannot refuse: reads on
+	// a stale map may then see a value older than one acknowledged
+	// (docs/moves.md). false also while not known yet.
+	Privileged bool
 }
 
-// State returns the plugin's current state. It reads memory only.
+// State returns the plugin's current state: the shard map's version, each
+// server of that map by name (up or taken as down, how often it was, and
+// whether its pool connects with privileges), and where IDs come from.
+// It reads memory only.
 func (p *Plugin) State() State {
 	if p.router == nil {
 		return State{IDs: p.cfg.IDs}
@@ -163,6 +177,8 @@ func (p *Plugin) State() State {
 		p.pools.mu.RUnlock()
 		if db != nil {
 			s.Up = db.downUntil.Load() == 0
+			s.TakenDown = db.takenDown.Load()
+			s.Privileged = db.privileged.Load() == 2
 		}
 		st.Servers = append(st.Servers, s)
 	}

@@ -163,25 +163,24 @@ func TestSlowStartupIsBackpressure(t *testing.T) {
 			c.ConnectTimeout = connectTimeout
 			c.MaxConnecting = maxConnecting
 			c.MaxIdleConns = -1 // every statement opens its own connection
-			c.SkipWarmUp = true
 		},
 	})
 	ua, ub := e.photoPerShard(t)
 	if ua == 0 || ub == 0 {
 		t.Fatal("want users on both servers")
 	}
-	health := func() ServerHealth {
-		for _, h := range e.p.Health() {
-			if h.Server == "b" {
+	health := func() ServerState {
+		for _, h := range e.p.State().Servers {
+			if h.Name == "b" {
 				return h
 			}
 		}
-		t.Fatal("Health does not report server b")
-		return ServerHealth{}
+		t.Fatal("State does not report server b")
+		return ServerState{}
 	}
 	notDown := func(when string) {
 		t.Helper()
-		if h := health(); h.Down || h.TakenDown != 0 {
+		if h := health(); !h.Up || h.TakenDown != 0 {
 			t.Fatalf("%s: server b is taken as down: %+v", when, h)
 		}
 	}
@@ -248,7 +247,7 @@ func TestSlowStartupIsBackpressure(t *testing.T) {
 	start = time.Now()
 	err = read(context.Background(), ub)
 	wantUnavailable(t, err, "b", "read on a refusing b")
-	if h := health(); !h.Down || h.TakenDown != 1 {
+	if h := health(); h.Up || h.TakenDown != 1 {
 		t.Fatalf("a refusing b: %+v, want it taken as down once", h)
 	}
 	t.Logf("refused: %v after %v", err, time.Since(start).Round(time.Millisecond))
@@ -303,8 +302,8 @@ func TestFrozenStartupIsAnOutage(t *testing.T) {
 			if !knownDown(err) {
 				t.Fatalf("read on b taken as down: %v, want the fast failure of a server known down", err)
 			}
-			if h := e.p.Health(); len(h) != 2 || !h[1].Down || h[1].TakenDown != 1 {
-				t.Fatalf("health %+v: want b down, taken down once", h)
+			if h := e.p.State().Servers; len(h) != 2 || h[1].Up || h[1].TakenDown != 1 {
+				t.Fatalf("state %+v: want b down, taken down once", h)
 			}
 		})
 	}

@@ -83,6 +83,9 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 	if r, ok := p.router.(*router.Router); p.router == nil || ok && r == nil {
 		return fmt.Errorf("%w: plugin.Config.Router is nil; create one with router.New", ErrInvalidConfig)
 	}
+	if p.cfg.WarmUp < WarmUpOff || p.cfg.WarmUp > WarmUpBackground {
+		return fmt.Errorf("%w: plugin.Config.WarmUp is %v; use WarmUpOff, WarmUpBlocking or WarmUpBackground", ErrInvalidConfig, p.cfg.WarmUp)
+	}
 	snap := p.router.Snapshot()
 	p.byTable = make(map[string]*model, len(p.models))
 	for _, v := range p.models {
@@ -104,7 +107,7 @@ func (p *Plugin) Initialize(db *gorm.DB) (err error) {
 		}
 	}
 	p.readCollations(db.Statement.Context, snap)
-	if !p.cfg.SkipWarmUp {
+	if p.cfg.WarmUp != WarmUpOff {
 		p.warmUp(db.Statement.Context, snap)
 	}
 	p.log = db.Logger

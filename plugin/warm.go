@@ -46,10 +46,10 @@ const warmBatch = 100
 // table and index and reads their pages), so no rows come back however
 // wide they are. Servers are warmed at once; one that does not answer is
 // skipped (its first statement says so). It runs only when Config.WarmUp
-// asks for it: a fleet of processes each warming its own connections
+// asks for it (WarmUpBlocking or WarmUpBackground): a fleet of processes each warming its own connections
 // costs the servers more than the first reads it spares (see
 // Config.WarmUp). The whole is bounded by Config.WarmUpTimeout, and runs
-// after start-up with Config.WarmUpInBackground.
+// after start-up with WarmUpBackground.
 func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
 	if ctx == nil {
 		ctx = context.Background()
@@ -68,7 +68,7 @@ func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
 		todo = append(todo, work{db.DB, shards})
 	}
 	cancel := context.CancelFunc(func() {})
-	if p.cfg.WarmUpInBackground {
+	if p.cfg.WarmUp == WarmUpBackground {
 		// Start-up returns now; the warm-up outlives the caller's
 		// context but not its bound.
 		ctx = context.WithoutCancel(ctx)
@@ -84,7 +84,7 @@ func (p *Plugin) warmUp(ctx context.Context, snap *router.Snapshot) {
 		}
 		wg.Wait()
 	}
-	if p.cfg.WarmUpInBackground {
+	if p.cfg.WarmUp == WarmUpBackground {
 		go run()
 		return
 	}

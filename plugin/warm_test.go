@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
@@ -148,21 +153,21 @@ func waitWarm(t *testing.T, e *env) {
 // first read across shards does not pay for it.
 func TestWarmUp(t *testing.T) {
 	// No bound: this checks what the warm-up opens, not how long it may take.
-	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUp, c.WarmUpTimeout = true, -1 }})
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUp, c.WarmUpTimeout = WarmUpBlocking, -1 }})
 	waitWarm(t, e)
 }
 
-// TestWarmUpInBackground: a warm-up after start-up still opens every
+// TestWarmUpInBackground: a warm-up after start-up (WarmUpBackground) still opens every
 // table.
 func TestWarmUpInBackground(t *testing.T) {
-	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUpInBackground, c.WarmUpTimeout = true, -1 }})
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUp, c.WarmUpTimeout = WarmUpBackground, -1 }})
 	waitWarm(t, e)
 }
 
 // TestWarmUpBounded: a warm-up whose bound has passed before it starts
 // opens no table, and start-up goes on without it.
 func TestWarmUpBounded(t *testing.T) {
-	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUp, c.WarmUpTimeout = true, time.Nanosecond }})
+	e := newEnv(t, envOpts{shards: 64, before: resetStats(t), cfg: func(c *Config) { c.WarmUp, c.WarmUpTimeout = WarmUpBlocking, time.Nanosecond }})
 	onlyReadScanned(t, e)
 }
 
@@ -224,4 +229,18 @@ func scannedTables(t *testing.T, e *env) []string {
 		conn.Close(ctx)
 	}
 	return out
+}
+
+// TestWarmUpModeUnknown: a WarmUp that is none of the modes is refused by
+// db.Use as an invalid configuration, rather than taken as one of them.
+func TestWarmUpModeUnknown(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	db, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Use(Register(Config{Router: e.r, WarmUp: WarmUpBackground + 1}, &Photo{}))
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "WarmUpMode(3)") {
+		t.Fatalf("db.Use with WarmUp %d: err = %v, want ErrInvalidConfig naming WarmUpMode(3)", WarmUpBackground+1, err)
+	}
 }

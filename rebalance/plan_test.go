@@ -106,7 +106,7 @@ func TestRebalanceTwoOntoFour(t *testing.T) {
 	}
 	w := newRawWriter(t, e, []int{plan[0].Shard, plan[1].Shard, 15})
 	stop := w.run(ctx)
-	results, err := mv.Rebalance(ctx, plan, RebalanceOptions{Parallel: 2})
+	results, err := mv.Rebalance(ctx, plan, Options{Parallel: 2})
 	stop()
 	if err != nil {
 		t.Fatal(err)

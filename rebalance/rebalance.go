@@ -7,8 +7,9 @@ import (
 	"sync"
 )
 
-// RebalanceOptions configure Rebalance.
-type RebalanceOptions struct {
+// Options configure Mover.Rebalance, the run of a plan (MoveOptions
+// configure one move, PlanOptions the plan).
+type Options struct {
 	// Parallel is how many moves run at once. 0 means 1.
 	Parallel int
 	// Complete finishes each move after it cut over (drops reverse
@@ -27,7 +28,7 @@ type MoveResult struct {
 
 // Rebalance executes a plan, opts.Parallel moves at a time, largest first.
 // A failed move does not stop the others; the error joins every failure.
-func (mv *Mover) Rebalance(ctx context.Context, plan []PlannedMove, opts RebalanceOptions) ([]MoveResult, error) {
+func (mv *Mover) Rebalance(ctx context.Context, plan []PlannedMove, opts Options) ([]MoveResult, error) {
 	par := max(opts.Parallel, 1)
 	plan = append([]PlannedMove(nil), plan...)
 	sortPlan(plan)

@@ -221,7 +221,7 @@ func TestStaleRouterReadsTheNewHome(t *testing.T) {
 }
 
 // TestPluginReportsAPrivilegedRole: a plugin whose pools connect as the
-// superuser reports it (ServerHealth.Privileged: the old home of a moved
+// superuser reports it (ServerState.Privileged: the old home of a moved
 // shard cannot refuse it), one on the application role does not.
 func TestPluginReportsAPrivilegedRole(t *testing.T) {
 	ctx := context.Background()
@@ -254,13 +254,13 @@ func TestPluginReportsAPrivilegedRole(t *testing.T) {
 		plugins = append(plugins, p)
 	}
 	testkit.Eventually(t, testkit.Wait, func() bool {
-		h := plugins[1].Health()
+		h := plugins[1].State().Servers
 		return len(h) > 0 && h[0].Privileged
 	})
 	// The application's check began first and had as long.
-	for _, h := range plugins[0].Health() {
+	for _, h := range plugins[0].State().Servers {
 		if h.Privileged {
-			t.Errorf("server %s: the application role reported privileged", h.Server)
+			t.Errorf("server %s: the application role reported privileged", h.Name)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shardkit/shardkit/internal/adminconn"
+	"github.com/shardkit/shardkit/internal/lookuprow"
+	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -136,12 +138,9 @@ func (lk *lookupCheck) conn(ctx context.Context, shard int) (*pgx.Conn, router.P
 	return c, pl, nil
 }
 
-// lookupName is the plugin's lookup table name (plugin.LookupTable).
-func lookupName(table, column string) string { return table + "_" + column + "_lookup" }
-
 func (lk *lookupCheck) check(ctx context.Context) (*lookupReport, error) {
 	rep := &lookupReport{}
-	lk.name = lookupName(lk.table, lk.column)
+	lk.name = plugin.LookupTable(lk.table, lk.column)
 	holders := map[string][]int64{}
 	byValue := map[string]lookupEntry{}
 	var rows []lookupEntry
@@ -179,7 +178,7 @@ func (lk *lookupCheck) check(ctx context.Context) (*lookupReport, error) {
 		}
 	}
 	for _, e := range rows {
-		want, err := router.ShardOfString(e.value, lk.snap.Shards)
+		want, err := plugin.LookupShard(e.value, lk.snap.Shards)
 		if err != nil {
 			return nil, err
 		}
@@ -198,7 +197,7 @@ func (lk *lookupCheck) check(ctx context.Context) (*lookupReport, error) {
 		}
 		for _, id := range ids {
 			if e, ok := byValue[v]; !ok || e.owner != id {
-				s, _ := router.ShardOfString(v, lk.snap.Shards)
+				s, _ := plugin.LookupShard(v, lk.snap.Shards)
 				rep.missing = append(rep.missing, lookupEntry{value: v, owner: id, shard: s})
 			}
 		}
@@ -280,44 +279,59 @@ func (lk *lookupCheck) repair(ctx context.Context, rep *lookupReport) error {
 }
 
 // dropIfOrphan deletes a lookup row if, locked, it still names the same
-// owner and that owner row does not hold its value.
+// owner and that owner row does not hold its value: the plugin's rule
+// (lookuprow.DropIfOrphan).
 func (lk *lookupCheck) dropIfOrphan(ctx context.Context, e lookupEntry) error {
 	c, pl, err := lk.conn(ctx, e.shard)
 	if err != nil {
 		return err
 	}
+	lq := pgx.Identifier{pl.Schema, lk.name}.Sanitize()
+	value := e.value // text; pgx binds it to a bigint column too
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	lq := pgx.Identifier{pl.Schema, lk.name}.Sanitize()
-	var owner int64
-	err = tx.QueryRow(ctx, "SELECT owner_id FROM "+lq+" WHERE value::text = $1 FOR UPDATE", e.value).Scan(&owner)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && owner != e.owner {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("lock %q: %w", e.value, err)
-	}
-	os, err := lk.snap.Layout.ShardOf(owner)
-	if err == nil && os < lk.snap.Shards {
+	holds := func(ctx context.Context) (bool, error) {
+		os, err := lk.snap.Layout.ShardOf(e.owner)
+		if err != nil || os >= lk.snap.Shards {
+			return false, nil // an ID no shard holds has no row
+		}
 		oc, opl, err := lk.conn(ctx, os)
 		if err != nil {
-			return err
+			return false, err
 		}
-		var holds bool
-		q := fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s = $1 AND %s::text = $2)", pgx.Identifier{opl.Schema, lk.table}.Sanitize(),
-			pgx.Identifier{lk.id}.Sanitize(), pgx.Identifier{lk.column}.Sanitize())
-		if err := oc.QueryRow(ctx, q, owner, e.value).Scan(&holds); err != nil {
-			return fmt.Errorf("check the owner of %q: %w", e.value, err)
+		var ok bool
+		q := lookuprow.OwnerHolds(pgx.Identifier{opl.Schema, lk.table}.Sanitize(), lk.id, lk.column)
+		if err := oc.QueryRow(ctx, q, e.owner, value).Scan(&ok); err != nil {
+			return false, fmt.Errorf("check the owner of %q: %w", e.value, err)
 		}
-		if holds {
-			return nil
-		}
+		return ok, nil
 	}
-	if _, err := tx.Exec(ctx, "DELETE FROM "+lq+" WHERE value::text = $1 AND owner_id = $2", e.value, owner); err != nil {
+	dropped, err := lookuprow.DropIfOrphan(ctx, pgxLookupTx{tx}, lq, value, e.owner, holds)
+	if err != nil {
 		return fmt.Errorf("drop orphan %q: %w", e.value, err)
 	}
+	if !dropped {
+		return nil
+	}
 	return tx.Commit(ctx)
+}
+
+// pgxLookupTx is a pgx transaction as lookuprow runs in it.
+type pgxLookupTx struct{ tx pgx.Tx }
+
+func (t pgxLookupTx) LockOwner(ctx context.Context, q string, value any) (int64, bool, error) {
+	var owner int64
+	err := t.tx.QueryRow(ctx, q, value).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	return owner, err == nil, err
+}
+
+func (t pgxLookupTx) Exec(ctx context.Context, q string, args ...any) error {
+	_, err := t.tx.Exec(ctx, q, args...)
+	return err
 }

@@ -73,3 +73,37 @@ func TestLookupCheckAndRepair(t *testing.T) {
 		t.Fatalf("without --column: exit %d, %s", code, errOut)
 	}
 }
+
+// TestLookupRepairIntegerColumn: on a lookup of an integer column, repair
+// drops an orphan and keeps a sound row: the plugin's statements compare
+// the typed column with the value shardctl reads as text.
+func TestLookupRepairIntegerColumn(t *testing.T) {
+	ctx := context.Background()
+	catalog := pgtest.NewDatabase(t, 0)
+	srv := pgtest.NewDatabase(t, 1)
+	const shards = 2
+	if code, _, errOut := shardctl("init", "--catalog", catalog, "--server", "a="+srv, "--shards", "2", "--sql", photos.With(photos.Members).Dir(t)); code != 0 {
+		t.Fatalf("init: exit %d: %s", code, errOut)
+	}
+	t.Setenv(CatalogEnv, catalog)
+	for s := range shards {
+		pgtest.Exec(t, srv, fmt.Sprintf(`CREATE TABLE shard_%04d.badges (id bigint PRIMARY KEY, num bigint NOT NULL);
+			CREATE TABLE shard_%04d.badges_num_lookup (value bigint PRIMARY KEY, owner_id bigint NOT NULL)`, s, s))
+	}
+	conn := pgtest.Connect(t, srv)
+	var owner int64 // an ID of shard 0's
+	if err := conn.QueryRow(ctx, "SELECT shard_0000.next_id()").Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, srv, "INSERT INTO shard_0000.badges VALUES ($1, 7)", owner)
+	for _, row := range []struct{ value, owner int64 }{{7, owner}, {42, owner}} { // sound; orphan (its owner holds 7)
+		s, _ := router.ShardOfString(fmt.Sprint(row.value), shards)
+		pgtest.Exec(t, srv, fmt.Sprintf("INSERT INTO shard_%04d.badges_num_lookup VALUES ($1, $2)", s), row.value, row.owner)
+	}
+	args := []string{"lookup", "--table", "badges", "--column", "num", "--repair"}
+	code, out, errOut := shardctl(args...)
+	if code != 0 || !strings.Contains(out, `orphan: "42"`) ||
+		!strings.Contains(out, "after repair: 1 owner rows, 1 lookup rows: 0 missing, 0 misplaced, 0 duplicate values, 0 orphans") {
+		t.Fatalf("repair: exit %d\n%s\n%s", code, out, errOut)
+	}
+}

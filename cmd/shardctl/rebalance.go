@@ -95,7 +95,7 @@ func newRebalanceCmd() *cobra.Command {
 		if dryRun || len(plan) == 0 {
 			return nil
 		}
-		results, err := mv.Rebalance(ctx, plan, rebalance.RebalanceOptions{Parallel: parallel, Complete: complete, Offline: offline})
+		results, err := mv.Rebalance(ctx, plan, rebalance.Options{Parallel: parallel, Complete: complete, Offline: offline})
 		for _, r := range results {
 			if r.Err == nil {
 				printMove(out, r.Move)

@@ -45,7 +45,7 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	p := plugin.Register(plugin.Config{Router: rt, SkipTableCheck: true, SkipWarmUp: true}, &Photo{})
+	p := plugin.Register(plugin.Config{Router: rt, SkipTableCheck: true}, &Photo{})
 	if err := db.Use(p); err != nil { // the shardkit plugin first
 		panic(err)
 	}

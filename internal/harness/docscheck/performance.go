@@ -181,8 +181,8 @@ func init() {
 			Rows: []Row{
 				firstReadRow("ordered (`LIMIT 50`), direct, the default", "first_read/order_by_id_desc_limit_50", true),
 				firstReadRow("`COUNT(*)`, direct, the default", "first_read/count", true),
-				firstReadRow("ordered, direct, `WarmUp: true`", "first_read_warmup/order_by_id_desc_limit_50", false),
-				firstReadRow("`COUNT(*)`, direct, `WarmUp: true`", "first_read_warmup/count", false),
+				firstReadRow("ordered, direct, `WarmUp: WarmUpBlocking`", "first_read_warmup/order_by_id_desc_limit_50", false),
+				firstReadRow("`COUNT(*)`, direct, `WarmUp: WarmUpBlocking`", "first_read_warmup/count", false),
 				firstReadRow("ordered, through PgBouncer 1.24, prepared", "first_read_pgbouncer_prepared/order_by_id_desc_limit_50", false),
 				firstReadRow("`COUNT(*)`, through PgBouncer 1.24, prepared", "first_read_pgbouncer_prepared/count", false),
 				firstReadRow("ordered, through PgBouncer 1.18, unnamed", "first_read_pgbouncer_fallback/order_by_id_desc_limit_50", false),

@@ -76,7 +76,7 @@ type appReport struct {
 	Samples   []string // the first few errors
 	IDs       []int64
 	Misplaced int // IDs whose shard bits are not their key's shard
-	TakenDown int // times the plugin took a server as down (plugin.Health), all servers
+	TakenDown int // times the plugin took a server as down (plugin.ServerState.TakenDown), all servers
 	Routers   []routerLog
 	Start     memory // after start-up
 	End       memory // after the load
@@ -190,7 +190,7 @@ func runApp(cfg appConfig, in io.Reader, out io.Writer) (*appReport, error) {
 			for i, r := range routers {
 				rep.Routers[i].Final = r.Snapshot().Version
 			}
-			for _, h := range p.Health() {
+			for _, h := range p.State().Servers {
 				rep.TakenDown += int(h.TakenDown)
 			}
 			rep.End = readMemory()
@@ -319,11 +319,11 @@ func startPlugin(ctx context.Context, cfg appConfig, cat *catalog.Catalog, pool 
 	rep.Leased = time.Since(time.Unix(0, cfg.Spawned))
 	switch cfg.WarmUp {
 	case "bounded":
-		pcfg.WarmUp = true
+		pcfg.WarmUp = plugin.WarmUpBlocking
 	case "full":
-		pcfg.WarmUp, pcfg.WarmUpTimeout = true, -1
+		pcfg.WarmUp, pcfg.WarmUpTimeout = plugin.WarmUpBlocking, -1
 	case "background":
-		pcfg.WarmUpInBackground = true
+		pcfg.WarmUp = plugin.WarmUpBackground
 	}
 	dialector := postgres.Open(cfg.CatalogDSN + "&default_query_exec_mode=exec")
 	if pool != nil {

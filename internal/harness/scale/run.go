@@ -240,7 +240,7 @@ func (r *run) move(ctx context.Context, cat *catalog.Catalog) error {
 		t := time.Now()
 		// Shards 0, 1, …: the first server holds the first range.
 		plan := []rebalance.PlannedMove{{Shard: i, From: from, To: to}}
-		if _, err := mover.Rebalance(ctx, plan, rebalance.RebalanceOptions{Parallel: 1}); err != nil {
+		if _, err := mover.Rebalance(ctx, plan, rebalance.Options{Parallel: 1}); err != nil {
 			return fmt.Errorf("scale: move shard %d %s → %s: %w", i, from, to, err)
 		}
 		r.res.MoveTimes = append(r.res.MoveTimes, time.Since(t))

@@ -81,7 +81,7 @@ func moveShards(ctx context.Context, o options, c cluster, cfg app.Config, op *c
 		o.moves, len(plan), target, len(snap.ShardsOn(target)), max(1, o.parallel))
 	runner.MarkWindow(true)
 	stopFlips := sayFlips(a.Router, snap, say)
-	results, err := mover.Rebalance(ctx, plan, rebalance.RebalanceOptions{Parallel: o.parallel})
+	results, err := mover.Rebalance(ctx, plan, rebalance.Options{Parallel: o.parallel})
 	stopFlips()
 	runner.MarkWindow(false)
 	if err != nil {
