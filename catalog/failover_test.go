@@ -102,6 +102,29 @@ func (f *catalogFailover) cut(t *testing.T) {
 		err := primary.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication`).Scan(&n)
 		return n == 0, err
 	})
+	// And on the standby's side: no WAL receiver, none starting.
+	standby := pgtest.Connect(t, f.standby.DSN("postgres"))
+	waitFor(t, "the standby to have no WAL receiver", func() (bool, error) {
+		var n int
+		err := standby.QueryRow(ctx, `SELECT count(*) FROM pg_stat_wal_receiver`).Scan(&n)
+		return n == 0, err
+	})
+}
+
+// lostOnStandby reports whether the promoted standby has no grant of
+// lease l: the premise of a failover with loss.
+func (f *catalogFailover) lostOnStandby(t *testing.T, l *idgen.Lease) bool {
+	t.Helper()
+	pc, err := pgconn.ParseConfig(f.multi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pgtest.Connect(t, fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable", f.standby.Port, pc.Database))
+	var n int
+	if err := c.QueryRow(testCtx(t), `SELECT count(*) FROM shardkit.slot_leases WHERE slot = $1 AND holder = $2`, l.Slot, l.Holder).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 0
 }
 
 // failOver kills the primary and promotes the standby, which lacks what
@@ -195,6 +218,9 @@ func TestLeaseAfterCatalogFailoverWithLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.failOver(t)
+	if !f.lostOnStandby(t, held) {
+		t.Fatalf("the promoted standby holds the grant of slot %d to %s, made after replication was cut: no loss to test", held.Slot, held.Holder)
+	}
 
 	second, err := NewLeaser(ctx, f.open(t), LeaserConfig{Holder: "second", TTL: ttl})
 	if err != nil {

@@ -411,6 +411,13 @@ func (s *Leaser) tryTake(ctx context.Context, bits uint8, bound int64) (slot int
 	switch err := br.QueryRow().Scan(&floor); {
 	case err != nil && !errors.Is(err, pgx.ErrNoRows):
 		return 0, 0, err
+	case err == nil:
+		// Taken: the pick found the hold over (each statement reads the
+		// clock at its own start, so the epoch statement's held can be
+		// true while the pick's, a moment later, is not). Reporting it
+		// held back would leave the slot leased to no one who knows it
+		// until its TTL ran out.
+		return slot, floor, nil
 	case held:
 		return 0, 0, &HeldBackError{Until: time.UnixMilli(until)}
 	case slot == 0:
