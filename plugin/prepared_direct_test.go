@@ -13,8 +13,8 @@ import (
 // TestOneShardPreparedAppRoleDSN: a server reached directly with a login
 // of the application role (its app DSN names another user than its admin
 // DSN, as a least-privilege deployment has it) is direct: with the
-// default PreparedReadsDirect its one-shard reads run prepared on the
-// backend.
+// default PreparedReadsDirect its one-shard reads and writes run
+// prepared on the backend.
 func TestOneShardPreparedAppRoleDSN(t *testing.T) {
 	e := newEnv(t, envOpts{serial: true, shards: 64,
 		appDSN: func(_, direct string) string { return shardtest.AppDSN(t, direct) },
@@ -25,13 +25,14 @@ func TestOneShardPreparedAppRoleDSN(t *testing.T) {
 	if !ok || s.DSN == s.Admin() {
 		t.Fatalf("server a: app DSN is its admin DSN, want an app-role login apart")
 	}
-	if got := readOneShard(t, e); got != 2 {
-		t.Fatalf("%d one-shard reads prepared on server a's connection (app-role login, no pooler), want 2 (by ID, by key)", got)
+	if got := readOneShard(t, e); got != 3 {
+		t.Fatalf("%d one-shard statements prepared on server a's connection (app-role login, no pooler), want 3 (the insert, the read by ID, the read by key)", got)
 	}
 }
 
 // readOneShard writes a row on a shard of server a, reads it by ID and by
-// key three times each, and returns how many one-shard statements are
+// key three times each, and returns how many one-shard statements (reads
+// and writes) are
 // prepared in the one session of server a's pool (MaxOpenConns 1).
 func readOneShard(t *testing.T, e *env) int {
 	t.Helper()

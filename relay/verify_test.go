@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
@@ -35,6 +36,25 @@ func serveFixed(t *testing.T, snap *router.Snapshot, id string) (string, *router
 	go func() { done <- s.Serve(ctx, l) }()
 	t.Cleanup(func() { cancel(); <-done; <-done })
 	return path, r
+}
+
+// servedAt waits until the relay at path serves version v: a relay takes
+// its source's snapshot from its own watch, after Set returns.
+func servedAt(t *testing.T, path string, v int64) {
+	t.Helper()
+	plain := Dial(path)
+	defer plain.Close()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		snap, err := plain.Load(context.Background())
+		if err == nil && snap.Version == v {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay does not serve version %d: %v, %v", v, snap, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // forged returns a copy of snap at version v whose server name has dsn.
@@ -153,6 +173,7 @@ func TestForeignMapsRefused(t *testing.T) {
 		{forged(t, genuine, genuine.Version+1000, "a", genuine.Servers()[0].DSN), ErrVersionAhead},
 	} {
 		src.Set(step.next)
+		servedAt(t, path, step.next.Version)
 		got, err := c.LoadChanges(ctx, held)
 		if !errors.Is(err, step.want) || got != held {
 			t.Fatalf("the relay went to v%d: the client has %v (%v), want its v%d and %v", step.next.Version, got, err, held.Version, step.want)
