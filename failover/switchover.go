@@ -203,6 +203,8 @@ func (s *switchover) fail(ctx context.Context, step string, err error) error {
 			undo = append(undo, fmt.Errorf("reset default_transaction_read_only: %w", err))
 		} else if err := s.exec(uctx, s.old, sqlReload); err != nil {
 			undo = append(undo, fmt.Errorf("reload: %w", err))
+		} else if err := s.writableAgain(uctx); err != nil {
+			undo = append(undo, err)
 		}
 	}
 	if s.fenced {
@@ -213,6 +215,31 @@ func (s *switchover) fail(ctx context.Context, step string, err error) error {
 	e.Undo = errors.Join(undo...)
 	e.Aborted = e.Undo == nil
 	return e
+}
+
+// writableAgain waits, before the fence is released, until a new
+// session of the old primary sees default_transaction_read_only off.
+// pg_reload_conf returns before the postmaster rereads the setting; a
+// new backend has its setting from the postmaster, which signals every
+// backend once it reread it, and a backend rereads it before its next
+// command. Released earlier, the writes the fence held met backends
+// still read-only (25006), on a server whose shards were active again.
+func (s *switchover) writableAgain(ctx context.Context) error {
+	err := poll(ctx, 10*time.Second, func() (bool, error) {
+		c, err := s.connect(ctx, s.rep.Old)
+		if err != nil {
+			return false, err
+		}
+		defer c.Close(ctx)
+		var on bool
+		var at time.Time
+		err = c.QueryRow(ctx, sqlReadOnlySeen).Scan(&on, &at)
+		return err == nil && !on, err
+	})
+	if err != nil {
+		return fmt.Errorf("the old primary did not leave default_transaction_read_only: %w", err)
+	}
+	return nil
 }
 
 func (s *switchover) exec(ctx context.Context, c *pgx.Conn, sql string, args ...any) error {
