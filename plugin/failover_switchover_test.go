@@ -11,9 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	fo "github.com/shardkit/shardkit/failover"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
@@ -190,19 +188,7 @@ func TestSwitchoverNoErrors(t *testing.T) {
 	e := f.e
 	// A process whose router does not watch the map: it learns of the
 	// fence only when the read-only primary refuses its write.
-	r2, err := router.New(ctx, e.cat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db2, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p2 := Register(Config{Router: r2, IDs: e.gen}, &Photo{})
-	if err := db2.Use(p2); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p2.Close() })
+	db2 := e.process(ctx, t)
 	l := startSwitchLoad(t, f)
 	stale := &failover{e: &env{db: db2}}
 	l.wg.Add(1)

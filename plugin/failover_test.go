@@ -365,19 +365,7 @@ func TestFailoverOldPrimaryFenced(t *testing.T) {
 	// that its next ones try the old primary first.
 	pgtest.Exec(t, f.standby.DSN("postgres"), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+f.db+"' AND pid <> pg_backend_pid()")
 	// A new process, with a router and a plugin of its own.
-	r2, err := router.New(ctx, e.cat)
-	if err != nil {
-		t.Fatal(err)
-	}
-	db2, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p2 := Register(Config{Router: r2, IDs: e.gen}, &Photo{})
-	if err := db2.Use(p2); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p2.Close() })
+	db2 := e.process(ctx, t)
 	for _, proc := range []struct {
 		name string
 		db   *gorm.DB
@@ -427,4 +415,24 @@ func TestFailoverOldPrimaryFenced(t *testing.T) {
 	if !bytes.Contains(text, []byte(strconv.FormatInt(id, 10))) {
 		t.Fatalf("the dump of shard %d after the failover lacks photo %d written to the new primary: pg_dump read another host", e.shardOf(u), id)
 	}
+}
+
+// process is another app process on e's catalog: a router that does not
+// watch the map and a plugin of its own (closed with the test).
+func (e *env) process(ctx context.Context, t *testing.T) *gorm.DB {
+	t.Helper()
+	r, err := router.New(ctx, e.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := gorm.Open(postgres.Open(e.def), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := Register(Config{Router: r, IDs: e.gen}, &Photo{})
+	if err := db.Use(p); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return db
 }
