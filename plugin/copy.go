@@ -421,8 +421,9 @@ func (p *Plugin) copyPart(ctx context.Context, l *copyLoad, j *copyJob, types *c
 			j.State, j.Err = CopyUnknown, &ShardError{Shard: j.Shard, Server: pl.Server, Table: table, Err: err}
 			return
 		}
-		if !router.IsFenceError(err) || retried {
-			if router.IsFenceError(err) {
+		moved := p.movedFrom(ctx, j.Shard, pl.Server, err)
+		if !moved || retried {
+			if moved {
 				err = fmt.Errorf("%w: %w", ErrShardMoved, err)
 			}
 			failPart(pl.Server, err)

@@ -104,14 +104,9 @@ func (p *Plugin) lookupDB(ctx context.Context, snap *router.Snapshot, shard int,
 }
 
 // lookupErr gives a lookup table's error its place, and turns a moved
-// shard's refusal into the retriable ErrShardMoved.
+// shard's refusal (see movedFrom) into the retriable ErrShardMoved.
 func (p *Plugin) lookupErr(ctx context.Context, r *reservation, pl router.Placement, err error) error {
-	switch {
-	case router.IsFenceError(err):
-		_, _ = p.router.Reload(ctx)
-		err = fmt.Errorf("%w: %w", ErrShardMoved, err)
-	case router.IsUndefinedTable(err) && p.movedAway(ctx, r.shard, pl.Server):
-		// A copy a rollback dropped (see movedAway): moved as well.
+	if p.movedFrom(ctx, r.shard, pl.Server, err) {
 		err = fmt.Errorf("%w: %w", ErrShardMoved, err)
 	}
 	return &ShardError{Shard: r.shard, Server: pl.Server, Table: r.lc.table, Err: err}

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/shardkit/shardkit/internal/sqlcond"
@@ -219,18 +220,58 @@ func (p *Plugin) resolveLookup(ctx context.Context, snap *router.Snapshot, lc *l
 	return setOf(list), nil
 }
 
-// readOwners reads the owner IDs of values whose lookup rows are in shard s.
+// readOwners reads the owner IDs of values whose lookup rows are in shard
+// s. A read that the old home of a moved shard refused (the application
+// role's privileges revoked at the cutover, or no copy left after
+// completion) runs once more on the shard's home, after the move's fence,
+// as a one-shard read does (rerouteRead).
 func (p *Plugin) readOwners(ctx context.Context, snap *router.Snapshot, lc *lookupCol, s int, vals []any) ([]int64, error) {
+	owners, pl, err := p.readOwnersOn(ctx, snap, lc, s, vals)
+	if err == nil || !p.movedFrom(ctx, s, pl.Server, err) {
+		return owners, err
+	}
+	moved, _, werr := p.awaitMove(ctx, s, pl.Server)
+	if werr != nil {
+		if !errors.Is(werr, ErrShardMoved) {
+			werr = fmt.Errorf("%w: %w", ErrShardMoved, werr)
+		}
+		return nil, &ShardError{Shard: s, Server: pl.Server, Table: lc.table, Err: fmt.Errorf("read lookup: %w", werr)}
+	}
+	owners, _, err = p.readOwnersOn(ctx, moved, lc, s, vals)
+	return owners, err
+}
+
+// movedFrom reports whether err, a statement's on server old, means that
+// shard s moved away from it: a fence's refusal, the application role's
+// privileges revoked by a cutover, or a table missing where the reloaded
+// map no longer places the shard (completed, or a copy a rollback
+// dropped). The lookup statements and CopyFrom's parts, which do not run
+// through runWrite, tell a move from a failure with it.
+func (p *Plugin) movedFrom(ctx context.Context, s int, old string, err error) bool {
+	switch {
+	case router.IsFenceError(err):
+		_, _ = p.router.Reload(ctx)
+		return true
+	case isPrivilegeError(err):
+		return p.homeChanged(ctx, s, old)
+	case router.IsUndefinedTable(err):
+		return p.movedAway(ctx, s, old)
+	}
+	return false
+}
+
+// readOwnersOn is readOwners on the server snap places shard s on.
+func (p *Plugin) readOwnersOn(ctx context.Context, snap *router.Snapshot, lc *lookupCol, s int, vals []any) ([]int64, router.Placement, error) {
 	pl, err := snap.Placement(s)
 	if err != nil {
-		return nil, err
+		return nil, pl, err
 	}
 	srv, err := p.pools.get(snap, pl.Server)
 	if err != nil {
-		return nil, err
+		return nil, pl, err
 	}
 	if srv.downFor(p.cfg.ServerRetry) {
-		return nil, &ServerError{Server: srv.name, Shards: []int{s}, Table: lc.table, Err: errKnownDown}
+		return nil, pl, &ServerError{Server: srv.name, Shards: []int{s}, Table: lc.table, Err: errKnownDown}
 	}
 	var arg any
 	if lc.text {
@@ -250,21 +291,21 @@ func (p *Plugin) readOwners(ctx context.Context, snap *router.Snapshot, lc *look
 	srv.report(err, p.cfg.ServerRetry)
 	if err != nil {
 		if unavailable(err) {
-			return nil, &ServerError{Server: srv.name, Shards: []int{s}, Table: lc.table, Err: err}
+			return nil, pl, &ServerError{Server: srv.name, Shards: []int{s}, Table: lc.table, Err: err}
 		}
-		return nil, &ShardError{Shard: s, Server: pl.Server, Table: lc.table, Err: fmt.Errorf("read lookup: %w", err)}
+		return nil, pl, &ShardError{Shard: s, Server: pl.Server, Table: lc.table, Err: fmt.Errorf("read lookup: %w", err)}
 	}
 	defer rows.Close()
 	var out []int64
 	for rows.Next() {
 		var id int64
 		if err := rows.Scan(&id); err != nil {
-			return nil, &ShardError{Shard: s, Server: pl.Server, Table: lc.table, Err: fmt.Errorf("read lookup: %w", err)}
+			return nil, pl, &ShardError{Shard: s, Server: pl.Server, Table: lc.table, Err: fmt.Errorf("read lookup: %w", err)}
 		}
 		out = append(out, id)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, &ShardError{Shard: s, Server: pl.Server, Table: lc.table, Err: fmt.Errorf("read lookup: %w", err)}
+		return nil, pl, &ShardError{Shard: s, Server: pl.Server, Table: lc.table, Err: fmt.Errorf("read lookup: %w", err)}
 	}
-	return out, nil
+	return out, pl, nil
 }
