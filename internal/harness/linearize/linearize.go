@@ -233,8 +233,9 @@ func (p *Pending) Return(out Output, err error) {
 }
 
 // Discard forgets the operation: a write the caller knows had no effect
-// (refused before anything was sent to a server) and that would only
-// widen the checker's search as an unknown outcome.
+// (refused before anything was sent to a server), which as an unknown
+// outcome would only widen the checker's search. The caller checks its
+// claim (Seen: no read may return the value it would have written).
 func (p *Pending) Discard() {}
 
 // Final records the operator's read of key's final state, made after
@@ -246,6 +247,20 @@ func (h *History) Final(client, key, value int, meta Meta) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ops = append(h.ops, porcupine.Operation{ClientId: client, Input: Input{Kind: Read, Key: key}, Call: call, Output: Output{Value: value}, Return: h.Now(), Metadata: meta})
+}
+
+// Seen reports the values successful reads returned, the final state's
+// included: a value written by a call that failed says it took effect.
+func (h *History) Seen() map[int]bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen := map[int]bool{}
+	for _, op := range h.ops {
+		if op.Input.(Input).Kind == Read {
+			seen[op.Output.(Output).Value] = true
+		}
+	}
+	return seen
 }
 
 // Stats counts the history's operations and its unknown outcomes.
