@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -307,9 +308,10 @@ func TestFailoverLinearizable(t *testing.T) {
 }
 
 // TestSwitchoverLinearizable is TestFailoverLinearizable with a planned
-// switchover of server b (failover.Switchover) instead of a crash: after
-// it, the connections to the new primary are cut, so that the next ones
-// try the old primary, read-only now, first.
+// switchover of server b (failover.Switchover) instead of a crash. After
+// it, the old primary is made writable again by hand (as it was, on its
+// old timeline) and the connections to the new primary are cut, so that
+// the next ones try the old primary first.
 func TestSwitchoverLinearizable(t *testing.T) {
 	ctx := context.Background()
 	f, _ := newSwitchover(t)
@@ -324,15 +326,51 @@ func TestSwitchoverLinearizable(t *testing.T) {
 		Progress: func(s fo.Step) { l.h.Note("switchover: %s", s) },
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v\n%s", err, replayState(ctx, f))
 	}
 	l.h.Note("switchover of b done (fenced %v), new primary %v; %s", rep.Fenced.Round(time.Millisecond), rep.Primary, l.errors())
 	t.Logf("switchover done; %s", l.errors())
 	l.progress(t, 30)
 
+	// An operator makes the old primary writable again by hand: only the
+	// fence keeps the routers from it now.
+	if err := f.primary.Configure(ctx, map[string]string{"default_transaction_read_only": "off", "synchronous_standby_names": "''"}); err != nil {
+		t.Fatal(err)
+	}
+	l.h.Note("b's old primary made writable again")
 	pgtest.Exec(t, f.standby.DSN("postgres"), "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '"+f.db+"' AND pid <> pg_backend_pid()")
 	l.h.Note("connections to b's new primary cut")
 	l.start(l.process(t, "started after", 200*time.Millisecond), 2)
 	l.progress(t, 30)
 	l.check(t, f.standby)
+}
+
+// replayState describes where b's standby stands in receiving and
+// replaying the primary's WAL, and what its startup process waits on,
+// for the report of a switchover that stopped at its replay step.
+func replayState(ctx context.Context, f *failover) string {
+	var b strings.Builder
+	ask := func(dsn, q string) {
+		conn, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", q, err)
+			return
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, q)
+		if err != nil {
+			fmt.Fprintf(&b, "%s: %v\n", q, err)
+			return
+		}
+		defer rows.Close()
+		for rows.Next() {
+			vals, _ := rows.Values()
+			fmt.Fprintf(&b, "%v\n", vals)
+		}
+	}
+	ask(f.primary.DSN("postgres"), "SELECT 'primary', pg_current_wal_lsn(), pg_current_wal_flush_lsn(), state, sent_lsn, flush_lsn, replay_lsn, sync_state FROM pg_stat_replication")
+	ask(f.standby.DSN("postgres"), "SELECT 'standby', pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn(), pg_is_wal_replay_paused(), pg_is_in_recovery()")
+	ask(f.standby.DSN("postgres"), "SELECT 'standby backend', backend_type, state, wait_event_type, wait_event, left(query, 60) FROM pg_stat_activity WHERE backend_type IN ('startup', 'walreceiver', 'client backend')")
+	ask(f.standby.DSN("postgres"), "SELECT 'standby conflicts', datname, confl_lock, confl_snapshot, confl_bufferpin FROM pg_stat_database_conflicts WHERE datname = current_database() OR confl_lock + confl_snapshot + confl_bufferpin > 0")
+	return b.String()
 }

@@ -374,12 +374,17 @@ func SmallestWindow(model porcupine.Model, part []porcupine.Operation) string {
 	bad := part[hi-1]
 	var b strings.Builder
 	fmt.Fprintf(&b, "key %d is not linearizable; the first operation that cannot be placed:\n", bad.Input.(Input).Key)
-	// The operations that overlap the failing one or returned in the
-	// 30 ms before its call, at most the last 16 of them.
+	// The last operations called before the failing one, those that
+	// overlap it or returned in the 30 ms before its call, and the
+	// unknown outcomes called in the second before it: at most the last
+	// 20 of them.
 	from := bad.Call - int64(30*time.Millisecond)
 	var window []porcupine.Operation
-	for _, op := range part[:hi] {
-		if op.Return >= from {
+	for i, op := range part[:hi] {
+		switch {
+		case i >= hi-10,
+			op.Return != Never && op.Return >= from,
+			op.Return == Never && op.Call >= bad.Call-int64(time.Second):
 			window = append(window, op)
 		}
 	}
@@ -393,7 +398,7 @@ func SmallestWindow(model porcupine.Model, part []porcupine.Operation) string {
 		}
 		window = append(window, bad)
 	}
-	window = window[max(len(window)-16, 0):]
+	window = window[max(len(window)-20, 0):]
 	for _, op := range window {
 		mark := "  "
 		if op.Call == bad.Call && op.ClientId == bad.ClientId {
