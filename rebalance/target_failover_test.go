@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/router"
 )
@@ -171,5 +172,67 @@ func TestMoveReversibleAcrossTargetFailover(t *testing.T) {
 				t.Errorf("left after %s: %v", end, left)
 			}
 		})
+	}
+}
+
+// TestMoveRollsBackAcrossTargetFailoverWithSyncedSlot (PostgreSQL 17+):
+// s1's standby syncs failover slots. A move cut over to s1 makes its
+// reverse slot there; once the standby holds a copy of it ready for
+// failover, s1's primary dies, the standby is promoted and recorded, and
+// the writers go on on the promoted target. The rollback keeps the
+// synced slot: the shard goes back to s0 with every acknowledged write,
+// those the target took before and after its failover included.
+func TestMoveRollsBackAcrossTargetFailoverWithSyncedSlot(t *testing.T) {
+	ctx := context.Background()
+	if v, err := pgtest.Set(t).Clusters[0].VersionNum(ctx); err != nil {
+		t.Fatal(err)
+	} else if v < 170000 {
+		t.Skipf("needs PostgreSQL 17+ for failover slots (the server is %d): "+
+			"SHARDKIT_PG_BIN=$(go run ./internal/harness/pglocal/cmd/pgbin 17) go test -run %s ./rebalance", v, t.Name())
+	}
+	f := newFailoverEnvOn(t, "s1", 2, true)
+	first := f.register(t, f.multi)
+	for s := range 2 {
+		seedPhotos(t, f.env, s, 2000)
+	}
+	a := newAckedWriter(t, f.env, []int{0, 1})
+	a.w.via = newPluginOps(t, f.env, a.w.r)
+	stop := a.run(ctx)
+	t.Cleanup(stop)
+	testkit.Eventually(t, 30*time.Second, func() bool { return a.count() >= 50 })
+	tf := &targetFailover{f: f, a: a, stop: stop, first: first}
+
+	mv := f.mover(t, Config{StepTimeout: 2 * time.Minute, CutoverLag: 100 * time.Millisecond})
+	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.State != StateReversible {
+		t.Fatalf("move ended %s at %s, want reversible", m.State, m.Step)
+	}
+	n, err := moveNames(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := a.count()
+	testkit.Eventually(t, 30*time.Second, func() bool { return a.count() >= before+50 }) // on the target
+	f.slotReady(t, n.rev)
+	f.failOver(t)
+	tf.promoted(t)
+	m, err = mv.Rollback(ctx, 0)
+	if err != nil {
+		t.Fatalf("rollback after the target's failover with its reverse slot synced: %v", err)
+	}
+	if m.State != StateRolledBack {
+		t.Fatalf("rollback ended %s at %s, want rolled back", m.State, m.Step)
+	}
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	a.check(t, f.pools)
+	if p := f.placement(t, 0); p.Server != "s0" || p.State != router.StateActive {
+		t.Errorf("shard 0 placed %+v after the rollback, want s0 active", p)
+	}
+	if left := f.leftoversOf(t, 0); len(left) > 0 {
+		t.Errorf("left after the rollback: %v", left)
 	}
 }
