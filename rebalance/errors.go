@@ -43,6 +43,13 @@ var (
 	// (Config.FenceLease). The move is resumable: Mover.Resume later, or
 	// with the bound the message names raised.
 	ErrCutoverAborted = errors.New("cutover aborted; nothing lost, shard writable on its old home; the move is resumable: Mover.Resume")
+	// ErrReverseLost: the move can no longer be rolled back: its reverse
+	// replication slot is gone from the target, as after a failover of
+	// the target to a standby that did not sync it (PostgreSQL 15 and 16,
+	// or 17+ without sync_replication_slots). Nothing was changed and
+	// the move stays reversible: Mover.Complete it (the target has every
+	// write), then move the shard back with a new move if it must go back.
+	ErrReverseLost = errors.New("the move's reverse replication is lost; it can only be completed: Mover.Complete, then move the shard back with a new move")
 	// ErrMismatch: verification found that the two copies differ. Do not
 	// complete the move; roll it back or resume it.
 	ErrMismatch = errors.New("copies differ")
@@ -63,7 +70,7 @@ var (
 // kinds are the kinds of failure, the more specific first: kindOf returns the first
 // one err matches.
 var kinds = []error{ErrMoveInProgress, ErrSameServer, ErrNotLogical, ErrStatementLogging, ErrPreparedTransactions,
-	ErrCutoverAborted, ErrMismatch, ErrWrongState, ErrPreflight, ErrStopped}
+	ErrCutoverAborted, ErrReverseLost, ErrMismatch, ErrWrongState, ErrPreflight, ErrStopped}
 
 // kinded is a cause of failure of a given Kind: errors.Is(err, its kind)
 // holds, and the message is the cause's alone.

@@ -18,16 +18,18 @@ import (
 	"github.com/shardkit/shardkit/router"
 )
 
-// failoverEnv is an env whose server s0, holding every shard, runs on a
-// primary of its own with a synchronous standby, and whose server s1, on
-// a shared cluster, is empty: moves go from s0 to s1. The env's pools
-// (the test's writers and checks) reach s0 through one DSN naming both
-// hosts with target_session_attrs=read-write, so they follow the
-// failover; the catalog registers s0 as the test asks (register).
+// failoverEnv is an env of two servers, s0 holding every shard and s1
+// empty (moves go from s0 to s1), one of which (server: s0, the source,
+// unless newFailoverEnvOn says s1, the target) runs on a primary of its
+// own with a synchronous standby, the other on a shared cluster. The
+// env's pools (the test's writers and checks) reach it through one DSN
+// naming both hosts with target_session_attrs=read-write, so they follow
+// the failover; the catalog registers it as the test asks (register).
 type failoverEnv struct {
 	*env
+	server           string // the server on the primary and its standby
 	primary, standby *pglocal.Cluster
-	db               string // s0's database
+	db               string // its database
 	multi            string // the DSN naming both hosts
 }
 
@@ -36,6 +38,13 @@ var failoverDBs atomic.Int64
 // newFailoverEnv starts s0's primary and its standby (syncing failover
 // slots when slotSync: PostgreSQL 17+) and provisions shards shards on s0.
 func newFailoverEnv(t *testing.T, shards int, slotSync bool) *failoverEnv {
+	t.Helper()
+	return newFailoverEnvOn(t, "s0", shards, slotSync)
+}
+
+// newFailoverEnvOn is newFailoverEnv with server (s0 or s1) on the
+// primary and its standby; the shards are on s0 either way.
+func newFailoverEnvOn(t *testing.T, server string, shards int, slotSync bool) *failoverEnv {
 	t.Helper()
 	ctx := context.Background()
 	tuneShared(t)
@@ -64,33 +73,34 @@ func newFailoverEnv(t *testing.T, shards int, slotSync bool) *failoverEnv {
 		primary.Port, standby.Port, db)
 	e := newEnvFrom(t, shardtest.Spec{Servers: []string{"s0", "s1"}, Shards: shards, Used: 1, ShardSQL: testSQL,
 		DSN: func(s string) string {
-			if s == "s0" {
+			if s == server {
 				return multi
 			}
 			return ""
 		}})
-	return &failoverEnv{env: e, primary: primary, standby: standby, db: db, multi: multi}
+	return &failoverEnv{env: e, server: server, primary: primary, standby: standby, db: db, multi: multi}
 }
 
-// register sets s0's admin DSN in the catalog and records the host that
-// answers on it as s0's primary, as an HA tool's promotion hook does
-// (shardctl server promoted s0).
+// register sets the server's admin DSN in the catalog and records the
+// host that answers on it as its primary, as an HA tool's promotion hook
+// does (shardctl server promoted s0).
 func (f *failoverEnv) register(t *testing.T, dsn string) router.Primary {
 	t.Helper()
 	ctx := context.Background()
 	if err := f.cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
-		return tx.SetServerDSN(ctx, "s0", dsn, "")
+		return tx.SetServerDSN(ctx, f.server, dsn, "")
 	}); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := f.cat.RecordServerPrimary(ctx, "s0")
+	got, _, err := f.cat.RecordServerPrimary(ctx, f.server)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return got
 }
 
-// failOver kills s0's primary as a crash would and promotes its standby.
+// failOver kills the server's primary as a crash would and promotes its
+// standby.
 func (f *failoverEnv) failOver(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()

@@ -54,12 +54,48 @@ func (mv *Mover) Rollback(ctx context.Context, shard int) (_ Move, err error) {
 			return m, err
 		}
 	}
+	if !m.Offline && m.Step == stepReverse {
+		// Nothing of the cutover back has run yet: it needs the reverse
+		// slot, which a failover of the target may have lost.
+		if err := mv.reverseKept(ctx, &m); err != nil {
+			return m, err
+		}
+	}
 	if m.State != StateRollingBack {
 		if err := mv.setState(ctx, &m, StateRollingBack); err != nil {
 			return m, err
 		}
 	}
 	return mv.rollback(ctx, &m)
+}
+
+// reverseKept checks, before a rollback's cutover fences anything, that
+// the reverse slot is on the target's primary (the host the catalog
+// records). A rollback found it gone leaves the move reversible (or puts
+// it back, when an earlier attempt had begun rolling back), since it can
+// still be completed.
+func (mv *Mover) reverseKept(ctx context.Context, m *Move) error {
+	mc, err := mv.prepare(ctx, m)
+	if err != nil {
+		return err
+	}
+	var exists bool
+	if err := mc.tgt.QueryRow(ctx, sqlSlotExists, mc.n.rev).Scan(&exists); err != nil {
+		return fmt.Errorf("look up slot %s: %w", mc.n.rev, err)
+	}
+	if exists {
+		return nil
+	}
+	if m.State == StateRollingBack {
+		if err := mv.setState(ctx, m, StateReversible); err != nil {
+			return err
+		}
+	}
+	mv.log.Warn("shardkit: move's reverse replication slot is gone from its target, as after a failover to a standby that did not sync it; the move can only be completed",
+		"move", m.ID, "shard", m.Shard, "target", m.Target, "slot", mc.n.rev)
+	return ofKind(ErrReverseLost, fmt.Errorf("shardkit: rollback of shard %d: replication slot %s is gone from the target %s's primary, as after a failover to a standby that did not sync it: "+
+		"the move can no longer be rolled back; nothing changed, the shard is served by %s: Mover.Complete it, then move it back with a new move",
+		m.Shard, mc.n.rev, m.Target, m.Target))
 }
 
 func (mv *Mover) rollback(ctx context.Context, m *Move) (Move, error) {
