@@ -18,6 +18,8 @@ func hint(err error) string {
 	var me *rebalance.MoveError
 	isMove := errors.As(err, &me)
 	switch {
+	case isMove && errors.Is(err, rebalance.ErrReverseLost):
+		return fmt.Sprintf("from the command line: `shardctl move --shard %d --complete`, then move the shard back with a new `shardctl move` if it must go back", me.Shard)
 	case isMove && me.ID != 0:
 		return fmt.Sprintf("from the command line: `shardctl move --shard %d --resume` or `shardctl rollback --shard %d`", me.Shard, me.Shard)
 	case errors.Is(err, rebalance.ErrMoveInProgress):

@@ -25,6 +25,7 @@ func TestHints(t *testing.T) {
 	}{
 		{&rebalance.MoveError{Kind: rebalance.ErrStopped, ID: 3, Shard: 12, Step: "copied", Err: errors.New("boom")}, "shardctl move --shard 12 --resume"},
 		{&rebalance.MoveError{Kind: rebalance.ErrCutoverAborted, Shard: 12, Err: errors.New("lag gate")}, "retry with `shardctl move --resume`"},
+		{&rebalance.MoveError{Kind: rebalance.ErrReverseLost, ID: 3, Shard: 12, Err: errors.New("reverse slot missing")}, "shardctl move --shard 12 --complete"},
 		{fmt.Errorf("cutover: %w", rebalance.ErrPreparedTransactions), "shardctl resolve"},
 		{fmt.Errorf("shardkit: server pg2 has wal_level replica: %w", rebalance.ErrNotLogical), "shardctl move --offline"},
 		{fmt.Errorf("move shard 4: %w", rebalance.ErrMoveInProgress), "shardctl rollback"},
