@@ -62,6 +62,9 @@ type serverConnector struct {
 	// chosen whether to send statement_timeout and before it connects.
 	dialing func()
 	plans   planGeneration // of the reads across shards run prepared on this server
+	// notPrimary, when set, is called when a connection is refused with
+	// router.ErrNotPrimary: the map may be older than a failover's record.
+	notPrimary func()
 }
 
 func newServerConnector(cfg *Config, server, dsn string) (*serverConnector, error) {
@@ -169,6 +172,9 @@ func (c *serverConnector) Connect(ctx context.Context) (driver.Conn, error) {
 		conn, err = c.dial(ctx)
 	}
 	if err != nil {
+		if c.notPrimary != nil && errors.Is(err, router.ErrNotPrimary) {
+			c.notPrimary()
+		}
 		return nil, c.classify(ctx, err, start)
 	}
 	if sc, ok := conn.(*stdlib.Conn); ok && !c.named {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -387,19 +386,12 @@ func replayState(ctx context.Context, f *failover) string {
 
 // TestFailoverUnwatchedRouter: a process whose router does not watch the
 // map, started before server b's failover with b's primary recorded.
-// After the promotion is recorded it should go on on the new primary, as
-// a process whose write met a switchover's read-only primary does (the
-// refusal reloads the map). It does not: its pool for b takes only the
-// recorded old primary, refuses the promoted one (a newer timeline is
-// not taken on trust) with router.ErrNotPrimary, and nothing reloads the
-// map on that refusal, so every statement to b fails with
-// ErrServerUnavailable until the process restarts. Skipped until the
-// plugin reloads the map on ErrNotPrimary; SHARDKIT_UNWATCHED_ROUTER=1
-// runs it.
+// After the promotion is recorded it goes on on the new primary: its pool
+// for b takes only the recorded old primary and refuses the promoted one
+// (a newer timeline is not taken on trust) with router.ErrNotPrimary, and
+// that refusal reloads the map (Plugin.reloadSoon), whose record names
+// the new primary.
 func TestFailoverUnwatchedRouter(t *testing.T) {
-	if os.Getenv("SHARDKIT_UNWATCHED_ROUTER") == "" {
-		t.Skip("a router that does not watch the map never learns of a failover's record (ErrNotPrimary reloads nothing); SHARDKIT_UNWATCHED_ROUTER=1 runs it")
-	}
 	ctx := context.Background()
 	f := newFailover(t, envOpts{})
 	first := f.recordPrimary(t)

@@ -1,10 +1,12 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -26,13 +28,14 @@ type Plugin struct {
 	orig    originals
 	coll    collations // text collations per server (collation.go)
 
-	observed atomic.Bool  // keep routing decisions for Routed (see Observe)
-	dbIDs    atomic.Int64 // rows whose ID came from the database's next_id()
-	atomics  atomicCounters
-	log      logger.Interface          // the gorm.DB's, for what happens after a commit returns
-	unions   unionTexts                // texts of recent reads across shards' statements (read_render_union.go)
-	every    atomic.Pointer[placedAll] // the last snapshot's shards, placed, for reads of every shard (decide.go)
-	cutRows  atomic.Int64              // rows of reads across shards dropped as they arrived (pageCut); tests read it
+	observed  atomic.Bool  // keep routing decisions for Routed (see Observe)
+	reloading atomic.Bool  // a reload of reloadSoon is under way
+	dbIDs     atomic.Int64 // rows whose ID came from the database's next_id()
+	atomics   atomicCounters
+	log       logger.Interface          // the gorm.DB's, for what happens after a commit returns
+	unions    unionTexts                // texts of recent reads across shards' statements (read_render_union.go)
+	every     atomic.Pointer[placedAll] // the last snapshot's shards, placed, for reads of every shard (decide.go)
+	cutRows   atomic.Int64              // rows of reads across shards dropped as they arrived (pageCut); tests read it
 
 	// unionBatch is the most shards one statement of a multi-shard read
 	// covers; 0: the package's unionBatch. Tests and benchmarks set it
@@ -61,8 +64,31 @@ var _ gorm.Plugin = (*Plugin)(nil)
 func Register(cfg Config, models ...any) *Plugin {
 	cfg = cfg.withDefaults()
 	ps := &pools{cfg: &cfg}
-	return &Plugin{cfg: cfg, router: cfg.Router, models: models, pools: ps, lookups: &lookupPools{ps: ps}}
+	p := &Plugin{cfg: cfg, router: cfg.Router, models: models, pools: ps, lookups: &lookupPools{ps: ps}}
+	ps.stale = p.reloadSoon
+	return p
 }
+
+// reloadSoon reloads the map in the background, one reload at a time. A
+// server's pools are opened for the primary the map records (router.Fence);
+// a connection refused with ErrNotPrimary means the map may be older than
+// the record of a failover, which a router that does not watch the map
+// learns of only so: the reloaded map names the new primary, and its
+// server gets new pools (dsnKey) on its next statement.
+func (p *Plugin) reloadSoon() {
+	if p.router == nil || !p.reloading.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer p.reloading.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
+		defer cancel()
+		_, _ = p.router.Reload(ctx)
+	}()
+}
+
+// reloadTimeout bounds a reload of reloadSoon.
+const reloadTimeout = 5 * time.Second
 
 // Name is part of the gorm.Plugin interface.
 func (p *Plugin) Name() string { return "shardkit" }

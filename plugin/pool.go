@@ -76,6 +76,9 @@ type pools struct {
 	cfg *Config
 	mu  sync.RWMutex
 	by  map[string]*serverDB
+	// stale is called when a connection is refused as not the recorded
+	// primary (Plugin.reloadSoon); nil in tests that build pools alone.
+	stale func()
 }
 
 // dsnKey is what a server's pools were opened with: a map version that
@@ -166,6 +169,7 @@ func (ps *pools) open(server, dsn string, rec router.Primary) (*sql.DB, bool, er
 		if err != nil {
 			return nil, false, err
 		}
+		c.notPrimary = ps.stale
 		db, unnamed = sql.OpenDB(c), !c.named
 	}
 	db.SetMaxOpenConns(max(ps.cfg.MaxOpenConns, 0))
