@@ -111,6 +111,9 @@ build() {
     echo "shardkit: PostgreSQL $release: $stage" >&2
     if ! (
       cd "$src"
+      # Run as from a shell even under `make test`: PostgreSQL's makefiles
+      # generate their headers (utils/errcodes.h, …) only at MAKELEVEL 0.
+      unset MAKELEVEL MAKEFLAGS MFLAGS
       case $stage in
       configure) ./configure --prefix="$prefix" --with-icu --with-openssl --without-readline ;;
       build) make -j"$jobs" -s ;;
