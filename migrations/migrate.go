@@ -17,7 +17,6 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/adminconn"
-	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
@@ -243,7 +242,7 @@ func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.F
 
 // refuseOpenMoves returns a *MovesError for the journal's unfinished moves.
 func refuseOpenMoves(ctx context.Context, tx *catalog.Tx) error {
-	open, err := catalogmove.OpenMovesIn(ctx, tx)
+	open, err := tx.Moves().OpenMoves(ctx)
 	if err != nil || len(open) == 0 {
 		return err
 	}
