@@ -1,4 +1,4 @@
-package migrations
+package shardschema
 
 import (
 	"crypto/sha256"
@@ -12,18 +12,19 @@ import (
 	"strings"
 )
 
-// filePart is one half of a per-shard migration version.
-type filePart string
+// Part is one half of a per-shard migration version, as
+// shardkit.shard_migrations and the catalog record it.
+type Part string
 
 // Parts of a version: the tables file NNNN_name.sql, and the optional
 // secondary-index file NNNN_name.indexes.sql that a caller may defer.
 const (
-	partTables  filePart = "tables"
-	partIndexes filePart = "indexes"
+	PartTables  Part = "tables"
+	PartIndexes Part = "indexes"
 )
 
 // Version is one per-shard migration version, read from an application's
-// SQL files.
+// SQL files. Package migrations exports it as migrations.Version.
 type Version struct {
 	Number  int    // NNNN, at least 1 (0 is shardkit's own template)
 	Name    string // file name of the tables part, e.g. 0001_photos.sql
@@ -32,23 +33,33 @@ type Version struct {
 }
 
 // fileName returns the file name of a part.
-func (v Version) fileName(p filePart) string {
-	if p == partIndexes {
+func (v Version) fileName(p Part) string {
+	if p == PartIndexes {
 		return strings.TrimSuffix(v.Name, ".sql") + ".indexes.sql"
 	}
 	return v.Name
 }
 
 // sql returns the SQL of a part.
-func (v Version) sql(p filePart) string {
-	if p == partIndexes {
+func (v Version) sql(p Part) string {
+	if p == PartIndexes {
 		return v.Indexes
 	}
 	return v.Tables
 }
 
+// FileName returns the file name of part p of v.
+func FileName(v Version, p Part) string { return v.fileName(p) }
+
+// PartSQL returns the SQL of part p of v ("" for an absent index part).
+func PartSQL(v Version, p Part) string { return v.sql(p) }
+
+// Checksum returns the hex SHA-256 of part p of v, as the catalog and
+// shardkit.shard_migrations record it.
+func Checksum(v Version, p Part) string { return v.checksum(p) }
+
 // checksum returns the hex SHA-256 of a part's SQL.
-func (v Version) checksum(p filePart) string {
+func (v Version) checksum(p Part) string {
 	sum := sha256.Sum256([]byte(v.sql(p)))
 	return hex.EncodeToString(sum[:])
 }
@@ -111,7 +122,7 @@ func ReadVersions(fsys fs.FS) ([]Version, error) {
 	for n, s := range indexes {
 		name, body, _ := strings.Cut(s, "\x00")
 		v, ok := byNum[n]
-		if !ok || v.fileName(partIndexes) != name {
+		if !ok || v.fileName(PartIndexes) != name {
 			return nil, fmt.Errorf("shardkit: %w: %q has no matching tables file", ErrBadMigrationFile, name)
 		}
 		v.Indexes = body
