@@ -305,7 +305,8 @@ func (r render) typ(t *doc.Type) {
 }
 
 // Library lists the module's library packages, relative to its root: every
-// package a user imports, that is all but cmd/, examples/ and internal/.
+// package a user imports, that is all but cmd/, examples/ and every
+// internal/ (plugin/internal/… too: Go lets no user import it).
 func Library(root string) ([]string, error) {
 	var dirs []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -319,7 +320,7 @@ func Library(root string) ([]string, error) {
 		rel = filepath.ToSlash(rel)
 		base := d.Name()
 		if rel != "." && (strings.HasPrefix(base, ".") || strings.HasPrefix(base, "_") || base == "testdata" ||
-			rel == "cmd" || rel == "examples" || rel == "internal" || rel == "docker" || rel == "docs" || rel == "api") {
+			rel == "cmd" || rel == "examples" || base == "internal" || rel == "docker" || rel == "docs" || rel == "api") {
 			return filepath.SkipDir
 		}
 		if rel == "." {
