@@ -107,7 +107,7 @@ func Restore(ctx context.Context, cat *catalog.Catalog, r io.Reader, opts Restor
 	// Unfence whatever happened: on failure the old schema is untouched.
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	v, uerr := catalogmove.Of(cat).ChangeShardState(uctx, m.Shard, p.Server, router.StateFenced, router.StateActive)
+	v, uerr := cat.Moves().ChangeShardState(uctx, m.Shard, p.Server, router.StateFenced, router.StateActive)
 	if err != nil {
 		return nil, errors.Join(err, uerr)
 	}
@@ -120,7 +120,7 @@ func Restore(ctx context.Context, cat *catalog.Catalog, r io.Reader, opts Restor
 
 // fence marks the shard fenced on server, if it is active there.
 func fence(ctx context.Context, cat *catalog.Catalog, shard int, server string) error {
-	_, err := catalogmove.Of(cat).ChangeShardState(ctx, shard, server, router.StateActive, router.StateFenced)
+	_, err := cat.Moves().ChangeShardState(ctx, shard, server, router.StateActive, router.StateFenced)
 	switch {
 	case errors.Is(err, catalogmove.ErrNotPlaced):
 		return fmt.Errorf("shardkit: restore: %w: shard %d is not active on %s; finish or roll back its move first (rebalance.Mover Complete or Rollback)",

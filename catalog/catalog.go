@@ -306,12 +306,10 @@ func (c *Catalog) ListenMap(ctx context.Context) (router.Listener, error) {
 
 var _ router.Source = (*Catalog)(nil)
 
-// The move journal and the map changes of moves live in
-// internal/catalogmove, for rebalance, migrations and backup: they reach a
-// Catalog's pool and a Tx's transaction through these, not through
-// exported methods.
-func init() {
-	catalogmove.Register(
-		func(cat any) *pgxpool.Pool { return cat.(*Catalog).pool },
-		func(tx any) pgx.Tx { return tx.(*Tx).tx })
-}
+// Moves returns the catalog's move store on its pool: the move journal,
+// the cutover's fence, flip and unfence, fence leases and the shard-map
+// state changes of moves and restores. It is for shardkit's own packages
+// (rebalance, migrations, backup), whose operations keep the journal and
+// the map consistent with each other; its type is internal, and none of
+// it is a promise to users.
+func (c *Catalog) Moves() *catalogmove.Store { return catalogmove.New(c.pool) }

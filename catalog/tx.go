@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -20,6 +21,11 @@ type Tx struct{ tx pgx.Tx }
 func (c *Catalog) Update(ctx context.Context, fn func(ctx context.Context, tx *Tx) error) error {
 	return pgx.BeginFunc(ctx, c.pool, func(tx pgx.Tx) error { return fn(ctx, &Tx{tx: tx}) })
 }
+
+// Moves returns the part of the move store that reads in t: what
+// provisioning and migrations check under LockProvision. Like
+// Catalog.Moves, it is for shardkit's own packages.
+func (t *Tx) Moves() catalogmove.InTx { return catalogmove.InTxOf(t.tx) }
 
 // Statements of provisioning.
 const (

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/harness/benchout"
 	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
@@ -55,12 +54,12 @@ func TestWatchPollLoadsChanges(t *testing.T) {
 		do   func() error
 	}{
 		{"place", func() error { _, err := cat.PlaceShard(ctx, 3, "alpha", router.StateActive); return err }},
-		{"state", func() error { return catalogmove.Of(cat).SetShardState(ctx, 4, "alpha", router.StateMoving) }},
+		{"state", func() error { return cat.Moves().SetShardState(ctx, 4, "alpha", router.StateMoving) }},
 		{"flip", func() error {
-			if _, err := catalogmove.Of(cat).ChangeShardState(ctx, 4, "alpha", router.StateMoving, router.StateFenced); err != nil {
+			if _, err := cat.Moves().ChangeShardState(ctx, 4, "alpha", router.StateMoving, router.StateFenced); err != nil {
 				return err
 			}
-			return catalogmove.Of(cat).FlipShard(ctx, 4, "alpha", "beta")
+			return cat.Moves().FlipShard(ctx, 4, "alpha", "beta")
 		}},
 		{"server DSN", func() error {
 			return cat.Update(ctx, func(ctx context.Context, tx *Tx) error {

@@ -18,7 +18,7 @@ func TestApplyShardCreatesTablesAndNextID(t *testing.T) {
 	conn := pgtest.Connect(t, pgtest.NewDatabase(t, 0))
 	layout := idgen.DefaultLayout()
 	for range 2 { // the second run is a no-op
-		if err := applyShard(ctx, conn, layout, 5, testSQL, shardschema.ApplyOptions{}); err != nil {
+		if err := shardschema.ApplyShard(ctx, conn, layout, 5, testSQL, shardschema.ApplyOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,7 +60,7 @@ func TestNextIDBurstIsUnique(t *testing.T) {
 	ctx := context.Background()
 	conn := pgtest.Connect(t, pgtest.NewDatabase(t, 1))
 	layout := idgen.DefaultLayout()
-	if err := applyShard(ctx, conn, layout, 1234, testSQL, shardschema.ApplyOptions{}); err != nil {
+	if err := shardschema.ApplyShard(ctx, conn, layout, 1234, testSQL, shardschema.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// One statement: now() is constant, and 10,000 IDs need 625 ms of
@@ -103,7 +103,7 @@ func TestApplyShardDeferredIndexes(t *testing.T) {
 	ctx := context.Background()
 	conn := pgtest.Connect(t, pgtest.NewDatabase(t, 0))
 	layout := idgen.DefaultLayout()
-	if err := applyShard(ctx, conn, layout, 7, testSQL, shardschema.ApplyOptions{DeferIndexes: true}); err != nil {
+	if err := shardschema.ApplyShard(ctx, conn, layout, 7, testSQL, shardschema.ApplyOptions{DeferIndexes: true}); err != nil {
 		t.Fatal(err)
 	}
 	count := func() int {
@@ -114,31 +114,31 @@ func TestApplyShardDeferredIndexes(t *testing.T) {
 		return n
 	}
 	if n := count(); n != 0 {
-		t.Fatalf("%d secondary indexes before applyIndexes, want 0", n)
+		t.Fatalf("%d secondary indexes before ApplyIndexes, want 0", n)
 	}
-	if err := applyIndexes(ctx, conn, layout, 7, testSQL); err != nil {
+	if err := shardschema.ApplyIndexes(ctx, conn, layout, 7, testSQL); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != 3 {
-		t.Fatalf("%d secondary indexes after applyIndexes, want 3", n)
+		t.Fatalf("%d secondary indexes after ApplyIndexes, want 3", n)
 	}
-	if err := dropShard(ctx, conn, 7); err != nil {
+	if err := shardschema.DropShard(ctx, conn, 7); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyShard(ctx, conn, layout, 7, testSQL, shardschema.ApplyOptions{}); err != nil {
-		t.Fatalf("re-create after dropShard: %v", err)
+	if err := shardschema.ApplyShard(ctx, conn, layout, 7, testSQL, shardschema.ApplyOptions{}); err != nil {
+		t.Fatalf("re-create after DropShard: %v", err)
 	}
 }
 
 func TestApplyShardLayoutMismatch(t *testing.T) {
 	ctx := context.Background()
 	conn := pgtest.Connect(t, pgtest.NewDatabase(t, 0))
-	if err := applyShard(ctx, conn, idgen.DefaultLayout(), 1, nil, shardschema.ApplyOptions{}); err != nil {
+	if err := shardschema.ApplyShard(ctx, conn, idgen.DefaultLayout(), 1, nil, shardschema.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	other := idgen.DefaultLayout()
 	other.SlotBits = 4
-	err := applyShard(ctx, conn, other, 2, nil, shardschema.ApplyOptions{})
+	err := shardschema.ApplyShard(ctx, conn, other, 2, nil, shardschema.ApplyOptions{})
 	if !errors.Is(err, ErrLayoutMismatch) {
 		t.Fatalf("err = %v, want ErrLayoutMismatch", err)
 	}

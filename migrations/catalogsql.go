@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"sort"
 	"testing/fstest"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/catalog"
+	"github.com/shardkit/shardkit/internal/shardschema"
 )
 
 // sqlStepApplied asks a shard server whether any schema applied a step.
@@ -51,6 +51,13 @@ func appliedAnywhere(ctx context.Context, cat *catalog.Catalog, k stepKey) (bool
 	return false, nil
 }
 
+// stepKey names one part of one version: what the catalog records a
+// file by.
+type stepKey struct {
+	version int
+	part    shardschema.Part
+}
+
 type recorded struct {
 	name, body, sum string
 }
@@ -61,7 +68,7 @@ func byStep(files []catalog.ShardSQL, err error) (map[stepKey]recorded, error) {
 	}
 	out := make(map[stepKey]recorded, len(files))
 	for _, f := range files {
-		out[stepKey{f.Version, filePart(f.Part)}] = recorded{name: f.Name, body: f.Body, sum: f.SHA256}
+		out[stepKey{f.Version, shardschema.Part(f.Part)}] = recorded{name: f.Name, body: f.Body, sum: f.SHA256}
 	}
 	return out, nil
 }
@@ -100,17 +107,17 @@ func planRun(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, files []
 		newest = max(newest, k.version)
 	}
 	for _, v := range files {
-		if _, ok := have[stepKey{v.Number, partTables}]; !ok && v.Number < newest {
+		if _, ok := have[stepKey{v.Number, shardschema.PartTables}]; !ok && v.Number < newest {
 			return runPlan{}, fmt.Errorf("shardkit: %w: %s is new but version %d is already applied; renumber it above %d",
 				ErrMigrationOrder, v.Name, newest, newest)
 		}
-		for _, p := range []filePart{partTables, partIndexes} {
-			if v.sql(p) == "" {
+		for _, p := range []shardschema.Part{shardschema.PartTables, shardschema.PartIndexes} {
+			if shardschema.PartSQL(v, p) == "" {
 				continue
 			}
 			k := stepKey{v.Number, p}
 			if r, ok := have[k]; ok {
-				if r.sum == v.checksum(p) && r.name == v.fileName(p) {
+				if r.sum == shardschema.Checksum(v, p) && r.name == shardschema.FileName(v, p) {
 					continue
 				}
 				used, err := appliedAnywhere(ctx, cat, k)
@@ -120,11 +127,11 @@ func planRun(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, files []
 				if used {
 					return runPlan{}, fmt.Errorf("shardkit: %w: %s differs from the %s applied as version %d; "+
 						"never edit an applied migration: undo the edit and add a new NNNN_name.sql",
-						ErrMigrationChanged, v.fileName(p), r.name, v.Number)
+						ErrMigrationChanged, shardschema.FileName(v, p), r.name, v.Number)
 				}
 				plan.replace[k] = true
 			}
-			plan.changes = append(plan.changes, v.record(p))
+			plan.changes = append(plan.changes, record(v, p))
 		}
 	}
 	if given {
@@ -156,7 +163,7 @@ func planRun(ctx context.Context, tx *catalog.Tx, cat *catalog.Catalog, files []
 func writeChanges(ctx context.Context, tx *catalog.Tx, plan runPlan) error {
 	for _, f := range plan.changes {
 		var err error
-		if plan.replace[stepKey{f.Version, filePart(f.Part)}] {
+		if plan.replace[stepKey{f.Version, shardschema.Part(f.Part)}] {
 			err = tx.ReplaceShardSQL(ctx, f)
 		} else {
 			err = tx.AddShardSQL(ctx, f)
@@ -185,9 +192,9 @@ func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]
 	}
 	file := map[stepKey]Version{}
 	for _, v := range files {
-		file[stepKey{v.Number, partTables}] = v
+		file[stepKey{v.Number, shardschema.PartTables}] = v
 		if v.Indexes != "" {
-			file[stepKey{v.Number, partIndexes}] = v
+			file[stepKey{v.Number, shardschema.PartIndexes}] = v
 		}
 	}
 	for _, srv := range snap.Servers() {
@@ -205,7 +212,7 @@ func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]
 		var n int
 		if err == nil {
 			_, err = pgx.ForEachRow(rows, []any{&k.version, &part, &name, &sum, &n, &first}, func() error {
-				k.part = filePart(part)
+				k.part = shardschema.Part(part)
 				if _, ok := have[k]; ok {
 					return nil
 				}
@@ -215,10 +222,10 @@ func checkLeftovers(ctx context.Context, cat *catalog.Catalog, have map[stepKey]
 						"by a migrate that failed, and is not among the files now; put it back as it was and run migrate again to finish it",
 						ErrMigrationIncomplete, name, k.version, n, srv.Name, first)
 				}
-				if sum != nil && *sum != v.checksum(k.part) {
+				if sum != nil && *sum != shardschema.Checksum(v, k.part) {
 					return fmt.Errorf("shardkit: %w: %s differs from the %s a failed migrate applied as version %d to %d shard schemas of server %q (%s first); "+
 						"put that content back, fix what made it fail on the shard the failure named, and run migrate again; changes go in a new NNNN_name.sql",
-						ErrMigrationChanged, v.fileName(k.part), name, k.version, n, srv.Name, first)
+						ErrMigrationChanged, shardschema.FileName(v, k.part), name, k.version, n, srv.Name, first)
 				}
 				return nil
 			})
@@ -250,22 +257,8 @@ func filesOf(have map[stepKey]recorded) fstest.MapFS {
 	return out
 }
 
-// catalogSQL returns the application's per-shard SQL files as recorded in
-// the catalog by Provision and Migrate, as a file system for applyShard:
-// the shard mover creates a target schema from it without needing the
-// application's files. It returns nil (no files) when none are recorded.
-func catalogSQL(ctx context.Context, cat *catalog.Catalog) (fs.FS, error) {
-	have, err := byStep(cat.ShardSQL(ctx))
-	if err != nil {
-		return nil, fmt.Errorf("shardkit: read per-shard SQL from the catalog: %w", err)
-	}
-	if len(have) == 0 {
-		return nil, nil
-	}
-	return filesOf(have), nil
-}
-
 // record is part p of v as the catalog records it.
-func (v Version) record(p filePart) catalog.ShardSQL {
-	return catalog.ShardSQL{Version: v.Number, Part: string(p), Name: v.fileName(p), Body: v.sql(p), SHA256: v.checksum(p)}
+func record(v Version, p shardschema.Part) catalog.ShardSQL {
+	return catalog.ShardSQL{Version: v.Number, Part: string(p), Name: shardschema.FileName(v, p), Body: shardschema.PartSQL(v, p),
+		SHA256: shardschema.Checksum(v, p)}
 }

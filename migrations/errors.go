@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/shardkit/shardkit/router"
+	"github.com/shardkit/shardkit/internal/shardschema"
 )
 
 // Sentinel errors of provisioning. Each is wrapped with context (often in a
@@ -16,7 +14,7 @@ var (
 	// ErrServerUnreachable reports a shard server that cannot be connected
 	// to. Check that the server is up and its DSN; run again: provisioning
 	// completes what is left.
-	ErrServerUnreachable = errors.New("server unreachable")
+	ErrServerUnreachable = shardschema.ErrServerUnreachable
 	// ErrDuplicateServer reports a server name given twice, or a name the
 	// catalog already holds with a different DSN. Name each server once;
 	// to change a registered server's DSN, shardctl server set-dsn.
@@ -29,12 +27,12 @@ var (
 	// catalog's (or from the one a shard server was provisioned with).
 	// Leave the layout out (an existing catalog's is kept), or give the
 	// catalog's.
-	ErrLayoutMismatch = errors.New("ID layout differs from the catalog's")
+	ErrLayoutMismatch = shardschema.ErrLayoutMismatch
 	// ErrInsufficientPrivilege reports a server role that lacks a
 	// privilege provisioning needs (SQLSTATE 42501); the message names the
 	// privilege. Provision as a role that holds it (the servers' and the
 	// catalog's owner, or a superuser).
-	ErrInsufficientPrivilege = errors.New("insufficient privilege")
+	ErrInsufficientPrivilege = shardschema.ErrInsufficientPrivilege
 	// ErrNoServers reports a Provision call without any server. Give at
 	// least one server (shardctl init --server NAME=DSN).
 	ErrNoServers = errors.New("no servers given")
@@ -46,11 +44,11 @@ var (
 	// content is unusable. Name each file NNNN_name.sql, one version per
 	// file, with unqualified table names; the message says which file and
 	// why.
-	ErrBadMigrationFile = errors.New("bad per-shard migration file")
+	ErrBadMigrationFile = shardschema.ErrBadMigrationFile
 	// ErrMigrationOrder reports a new migration version lower than one
 	// already applied: it would run in a different order on new shards.
 	// Give the new file a version above every applied one.
-	ErrMigrationOrder = errors.New("migration added out of order")
+	ErrMigrationOrder = shardschema.ErrMigrationOrder
 	// ErrMigrationChanged reports a per-shard migration file whose content
 	// differs from the one already recorded in the catalog for that
 	// version. A recorded file never changes: put it back as it was, and
@@ -121,49 +119,9 @@ func (e *MovesError) Unwrap() error { return ErrMovesInProgress }
 
 // ShardError is an error applying a migration to one shard schema. It names
 // the shard, the server and the file; the error it wraps says what failed.
-type ShardError struct {
-	Shard  int
-	Server string // may be empty when not known
-	File   string // migration file, if the error came from one
-	Err    error
-}
+// Its fields are Shard int, Server string (may be empty when not known),
+// File string (the migration file, if the error came from one) and Err.
+type ShardError = shardschema.ShardError
 
-func (e *ShardError) Error() string {
-	where := fmt.Sprintf("shard %d", e.Shard)
-	if e.Server != "" {
-		where += fmt.Sprintf(" on server %q", e.Server)
-	}
-	if e.File != "" {
-		where += fmt.Sprintf(", file %s", e.File)
-	}
-	return fmt.Sprintf("shardkit: %s: %v", where, e.Err)
-}
-
-// Unwrap returns the underlying error.
-func (e *ShardError) Unwrap() error { return e.Err }
-
-// classify turns driver errors on a server into typed errors: connection
-// failures become ErrServerUnreachable and SQLSTATE 42501 becomes
-// ErrInsufficientPrivilege naming what is needed. Other errors pass through.
-func classify(err error, need string) error {
-	if err == nil {
-		return nil
-	}
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42501" {
-		if need == "" {
-			need = "ownership of the shardkit and shard_NNNN schemas"
-		}
-		return fmt.Errorf("%w: the DSN's role needs %s (server said: %s)", ErrInsufficientPrivilege, need, pe.Message)
-	}
-	if errors.Is(err, router.ErrNotPrimary) {
-		// The host is not the server's recorded primary (an old primary
-		// back after a failover): the error says what to do.
-		return fmt.Errorf("%w: nothing was run on it", err)
-	}
-	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return fmt.Errorf("%w: %v; check the DSN and that the server is running", ErrServerUnreachable, err)
-	}
-	return err
-}
+// classify turns driver errors on a server into typed errors (shardschema.Classify).
+func classify(err error, need string) error { return shardschema.Classify(err, need) }

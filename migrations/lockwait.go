@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrLockWait reports a schema whose locks could not be taken within
@@ -93,14 +92,6 @@ func (e *LockWaitError) Error() string {
 
 // Unwrap returns ErrLockWait.
 func (e *LockWaitError) Unwrap() error { return ErrLockWait }
-
-// isLockTimeout reports a statement cancelled by lock_timeout (55P03) or
-// chosen as a deadlock victim (40P01): both leave nothing done and are
-// worth a retry.
-func isLockTimeout(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && (pe.Code == "55P03" || pe.Code == "40P01")
-}
 
 // sqlSchemaBlockers lists the sessions whose transactions, open since
 // before an attempt began, hold a lock on a relation of the schema: every

@@ -11,13 +11,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/adminconn"
-	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
@@ -186,9 +183,9 @@ func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.F
 		if err != nil {
 			return err
 		}
-		mode := modeAll
+		mode := shardschema.ModeAll
 		if opts.DeferIndexes {
-			mode = modeDeferIndexes
+			mode = shardschema.ModeDeferIndexes
 		}
 		work, err := gatherWork(ctx, snap, only, plan.versions, mode, opts.DryRun)
 		defer func() {
@@ -243,7 +240,7 @@ func MigrateWithSummary(ctx context.Context, cat *catalog.Catalog, shardSQL fs.F
 
 // refuseOpenMoves returns a *MovesError for the journal's unfinished moves.
 func refuseOpenMoves(ctx context.Context, tx *catalog.Tx) error {
-	open, err := catalogmove.OpenMovesIn(ctx, tx)
+	open, err := tx.Moves().OpenMoves(ctx)
 	if err != nil || len(open) == 0 {
 		return err
 	}
@@ -257,7 +254,7 @@ func refuseOpenMoves(ctx context.Context, tx *catalog.Tx) error {
 // gatherWork connects to each server of the run, installs shardkit's
 // objects (not in a dry run) and finds the schemas that need work. The
 // connections are returned with the work, also on error.
-func gatherWork(ctx context.Context, snap *router.Snapshot, only map[string]bool, versions []Version, mode applyMode, dry bool) ([]serverWork, error) {
+func gatherWork(ctx context.Context, snap *router.Snapshot, only map[string]bool, versions []Version, mode shardschema.Mode, dry bool) ([]serverWork, error) {
 	var work []serverWork
 	for _, s := range snap.Servers() {
 		if s.State != "retired" && (len(only) == 0 || only[s.Name]) {
@@ -274,11 +271,11 @@ func gatherWork(ctx context.Context, snap *router.Snapshot, only map[string]bool
 			}
 			w.conn = c
 			if !dry {
-				if err := ensureServer(gctx, c, snap.Layout); err != nil {
+				if err := shardschema.EnsureServer(gctx, c, snap.Layout); err != nil {
 					return &ServerError{Server: w.srv.Name, Err: err}
 				}
 			}
-			steps, err := pendingSteps(gctx, c, snap.Layout, snap.ShardsOn(w.srv.Name), versions, mode)
+			steps, err := shardschema.PendingSteps(gctx, c, snap.Layout, snap.ShardsOn(w.srv.Name), versions, mode)
 			if err != nil {
 				return withServer(w.srv.Name, err)
 			}
@@ -295,7 +292,7 @@ func gatherWork(ctx context.Context, snap *router.Snapshot, only map[string]bool
 }
 
 // othersLacking reports whether a server outside only lacks a step.
-func othersLacking(ctx context.Context, snap *router.Snapshot, only map[string]bool, versions []Version, mode applyMode) (bool, error) {
+func othersLacking(ctx context.Context, snap *router.Snapshot, only map[string]bool, versions []Version, mode shardschema.Mode) (bool, error) {
 	rest := map[string]bool{}
 	for _, s := range snap.Servers() {
 		if s.State != "retired" && !only[s.Name] {
@@ -322,35 +319,6 @@ func othersLacking(ctx context.Context, snap *router.Snapshot, only map[string]b
 	return false, nil
 }
 
-// pendingSteps returns the steps each of shards still needs; a schema
-// of shardkit's not yet installed needs everything.
-func pendingSteps(ctx context.Context, db shardschema.DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode) (map[int][]step, error) {
-	var applied map[int]map[stepKey]bool
-	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		var err error
-		applied, err = readApplied(ctx, tx, shards)
-		return err
-	})
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
-		applied, err = nil, nil // a dry run on a server not provisioned yet
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[int][]step{}
-	for _, s := range shards {
-		steps, err := plan(layout, s, applied[s], versions, mode)
-		if err != nil {
-			return nil, err
-		}
-		if len(steps) > 0 {
-			out[s] = steps
-		}
-	}
-	return out, nil
-}
-
 // failedRun is the error of a Migrate whose files failed on a schema: it
 // wraps ErrMigrationFailed and the failure (a *ShardError).
 type failedRun struct{ err error }
@@ -364,7 +332,7 @@ func (e *failedRun) Error() string {
 func (e *failedRun) Unwrap() []error { return []error{ErrMigrationFailed, e.err} }
 
 type migrateConfig struct {
-	batch        int  // schemas per transaction; 0 means defaultBatchSize
+	batch        int  // schemas per transaction; 0 means shardschema.DefaultBatchSize
 	deferIndexes bool // skip the NNNN_name.indexes.sql parts
 	progress     func(Progress)
 	only         map[string]bool // servers to work on; empty means all
@@ -387,7 +355,7 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 	}
 	versions := cfg.versions
 	if !cfg.given {
-		catFS, err := catalogSQL(ctx, cat)
+		catFS, err := shardschema.CatalogSQL(ctx, cat)
 		if err != nil {
 			return err
 		}
@@ -404,13 +372,13 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 	own := map[string]*pgx.Conn{}
 	defer closeAll(own)
 	work := make([][]int, len(servers))
-	mode := modeAll
+	mode := shardschema.ModeAll
 	if cfg.deferIndexes {
-		mode = modeDeferIndexes
+		mode = shardschema.ModeDeferIndexes
 	}
 	batch := cfg.batch
 	if batch <= 0 {
-		batch = defaultBatchSize
+		batch = shardschema.DefaultBatchSize
 	}
 	// Phase 1: connect, install shardkit's objects, find what is pending.
 	g, gctx := errgroup.WithContext(ctx)
@@ -428,10 +396,10 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 				mu.Unlock()
 				conn = c
 			}
-			if err := ensureServer(gctx, conn, snap.Layout); err != nil {
+			if err := shardschema.EnsureServer(gctx, conn, snap.Layout); err != nil {
 				return &ServerError{Server: srv.Name, Err: err}
 			}
-			p, err := pending(gctx, conn, snap.Layout, snap.ShardsOn(srv.Name), versions, mode)
+			p, err := shardschema.Pending(gctx, conn, snap.Layout, snap.ShardsOn(srv.Name), versions, mode)
 			if err != nil {
 				return withServer(srv.Name, err)
 			}
@@ -467,7 +435,7 @@ func migrateAll(ctx context.Context, cat *catalog.Catalog, conns map[string]*pgx
 				doneAll += n
 				cfg.progress(Progress{Server: srv.Name, ServerDone: done, ServerTotal: len(shards), Done: doneAll, Total: total})
 			}
-			if err := applySchemas(gctx, conn, snap.Layout, shards, versions, mode, batch, nil, report); err != nil {
+			if err := shardschema.ApplySchemas(gctx, conn, snap.Layout, shards, versions, mode, batch, nil, report); err != nil {
 				return withServer(srv.Name, err)
 			}
 			return withServer(srv.Name, grantHomes(gctx, conn, role, snap, srv.Name))

@@ -7,6 +7,7 @@ import (
 	"testing/fstest"
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/shardschema"
 )
 
 func TestMigrateAddsVersionAndResumes(t *testing.T) {
@@ -59,13 +60,13 @@ func TestMigrateAddsVersionAndResumes(t *testing.T) {
 		}
 	}
 	// The catalog gives the mover the files to create a schema elsewhere.
-	catFS, err := catalogSQL(ctx, e.cat)
+	catFS, err := shardschema.CatalogSQL(ctx, e.cat)
 	if err != nil {
 		t.Fatal(err)
 	}
 	vs, err := ReadVersions(catFS)
 	if err != nil || len(vs) != 2 || vs[0].Indexes == "" {
-		t.Fatalf("catalogSQL: %d versions, err %v; want 2, the first with indexes", len(vs), err)
+		t.Fatalf("CatalogSQL: %d versions, err %v; want 2, the first with indexes", len(vs), err)
 	}
 }
 

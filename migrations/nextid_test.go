@@ -19,7 +19,7 @@ import (
 func shard5(t *testing.T, cluster int, layout idgen.Layout) (dsn string) {
 	t.Helper()
 	dsn = pgtest.NewDatabase(t, cluster)
-	if err := applyShard(context.Background(), pgtest.Connect(t, dsn), layout, 5, testSQL, shardschema.ApplyOptions{}); err != nil {
+	if err := shardschema.ApplyShard(context.Background(), pgtest.Connect(t, dsn), layout, 5, testSQL, shardschema.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return dsn
@@ -137,7 +137,7 @@ func TestNextIDCancelReleasesLock(t *testing.T) {
 	ctx := context.Background()
 	dsn := pgtest.NewDatabase(t, 3)
 	conn := pgtest.Connect(t, dsn)
-	if err := applyShard(ctx, conn, idgen.DefaultLayout(), 9, testSQL, shardschema.ApplyOptions{}); err != nil {
+	if err := shardschema.ApplyShard(ctx, conn, idgen.DefaultLayout(), 9, testSQL, shardschema.ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Cancels land at random points of the statement; most calls of

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -119,7 +120,7 @@ type runner struct {
 	opts     MigrateOptions
 	layout   idgen.Layout
 	versions []Version
-	mode     applyMode
+	mode     shardschema.Mode
 	slots    chan struct{} // overall bound on busy workers; nil: none
 
 	mu     sync.Mutex
@@ -136,7 +137,7 @@ type serverWork struct {
 	srv    router.Server
 	conn   *pgx.Conn
 	shards []int
-	steps  map[int][]step // for a dry run
+	steps  map[int][]shardschema.PlannedStep // for a dry run
 }
 
 // run applies the pending schemas of every server. A schema given up for
@@ -200,7 +201,7 @@ func (r *runner) work(ctx context.Context, server string, conn *pgx.Conn, q *que
 			}
 		}
 		began := time.Now()
-		file, err := applyOne(ctx, conn, r.layout, j.shard, r.versions, r.mode, timeouts{lock: r.opts.LockTimeout, build: r.opts.BuildLockTimeout})
+		file, err := shardschema.ApplyOne(ctx, conn, r.layout, j.shard, r.versions, r.mode, shardschema.Timeouts{Lock: r.opts.LockTimeout, Build: r.opts.BuildLockTimeout})
 		if r.slots != nil {
 			<-r.slots
 		}
@@ -210,7 +211,7 @@ func (r *runner) work(ctx context.Context, server string, conn *pgx.Conn, q *que
 			if err := sleep(ctx, r.opts.Pause); err != nil {
 				return err
 			}
-		case isLockTimeout(err) && ctx.Err() == nil:
+		case shardschema.IsLockTimeout(err) && ctx.Err() == nil:
 			j.attempts++
 			j.waited += time.Since(began)
 			w := LockWait{Server: server, Shard: j.shard, Schema: router.SchemaName(j.shard), File: file,
@@ -283,7 +284,7 @@ func planned(work []serverWork) []PlannedStep {
 		var order []key
 		for _, s := range w.shards {
 			for _, st := range w.steps[s] {
-				k := key{st.name, st.noTx}
+				k := key{st.File, st.NoTx}
 				if _, ok := shards[k]; !ok {
 					order = append(order, k)
 				}

@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 )
@@ -239,7 +238,7 @@ func TestMigrateBesideMoves(t *testing.T) {
 	if err := Provision(ctx, e.cat, ProvisionOptions{Servers: e.servers, Shards: 8, ShardSQL: testSQL}); err != nil {
 		t.Fatal(err)
 	}
-	m, err := catalogmove.Of(e.cat).CreateMove(ctx, 1, "pg0", "pg1", "online")
+	m, err := e.cat.Moves().CreateMove(ctx, 1, "pg0", "pg1", "online")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,8 +261,8 @@ func TestMigrateBesideMoves(t *testing.T) {
 	var running bool
 	if err := Migrate(ctx, e.cat, addColumn(), MigrateOptions{Progress: func(p Progress) {
 		if p.Done == 1 {
-			running, _ = catalogmove.Of(e.cat).ProvisionRunning(ctx)
-			_, during = catalogmove.Of(e.cat).CreateMove(ctx, 6, "pg1", "pg0", "online")
+			running, _ = e.cat.Moves().ProvisionRunning(ctx)
+			_, during = e.cat.Moves().CreateMove(ctx, 6, "pg1", "pg0", "online")
 		}
 	}}); err != nil {
 		t.Fatal(err)
@@ -271,10 +270,10 @@ func TestMigrateBesideMoves(t *testing.T) {
 	if !running || !errors.Is(during, catalog.ErrProvisionRunning) {
 		t.Fatalf("a move journalled during the migration: err = %v (running %v); want catalog.ErrProvisionRunning", during, running)
 	}
-	if running, err := catalogmove.Of(e.cat).ProvisionRunning(ctx); running || err != nil {
+	if running, err := e.cat.Moves().ProvisionRunning(ctx); running || err != nil {
 		t.Fatalf("after the migration: running %v, %v", running, err)
 	}
-	if _, err := catalogmove.Of(e.cat).CreateMove(ctx, 6, "pg1", "pg0", "online"); err != nil {
+	if _, err := e.cat.Moves().CreateMove(ctx, 6, "pg1", "pg0", "online"); err != nil {
 		t.Fatalf("a move after the migration: %v", err)
 	}
 }

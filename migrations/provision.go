@@ -16,6 +16,7 @@ import (
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/approle"
+	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -315,7 +316,7 @@ func initMap(ctx context.Context, tx *catalog.Tx, shards int, servers []ServerSp
 	return tx.InitMap(ctx, names)
 }
 
-// ensureServers runs ensureServer on every connection, in parallel, and
+// ensureServers runs shardschema.EnsureServer on every connection, in parallel, and
 // returns the first error by server name.
 func ensureServers(ctx context.Context, conns map[string]*pgx.Conn, layout idgen.Layout) error {
 	errs := make(map[string]error, len(conns))
@@ -323,7 +324,7 @@ func ensureServers(ctx context.Context, conns map[string]*pgx.Conn, layout idgen
 	var wg sync.WaitGroup
 	for name, conn := range conns {
 		wg.Go(func() {
-			if err := ensureServer(ctx, conn, layout); err != nil {
+			if err := shardschema.EnsureServer(ctx, conn, layout); err != nil {
 				mu.Lock()
 				errs[name] = &ServerError{Server: name, Err: err}
 				mu.Unlock()

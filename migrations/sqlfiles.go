@@ -1,59 +1,16 @@
 package migrations
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
 	"io/fs"
-	"path"
-	"regexp"
-	"sort"
-	"strconv"
-	"strings"
-)
 
-// filePart is one half of a per-shard migration version.
-type filePart string
-
-// Parts of a version: the tables file NNNN_name.sql, and the optional
-// secondary-index file NNNN_name.indexes.sql that a caller may defer.
-const (
-	partTables  filePart = "tables"
-	partIndexes filePart = "indexes"
+	"github.com/shardkit/shardkit/internal/shardschema"
 )
 
 // Version is one per-shard migration version, read from an application's
-// SQL files.
-type Version struct {
-	Number  int    // NNNN, at least 1 (0 is shardkit's own template)
-	Name    string // file name of the tables part, e.g. 0001_photos.sql
-	Tables  string // SQL of the tables part
-	Indexes string // SQL of NNNN_name.indexes.sql, empty if absent
-}
-
-// fileName returns the file name of a part.
-func (v Version) fileName(p filePart) string {
-	if p == partIndexes {
-		return strings.TrimSuffix(v.Name, ".sql") + ".indexes.sql"
-	}
-	return v.Name
-}
-
-// sql returns the SQL of a part.
-func (v Version) sql(p filePart) string {
-	if p == partIndexes {
-		return v.Indexes
-	}
-	return v.Tables
-}
-
-// checksum returns the hex SHA-256 of a part's SQL.
-func (v Version) checksum(p filePart) string {
-	sum := sha256.Sum256([]byte(v.sql(p)))
-	return hex.EncodeToString(sum[:])
-}
-
-var fileRE = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+?)(\.indexes)?\.sql$`)
+// SQL files: Number (NNNN, at least 1; 0 is shardkit's own template), Name
+// (the file name of the tables part, e.g. 0001_photos.sql), Tables (its
+// SQL) and Indexes (the SQL of NNNN_name.indexes.sql, empty if absent).
+type Version = shardschema.Version
 
 // ReadVersions reads an application's per-shard SQL files from the root of
 // fsys: NNNN_name.sql and optional NNNN_name.indexes.sql, written with
@@ -62,88 +19,22 @@ var fileRE = regexp.MustCompile(`^([0-9]{4})_([a-z0-9_]+?)(\.indexes)?\.sql$`)
 // its tables file, or version 0000 is refused with ErrBadMigrationFile, and
 // so is a file system without any .sql file at its root (an embed.FS of a
 // subdirectory needs fs.Sub). A nil fsys has no versions.
-func ReadVersions(fsys fs.FS) ([]Version, error) {
-	if fsys == nil {
-		return nil, nil
-	}
-	entries, err := fs.ReadDir(fsys, ".")
-	if err != nil {
-		return nil, fmt.Errorf("shardkit: read per-shard SQL: %w", err)
-	}
-	byNum := map[int]*Version{}
-	indexes := map[int]string{}
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || path.Ext(name) != ".sql" {
-			continue
-		}
-		m := fileRE.FindStringSubmatch(name)
-		if m == nil {
-			return nil, fmt.Errorf("shardkit: %w: %q: name it NNNN_name.sql or NNNN_name.indexes.sql (lower case, digits, _)",
-				ErrBadMigrationFile, name)
-		}
-		n, _ := strconv.Atoi(m[1])
-		if n == 0 {
-			return nil, fmt.Errorf("shardkit: %w: %q: version 0000 is shardkit's own; start at 0001", ErrBadMigrationFile, name)
-		}
-		b, err := fs.ReadFile(fsys, name)
-		if err != nil {
-			return nil, fmt.Errorf("shardkit: read per-shard SQL: %w", err)
-		}
-		if strings.TrimSpace(string(b)) == "" {
-			return nil, fmt.Errorf("shardkit: %w: %q is empty", ErrBadMigrationFile, name)
-		}
-		if err := checkStatements(name, string(b)); err != nil {
-			return nil, err
-		}
-		if m[3] != "" {
-			if _, dup := indexes[n]; dup {
-				return nil, fmt.Errorf("shardkit: %w: two index files for version %d", ErrBadMigrationFile, n)
-			}
-			indexes[n] = name + "\x00" + string(b)
-			continue
-		}
-		if old, dup := byNum[n]; dup {
-			return nil, fmt.Errorf("shardkit: %w: %q and %q have the same version %d", ErrBadMigrationFile, old.Name, name, n)
-		}
-		byNum[n] = &Version{Number: n, Name: name, Tables: string(b)}
-	}
-	for n, s := range indexes {
-		name, body, _ := strings.Cut(s, "\x00")
-		v, ok := byNum[n]
-		if !ok || v.fileName(partIndexes) != name {
-			return nil, fmt.Errorf("shardkit: %w: %q has no matching tables file", ErrBadMigrationFile, name)
-		}
-		v.Indexes = body
-	}
-	if len(byNum) == 0 {
-		return nil, fmt.Errorf("shardkit: %w: no NNNN_name.sql file at the root of the per-shard SQL "+
-			"(for files in a subdirectory of an embed.FS, pass fs.Sub(files, \"dir\"); for none, pass nil)", ErrBadMigrationFile)
-	}
-	out := make([]Version, 0, len(byNum))
-	for _, v := range byNum {
-		out = append(out, *v)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Number < out[j].Number })
-	return out, nil
-}
+func ReadVersions(fsys fs.FS) ([]Version, error) { return shardschema.ReadVersions(fsys) }
 
-// checkStatements refuses a file whose CREATE INDEX CONCURRENTLY cannot
-// run: one in a file without NoTransactionMarker (Postgres refuses it in
-// a transaction), or one without an index name (a rerun after an
-// interrupted build could not find what to rebuild).
-func checkStatements(name, body string) error {
-	marked := noTransaction(body)
-	for _, stmt := range splitStatements(body) {
-		index, ok := concurrentIndex(stmt)
-		switch {
-		case ok && !marked:
-			return fmt.Errorf("shardkit: %w: %q builds an index CONCURRENTLY, which cannot run in a transaction: "+
-				"put it in a file of its own with the line %q", ErrBadMigrationFile, name, NoTransactionMarker)
-		case ok && index == "":
-			return fmt.Errorf("shardkit: %w: %q builds an index CONCURRENTLY without naming it: name it, "+
-				"so that a rerun after an interrupted build finds and rebuilds it", ErrBadMigrationFile, name)
-		}
-	}
-	return nil
-}
+// NoTransactionMarker is the line that marks a per-shard SQL file to run
+// outside a transaction, one statement at a time: what CREATE INDEX
+// CONCURRENTLY needs. Put it on a line of its own among the file's
+// comments:
+//
+//	-- shardkit:no-transaction
+//	CREATE INDEX CONCURRENTLY photos_created_at ON photos (created_at);
+//
+// Such a file is applied to each schema on one connection with that
+// schema as its search_path, and recorded once every statement succeeded.
+// A rerun after an interruption runs the file again, so its statements
+// must be safe to repeat (IF NOT EXISTS), except CREATE INDEX
+// CONCURRENTLY, which shardkit makes so: an index of that name already
+// valid is skipped, and one left invalid by an interrupted build is
+// dropped (DROP INDEX CONCURRENTLY) and built again. Each such index must
+// be named.
+const NoTransactionMarker = shardschema.NoTransactionMarker

@@ -202,9 +202,13 @@ package plugin
 //
 // Read path, exec:
 //
-//	read_exec.go             the servers at once, one goroutine each; the answers (partials)
-//	read_exec_pipe.go        a server's statements pipelined on one connection, prepared once
-//	read_exec_named.go       a statement run as a named prepared one; rows past the page dropped as they arrive
+//	read_exec.go             the stage handed its statements and the plugin's bound and connections; its errors typed
+//
+// The execute stage itself is plugin/internal/readexec, which imports no
+// GORM: the servers at once, one goroutine each (exec.go); a server's
+// statements pipelined on one connection, prepared once (pipe.go); a
+// statement run as a named prepared one, rows past the page dropped as
+// they arrive (named.go).
 //
 // Read path, merge:
 //

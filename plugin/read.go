@@ -139,7 +139,7 @@ func newReadResults(rp *readPlan, stmts []readStmt, pr *PartialResult) *readResu
 // unavailable in a Partial read, leaves that server's units from k's on
 // out of it. It returns false when the read has failed.
 func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, k int) bool {
-	st, a := &x.stmts[k], &x.answers[k]
+	st, a := &x.stmts[k], x.answer(k)
 	if a.err != nil {
 		return p.unitFailed(db, rp, res, x, k)
 	}
@@ -193,7 +193,6 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 		}
 		res.rows[u] = appendRows(res.rows[u], tmp.Elem())
 	}
-	a.rows = partials{} // read: its rows are the unit's now
 	if !slices.Contains(res.served, st.server) {
 		res.served = append(res.served, st.server)
 	}
@@ -219,7 +218,7 @@ func (p *Plugin) take(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, 
 
 // unitFailed handles the failure of statement k (see take).
 func (p *Plugin) unitFailed(db *gorm.DB, rp *readPlan, res *readResults, x *readExec, k int) bool {
-	st, err := &x.stmts[k], x.answers[k].err
+	st, err := &x.stmts[k], x.answer(k).err
 	if !unavailable(err) {
 		db.AddError(err)
 		return false

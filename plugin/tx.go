@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"gorm.io/gorm"
 
+	"github.com/shardkit/shardkit/plugin/internal/readexec"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -54,7 +55,8 @@ func (v *txView) Commit() error { return v.t.Commit() }
 // Rollback is part of gorm.TxCommitter: it rolls back the whole transaction.
 func (v *txView) Rollback() error { return v.t.Rollback() }
 
-const setSearchPath = `SELECT set_config('search_path', $1, true)`
+// setSearchPath sets a transaction's search_path to one sanitized schema.
+const setSearchPath = readexec.SetSearchPath
 
 // pin binds the transaction to a logical shard whose home the statement's
 // decision found: it begins on that server and sets search_path to the

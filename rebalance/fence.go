@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -430,7 +429,7 @@ type Fence struct {
 // Fences returns the shards fenced under a lease now, by shard: what
 // `shardctl status` shows next to the moves.
 func Fences(ctx context.Context, cat *catalog.Catalog) ([]Fence, error) {
-	fs, err := catalogmove.Of(cat).Fences(ctx)
+	fs, err := cat.Moves().Fences(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -210,12 +210,12 @@ func (j journal) setState(ctx context.Context, id int64, st State) error {
 // ActiveMoves returns the unfinished moves (running, reversible, rolling
 // back), oldest first: what `shardctl status` shows.
 func ActiveMoves(ctx context.Context, cat *catalog.Catalog) ([]Move, error) {
-	return movesOf(catalogmove.Of(cat).OpenMoves(ctx))
+	return movesOf(cat.Moves().OpenMoves(ctx))
 }
 
 // RecentMoves returns the newest n moves, finished or not, newest first.
 func RecentMoves(ctx context.Context, cat *catalog.Catalog, n int) ([]Move, error) {
-	return movesOf(catalogmove.Of(cat).RecentMoves(ctx, n))
+	return movesOf(cat.Moves().RecentMoves(ctx, n))
 }
 
 func movesOf(rs []catalogmove.MoveRow, err error) ([]Move, error) {

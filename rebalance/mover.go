@@ -14,7 +14,6 @@ import (
 
 	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/pgdsn"
 	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
@@ -178,7 +177,7 @@ func New(cfg Config) (*Mover, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Mover{cfg: cfg, j: journal{catalogmove.Of(cfg.Catalog)}, log: log, pools: map[serverDSN]*pgxpool.Pool{},
+	return &Mover{cfg: cfg, j: journal{cfg.Catalog.Moves()}, log: log, pools: map[serverDSN]*pgxpool.Pool{},
 		phases: newPhaseGate()}, nil
 }
 

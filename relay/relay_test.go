@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/catalogmove"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
@@ -117,20 +116,20 @@ func TestRouterFollowsCatalogThroughRelay(t *testing.T) {
 	sameMap(t, e.cat, r.Snapshot())
 	changes := []func() error{
 		func() error {
-			return catalogmove.Of(e.cat).SetShardState(ctx, 3, placed(t, e.cat, 3), router.StateMoving)
+			return e.cat.Moves().SetShardState(ctx, 3, placed(t, e.cat, 3), router.StateMoving)
 		},
 		func() error {
-			return catalogmove.Of(e.cat).SetShardState(ctx, 3, placed(t, e.cat, 3), router.StateFenced)
+			return e.cat.Moves().SetShardState(ctx, 3, placed(t, e.cat, 3), router.StateFenced)
 		},
 		func() error {
-			return catalogmove.Of(e.cat).FlipShard(ctx, 3, placed(t, e.cat, 3), other(placed(t, e.cat, 3)))
+			return e.cat.Moves().FlipShard(ctx, 3, placed(t, e.cat, 3), other(placed(t, e.cat, 3)))
 		},
 		func() error {
 			_, err := e.cat.PlaceShard(ctx, 7, other(placed(t, e.cat, 7)), router.StateActive)
 			return err
 		},
 		func() error {
-			return catalogmove.Of(e.cat).SetShardState(ctx, 0, placed(t, e.cat, 0), router.StateMoving)
+			return e.cat.Moves().SetShardState(ctx, 0, placed(t, e.cat, 0), router.StateMoving)
 		},
 	}
 	for i, change := range changes {
@@ -212,7 +211,7 @@ func TestListenerWakesOnChange(t *testing.T) {
 		}
 		got <- n.Payload
 	}()
-	if err := catalogmove.Of(e.cat).SetShardState(ctx, 1, placed(t, e.cat, 1), router.StateMoving); err != nil {
+	if err := e.cat.Moves().SetShardState(ctx, 1, placed(t, e.cat, 1), router.StateMoving); err != nil {
 		t.Fatal(err)
 	}
 	select {

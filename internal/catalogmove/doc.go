@@ -6,11 +6,13 @@
 // their only owner; it lives under internal/ so that none of it is a
 // promise to users.
 //
-// A [*catalog.Catalog] keeps its pool unexported. Package catalog hands it
-// over when it loads (see [Register]), so that rebalance, migrations and
-// backup reach the store with
+// Package catalog owns the pool and imports this package, never the
+// reverse: a [*catalog.Catalog] hands its store over through its Moves
+// method, and a *catalog.Tx hands over the reads of moves inside its
+// transaction through its own Moves, so that nothing is wired at load
+// time and rebalance, migrations and backup reach the store with
 //
-//	s := catalogmove.Of(cat)       // cat is a *catalog.Catalog
+//	s := cat.Moves()               // cat is a *catalog.Catalog
 //	m, err := s.CreateMove(ctx, shard, "pg0", "pg1", "online")
 package catalogmove
 
@@ -29,26 +31,6 @@ type Store struct{ pool *pgxpool.Pool }
 // New returns the store on the catalog database's pool.
 func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
 
-var (
-	poolOf func(cat any) *pgxpool.Pool
-	txOf   func(tx any) pgx.Tx
-)
-
-// Register is called once by package catalog when it loads: pool returns
-// the pool of a *catalog.Catalog, tx the transaction of a *catalog.Tx.
-// Neither is exported by catalog, so that its users see only its own API.
-func Register(pool func(cat any) *pgxpool.Pool, tx func(tx any) pgx.Tx) {
-	poolOf, txOf = pool, tx
-}
-
-// Of returns the store of cat, a *catalog.Catalog.
-func Of(cat any) *Store {
-	if poolOf == nil {
-		panic("catalogmove: package catalog has not registered")
-	}
-	return New(poolOf(cat))
-}
-
 // querier is a pool, a connection or a transaction.
 type querier interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -56,13 +38,12 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// txOfCatalog returns the transaction of tx, a *catalog.Tx.
-func txOfCatalog(tx any) querier {
-	if txOf == nil {
-		panic("catalogmove: package catalog has not registered")
-	}
-	return txOf(tx)
-}
+// InTx is the reads of the move journal in a catalog transaction.
+type InTx struct{ q querier }
+
+// InTxOf returns the reads of the move journal in tx, a catalog
+// transaction (package catalog's Tx holds it).
+func InTxOf(tx pgx.Tx) InTx { return InTx{q: tx} }
 
 func journalErr(err error) error {
 	if err != nil {

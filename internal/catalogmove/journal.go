@@ -128,12 +128,12 @@ func (c *Store) RecentMoves(ctx context.Context, n int) ([]MoveRow, error) {
 	return c.queryMoves(ctx, sqlRecentMoves, n)
 }
 
-// OpenMovesIn returns the unfinished moves (running, reversible, rolling
-// back), oldest first, read in tx, a *catalog.Tx. Under Tx.LockProvision no
-// move can be journalled until the transaction ends: CreateMove refuses
-// with ErrProvisionRunning.
-func OpenMovesIn(ctx context.Context, tx any) ([]MoveRow, error) {
-	return queryMoves(ctx, txOfCatalog(tx), sqlOpenMoves)
+// OpenMoves returns the unfinished moves (running, reversible, rolling
+// back), oldest first, read in the transaction. Under the catalog's
+// Tx.LockProvision no move can be journalled until the transaction ends:
+// CreateMove refuses with ErrProvisionRunning.
+func (t InTx) OpenMoves(ctx context.Context) ([]MoveRow, error) {
+	return queryMoves(ctx, t.q, sqlOpenMoves)
 }
 
 func (c *Store) queryMoves(ctx context.Context, sql string, args ...any) ([]MoveRow, error) {

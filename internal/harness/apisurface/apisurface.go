@@ -93,7 +93,7 @@ func Read(dir, importPath string) (Surface, error) {
 		return Surface{}, err
 	}
 	s := Surface{Path: importPath}
-	r := render{fset: fset, s: &s}
+	r := render{fset: fset, s: &s, dir: dir, imports: importsOf(files)}
 	r.values("const", p.Consts, &s.Counts.Consts)
 	r.values("var", p.Vars, &s.Counts.Vars)
 	r.funcs("", p.Funcs)
@@ -108,8 +108,69 @@ func Read(dir, importPath string) (Surface, error) {
 }
 
 type render struct {
-	fset *token.FileSet
-	s    *Surface
+	fset    *token.FileSet
+	s       *Surface
+	dir     string            // the package's directory
+	imports map[string]string // import name -> path, over the package's files
+}
+
+// importsOf maps the names the files import packages under to their paths.
+func importsOf(files []*ast.File) map[string]string {
+	out := map[string]string{}
+	for _, f := range files {
+		for _, im := range f.Imports {
+			path := strings.Trim(im.Path.Value, `"`)
+			name := path[strings.LastIndex(path, "/")+1:]
+			if im.Name != nil {
+				name = im.Name.Name
+			}
+			out[name] = path
+		}
+	}
+	return out
+}
+
+// internalTarget returns the declaration of the type an alias names when
+// it is a type of an internal package (type ShardError =
+// shardschema.ShardError): users cannot import that package, so its
+// fields and methods are the alias's surface, listed under the alias's
+// name. It returns nil for any other alias.
+func (r render) internalTarget(spec *ast.TypeSpec) (*doc.Type, *token.FileSet) {
+	sel, ok := spec.Type.(*ast.SelectorExpr)
+	if !ok || !spec.Assign.IsValid() {
+		return nil, nil
+	}
+	x, ok := sel.X.(*ast.Ident)
+	if !ok {
+		return nil, nil
+	}
+	path := r.imports[x.Name]
+	if !strings.Contains(path+"/", "/internal/") {
+		return nil, nil
+	}
+	bp, err := build.Import(path, r.dir, 0)
+	if err != nil {
+		return nil, nil
+	}
+	fset := token.NewFileSet()
+	var files []*ast.File
+	for _, name := range bp.GoFiles {
+		f, err := parser.ParseFile(fset, filepath.Join(bp.Dir, name), nil, parser.ParseComments)
+		if err != nil {
+			return nil, nil
+		}
+		files = append(files, f)
+	}
+	p, err := doc.NewFromFiles(fset, files, path)
+	if err != nil {
+		return nil, nil
+	}
+	for _, t := range p.Types {
+		if t.Name == sel.Sel.Name {
+			return t, fset
+		}
+	}
+	return nil, nil
 }
 
 func (r render) node(n any) string {
@@ -176,6 +237,27 @@ func (r render) typ(t *doc.Type) {
 	if spec.Assign.IsValid() {
 		assign = "= "
 	}
+	if target, fset := r.internalTarget(spec); target != nil {
+		r.add("type %s = %s", t.Name, r.node(spec.Type))
+		in := render{fset: fset, s: &Surface{}}
+		in.typ(target)
+		// The target's lines, under the alias's name, and counted as the
+		// alias's own: the target's type line gives way to the alias's.
+		for _, l := range in.s.Lines[1:] {
+			l = strings.Replace(l, target.Name+".", t.Name+".", 1)
+			l = strings.Replace(l, "("+target.Name+")", "("+t.Name+")", 1)
+			l = strings.Replace(l, "(*"+target.Name+")", "(*"+t.Name+")", 1)
+			r.add("%s", l)
+		}
+		c := in.s.Counts
+		r.s.Counts.Consts += c.Consts
+		r.s.Counts.Vars += c.Vars
+		r.s.Counts.Funcs += c.Funcs
+		r.s.Counts.Methods += c.Methods
+		r.s.Counts.Fields += c.Fields
+		r.s.Counts.IfaceMethods += c.IfaceMethods
+		return
+	}
 	switch u := spec.Type.(type) {
 	case *ast.StructType:
 		r.add("type %s %sstruct", t.Name, assign)
@@ -223,7 +305,8 @@ func (r render) typ(t *doc.Type) {
 }
 
 // Library lists the module's library packages, relative to its root: every
-// package a user imports, that is all but cmd/, examples/ and internal/.
+// package a user imports, that is all but cmd/, examples/ and every
+// internal/ (plugin/internal/… too: Go lets no user import it).
 func Library(root string) ([]string, error) {
 	var dirs []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
@@ -237,7 +320,7 @@ func Library(root string) ([]string, error) {
 		rel = filepath.ToSlash(rel)
 		base := d.Name()
 		if rel != "." && (strings.HasPrefix(base, ".") || strings.HasPrefix(base, "_") || base == "testdata" ||
-			rel == "cmd" || rel == "examples" || rel == "internal" || rel == "docker" || rel == "docs" || rel == "api") {
+			rel == "cmd" || rel == "examples" || base == "internal" || rel == "docker" || rel == "docs" || rel == "api") {
 			return filepath.SkipDir
 		}
 		if rel == "." {

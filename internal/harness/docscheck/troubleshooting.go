@@ -97,6 +97,7 @@ func packageErrors(dir, rel string) ([]ErrorDoc, error) {
 	var out []ErrorDoc
 	seen := map[string]bool{}     // a name declared in files of different build tags is one error
 	errTypes := map[string]bool{} // types with an Error() string method
+	inner := internalErrors(dir, rel, files)
 	for _, f := range files {
 		for _, d := range f.Decls {
 			fn, ok := d.(*ast.FuncDecl)
@@ -131,6 +132,9 @@ func packageErrors(dir, rel string) ([]ErrorDoc, error) {
 				}
 				switch s := spec.(type) {
 				case *ast.TypeSpec:
+					if t, ok := inner[selector(s.Type)]; ok && s.Assign.IsValid() && t.Type && s.Name.IsExported() {
+						errTypes[s.Name.Name] = true // an alias of an internal error type
+					}
 					if errTypes[s.Name.Name] && !seen[s.Name.Name] {
 						seen[s.Name.Name] = true
 						out = append(out, ErrorDoc{Pkg: rel, Name: s.Name.Name, Type: true, Doc: docOf(s.Doc)})
@@ -147,6 +151,9 @@ func packageErrors(dir, rel string) ([]ErrorDoc, error) {
 						e := ErrorDoc{Pkg: rel, Name: n.Name, Doc: docOf(s.Doc)}
 						if i < len(s.Values) {
 							e.Message = literalMessage(s.Values[i])
+							if t, ok := inner[selector(s.Values[i])]; ok && !t.Type {
+								e.Message = t.Message // internal.ErrX: its text is there
+							}
 						}
 						out = append(out, e)
 					}
@@ -155,6 +162,51 @@ func packageErrors(dir, rel string) ([]ErrorDoc, error) {
 		}
 	}
 	return out, nil
+}
+
+// selector returns "path.Name" for an expression pkg.Name, "" for any
+// other.
+func selector(e ast.Expr) string {
+	sel, ok := e.(*ast.SelectorExpr)
+	if !ok {
+		return ""
+	}
+	x, ok := sel.X.(*ast.Ident)
+	if !ok {
+		return ""
+	}
+	return x.Name + "." + sel.Sel.Name
+}
+
+// internalErrors returns the errors of the module's internal packages that
+// files import, by "name.Err…" as the files refer to them: a library
+// package that exports an internal package's error under its own name
+// (var ErrX = shardschema.ErrX, type ShardError = shardschema.ShardError)
+// exports that error, whose message and type are declared there.
+func internalErrors(dir, rel string, files []*ast.File) map[string]ErrorDoc {
+	root := filepath.Clean(strings.TrimSuffix(filepath.ToSlash(dir), rel))
+	out := map[string]ErrorDoc{}
+	for _, f := range files {
+		for _, im := range f.Imports {
+			path, err := strconv.Unquote(im.Path.Value)
+			if err != nil || !strings.HasPrefix(path, Module+"/internal/") {
+				continue
+			}
+			name := path[strings.LastIndex(path, "/")+1:]
+			if im.Name != nil {
+				name = im.Name.Name
+			}
+			innerRel := strings.TrimPrefix(path, Module+"/")
+			errs, err := packageErrors(filepath.Join(root, filepath.FromSlash(innerRel)), innerRel)
+			if err != nil {
+				continue
+			}
+			for _, e := range errs {
+				out[name+"."+e.Name] = e
+			}
+		}
+	}
+	return out
 }
 
 // literalMessage returns the text of errors.New("…") or

@@ -1,14 +1,13 @@
 package layout
 
 import (
+	"errors"
 	"fmt"
-	"go/parser"
-	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 )
@@ -143,59 +142,43 @@ func TestFileMapCheck(t *testing.T) {
 	}
 }
 
-// execImports returns the GORM imports of the read path's execute stage
-// (read_exec*.go in dir) and how many of its files there are. The stage's
-// goroutines run beside the caller's, which owns every GORM value; with no
-// GORM import they cannot reach one.
-func execImports(t *testing.T, dir string) (bad []string, n int) {
-	t.Helper()
-	paths, err := filepath.Glob(filepath.Join(dir, "read_exec*.go"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	for _, p := range paths {
-		if strings.HasSuffix(p, "_test.go") {
-			continue
-		}
-		n++
-		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, im := range f.Imports {
-			if path, _ := strconv.Unquote(im.Path.Value); strings.HasPrefix(path, "gorm.io/") {
-				bad = append(bad, fmt.Sprintf("%s imports %s", filepath.Base(p), path))
-			}
+// execImports returns the GORM packages among deps, the packages the
+// read path's execute stage (plugin/internal/readexec) builds with. The
+// stage's goroutines run beside the caller's, which owns every GORM
+// value; with no GORM package in its build they cannot reach one.
+func execImports(deps []string) (bad []string) {
+	for _, d := range deps {
+		if strings.HasPrefix(d, "gorm.io/") {
+			bad = append(bad, d)
 		}
 	}
-	return bad, n
+	return bad
 }
 
+const readexec = module + "/plugin/internal/readexec"
+
 func TestReadExecImportsNoGorm(t *testing.T) {
-	bad, n := execImports(t, filepath.Join("..", "..", "..", "plugin"))
-	if n < 3 {
-		t.Fatalf("found %d read_exec*.go files in plugin/; expected the execute stage's", n)
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}", readexec).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("go list %s: %v\n%s", readexec, err, ee.Stderr)
+		}
+		t.Fatal(err)
 	}
-	for _, b := range bad {
-		t.Errorf("plugin/%s: the execute stage runs on other goroutines and must not touch GORM state; render what it needs on the caller's goroutine (read_render*.go) and hand it over as plain values", b)
+	fields := strings.Fields(string(out))
+	// A missing package or an empty listing would pass trivially.
+	if len(fields) < 10 || fields[0] != readexec || !slices.Contains(fields, "github.com/jackc/pgx/v5") {
+		t.Fatalf("go list %s: %q; expected the execute stage and its dependencies (pgx among them)", readexec, out)
+	}
+	for _, b := range execImports(fields[1:]) {
+		t.Errorf("%s builds with %s: the execute stage runs on other goroutines and must not touch GORM state; render what it needs on the caller's goroutine (plugin/read_render*.go) and hand it over as plain values", readexec, b)
 	}
 }
 
 func TestExecImportsCheck(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, src string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("read_exec.go", "package p\n\nimport (\n\t\"context\"\n\t\"gorm.io/gorm\"\n)\n")
-	write("read_exec_pipe.go", "package p\n\nimport \"gorm.io/gorm/clause\"\n")
-	write("read_exec_named.go", "package p\n\nimport \"database/sql\"\n")
-	write("read_exec_x_test.go", "package p\n\nimport \"gorm.io/gorm\"\n")
-	write("read_plan.go", "package p\n\nimport \"gorm.io/gorm\"\n")
-	bad, n := execImports(t, dir)
-	if n != 3 || len(bad) != 2 || !strings.HasPrefix(bad[0], "read_exec.go imports gorm.io/gorm") || !strings.HasPrefix(bad[1], "read_exec_pipe.go imports gorm.io/gorm/clause") {
-		t.Errorf("got %d files, complaints %q; want 3 files and the two GORM imports of read_exec.go and read_exec_pipe.go", n, bad)
+	deps := []string{"context", "database/sql", "gorm.io/gorm", "github.com/jackc/pgx/v5", "gorm.io/gorm/clause", "example.com/gorm.io/x"}
+	if bad := execImports(deps); !slices.Equal(bad, []string{"gorm.io/gorm", "gorm.io/gorm/clause"}) {
+		t.Errorf("complaints %q; want gorm.io/gorm and gorm.io/gorm/clause", bad)
 	}
 }

@@ -1,4 +1,4 @@
-package plugin
+package readexec
 
 import (
 	"bytes"
@@ -17,29 +17,29 @@ import (
 	"github.com/shardkit/shardkit/internal/memrows"
 )
 
-// A read across shards that runs prepared is the plugin's heaviest
+// A read across shards that runs prepared is shardkit's heaviest
 // statement on the client: up to a page of rows from each of its 20
 // statements, most of them dropped by the merge. database/sql costs it a
 // goroutine per query (to watch the context), a lock and a conversion per
 // value, and a copy of every value handed out; pgx's database/sql driver
-// converts every value once more before that. The plugin runs the
-// statement on the pool's pgx connection itself (read_exec_pipe.go): the same
+// converts every value once more before that. The stage runs the
+// statement on the pool's pgx connection itself (pipe.go): the same
 // connection (taken from and returned to the same pool), the same plan
 // generation, and each value converted as pgx's driver converts it for
 // database/sql, so that what the merge and GORM's Scan see is what
-// readAll would have returned.
+// ReadAll would have returned.
 
-// readNamed runs text as a named prepared statement on a connection of
-// db and reads every row: a pipeline of one statement (readPipelined),
+// ReadNamed runs text as a named prepared statement on a connection of
+// db and reads every row: a pipeline of one statement (ReadPipelined),
 // from the connection's cache of prepared reads.
 //
 // With f set (a read merged in Go, late scanned, of unit u), a row that
 // cannot enter the read's page is dropped as it arrives, its ORDER BY
-// values alone converted (pageFilter).
-func readNamed(ctx context.Context, db *sql.DB, text string, vars []any, f *pageFilter, u int) (partials, error) {
-	var pt partials
+// values alone converted (Filter).
+func ReadNamed(cfg *Config, ctx context.Context, db *sql.DB, text string, vars []any, f Filter, u int) (Partials, error) {
+	var pt Partials
 	var err error
-	readPipelined(ctx, db, []pipeStmt{{sql: text, vars: vars, filter: f, unit: u}}, 0, func(_ int, p partials, e error) bool {
+	ReadPipelined(cfg, ctx, db, []PipeStmt{{SQL: text, Vars: vars, Filter: f, Unit: u}}, 0, func(_ int, p Partials, e error) bool {
 		pt, err = p, e
 		return true
 	})
@@ -48,7 +48,7 @@ func readNamed(ctx context.Context, db *sql.DB, text string, vars []any, f *page
 
 // queryOn runs text on pc in mode and reads every row (but those f
 // drops), each value converted as pgx's database/sql driver converts it.
-func queryOn(ctx context.Context, pc *pgx.Conn, text string, mode pgx.QueryExecMode, vars []any, f *pageFilter, u int) (partials, error) {
+func queryOn(ctx context.Context, pc *pgx.Conn, text string, mode pgx.QueryExecMode, vars []any, f Filter, u int) (Partials, error) {
 	args := make([]any, 2, len(vars)+2)
 	args[0], args[1] = sqlResultFormats, mode
 	for _, v := range vars {
@@ -59,7 +59,7 @@ func queryOn(ctx context.Context, pc *pgx.Conn, text string, mode pgx.QueryExecM
 	}
 	rows, err := pc.Query(ctx, text, args...)
 	if err != nil {
-		return partials{}, err
+		return Partials{}, err
 	}
 	defer rows.Close()
 	s := newRowSink(pc.TypeMap(), rows.FieldDescriptions(), f, u)
@@ -74,7 +74,7 @@ func queryOn(ctx context.Context, pc *pgx.Conn, text string, mode pgx.QueryExecM
 }
 
 // readResult reads a pipelined statement's rows, as queryOn does.
-func readResult(rr *pgconn.ResultReader, m *pgtype.Map, f *pageFilter, u int) (partials, error) {
+func readResult(rr *pgconn.ResultReader, m *pgtype.Map, f Filter, u int) (Partials, error) {
 	s := newRowSink(m, rr.FieldDescriptions(), f, u)
 	defer s.done()
 	for rr.NextRow() {
@@ -90,29 +90,29 @@ func readResult(rr *pgconn.ResultReader, m *pgtype.Map, f *pageFilter, u int) (p
 // rowSink keeps a statement's rows: each value converted as pgx's
 // database/sql driver converts it, those f's cut drops left out.
 type rowSink struct {
-	pt    partials
-	conv  []valueFunc
-	keep  *pageCut
+	pt    Partials
+	conv  []ValueFunc
+	keep  Cut
 	block []any
 	per   int
 }
 
-func newRowSink(m *pgtype.Map, fds []pgconn.FieldDescription, f *pageFilter, u int) *rowSink {
+func newRowSink(m *pgtype.Map, fds []pgconn.FieldDescription, f Filter, u int) *rowSink {
 	s := &rowSink{per: 1}
-	s.pt.cols, s.conv = describeColumns(m, fds)
+	s.pt.Cols, s.conv = DescribeColumns(m, fds)
 	if f != nil {
-		s.keep = f.cut(s.pt.cols, s.conv, u)
+		s.keep = f.Cut(s.pt.Cols, s.conv, u)
 	}
 	return s
 }
 
 // add keeps a row, given as its wire values. Each row's values are a
-// slice of a block shared by several rows, as readAll keeps them.
+// slice of a block shared by several rows, as ReadAll keeps them.
 func (s *rowSink) add(raw [][]byte) error {
-	if s.keep != nil && s.keep.drop(raw) {
+	if s.keep != nil && s.keep.Drop(raw) {
 		return nil
 	}
-	n := len(s.pt.cols)
+	n := len(s.pt.Cols)
 	if len(s.block) < n {
 		s.block = make([]any, n*s.per)
 		s.per = min(2*s.per, 64)
@@ -128,14 +128,14 @@ func (s *rowSink) add(raw [][]byte) error {
 			return fmt.Errorf("convert field %d failed: %w", i, err)
 		}
 	}
-	s.pt.rows = append(s.pt.rows, vals)
+	s.pt.Rows = append(s.pt.Rows, vals)
 	return nil
 }
 
 // done counts the rows the cut dropped.
 func (s *rowSink) done() {
 	if s.keep != nil {
-		s.keep.done()
+		s.keep.Done()
 	}
 }
 
@@ -159,18 +159,18 @@ var sqlResultFormats = pgx.QueryResultFormatsByOID{
 	pgtype.XIDOID:         pgx.BinaryFormatCode,
 }
 
-// valueFunc converts a column's wire value (never NULL) into the value
+// ValueFunc converts a column's wire value (never NULL) into the value
 // pgx's database/sql driver gives for it.
-type valueFunc func(src []byte) (any, error)
+type ValueFunc func(src []byte) (any, error)
 
-// describeColumns describes the columns as pgx's database/sql driver
+// DescribeColumns describes the columns as pgx's database/sql driver
 // reports them through sql.ColumnType (its name, DatabaseTypeName and
 // ScanType), with the conversion of each column's values the driver
 // makes (stdlib's Rows.Next). Values that are bytes are copies the
 // caller owns, as database/sql's Scan into an *any makes them.
-func describeColumns(m *pgtype.Map, fds []pgconn.FieldDescription) ([]memrows.Column, []valueFunc) {
+func DescribeColumns(m *pgtype.Map, fds []pgconn.FieldDescription) ([]memrows.Column, []ValueFunc) {
 	cols := make([]memrows.Column, len(fds))
-	conv := make([]valueFunc, len(fds))
+	conv := make([]ValueFunc, len(fds))
 	for i, fd := range fds {
 		cols[i] = memrows.Column{Name: fd.Name, DBType: databaseTypeName(m, fd.DataTypeOID), Scan: scanType(fd.DataTypeOID)}
 		conv[i] = convertColumn(m, fd.DataTypeOID, fd.Format)
@@ -214,7 +214,7 @@ func scanType(oid uint32) reflect.Type {
 
 // convertColumn is stdlib's Rows.initValueFuncs for one column: the Go
 // value it scans each type into, and what it hands database/sql of it.
-func convertColumn(m *pgtype.Map, oid uint32, format int16) valueFunc {
+func convertColumn(m *pgtype.Map, oid uint32, format int16) ValueFunc {
 	switch oid {
 	case pgtype.BoolOID:
 		return scanAs[bool](m, oid, format, func(d bool) (any, error) { return d, nil })
@@ -245,7 +245,7 @@ func convertColumn(m *pgtype.Map, oid uint32, format int16) valueFunc {
 
 // scanAs scans a column's values into a T, as pgx plans it for the
 // column's type and format, and hands out value(T).
-func scanAs[T any](m *pgtype.Map, oid uint32, format int16, value func(T) (any, error)) valueFunc {
+func scanAs[T any](m *pgtype.Map, oid uint32, format int16, value func(T) (any, error)) ValueFunc {
 	var d T
 	plan := m.PlanScan(oid, format, &d)
 	return func(src []byte) (any, error) {

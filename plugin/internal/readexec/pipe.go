@@ -1,4 +1,4 @@
-package plugin
+package readexec
 
 import (
 	"container/list"
@@ -25,18 +25,18 @@ import (
 // has one Sync, one transaction holding every statement's locks until
 // the last ends). An answer is handed on as its Sync arrives.
 //
-// pgx's statement cache cannot be reached from a pipeline, so the plugin
+// pgx's statement cache cannot be reached from a pipeline, so the stage
 // keeps its own on each connection (readCache), the connection's only
-// one for reads across shards, bounded as pgx's was
-// (preparedReadsPerConn): a statement is prepared (Parse, Describe) on
-// first use, in one pipeline of its own before the reads, and closed
-// (Close) when it leaves the cache, in that same pipeline. PgBouncer
+// one for reads across shards, bounded as pgx's was (Config.PerConn): a
+// statement is prepared (Parse, Describe) on first use, in one pipeline
+// of its own before the reads, and closed (Close) when it leaves the
+// cache, in that same pipeline. PgBouncer
 // 1.21 or later carries exactly these messages in transaction mode.
 
-// pipeWindow is the most statements one pipeline of a server carries.
-// Half the cache, so that a window's statements are never evicted to
+// pipeWindow is the most statements one pipeline of a server carries:
+// half the cache, so that a window's statements are never evicted to
 // make room for each other.
-const pipeWindow = preparedReadsPerConn / 2
+func pipeWindow(perConn int) int { return max(perConn/2, 1) }
 
 // readCacheKey is the readCache's key in its connection's CustomData.
 const readCacheKey = "shardkit.reads"
@@ -44,6 +44,7 @@ const readCacheKey = "shardkit.reads"
 // readCache is a connection's prepared reads, least recently used
 // evicted first. Only the goroutine holding the connection uses it.
 type readCache struct {
+	size   int                      // the most statements it keeps (Config.PerConn)
 	byText map[string]*list.Element // of *cachedRead
 	lru    list.List                // front: most recently used
 	stale  []string                 // names to close before the next prepare
@@ -56,12 +57,12 @@ type cachedRead struct {
 	formats []int16 // the result formats (sqlResultFormats)
 }
 
-// readCacheOf returns c's cache, made on first use.
-func readCacheOf(c *pgconn.PgConn) *readCache {
+// readCacheOf returns c's cache, made on first use, of size statements.
+func readCacheOf(c *pgconn.PgConn, size int) *readCache {
 	cd := c.CustomData()
 	rc, _ := cd[readCacheKey].(*readCache)
 	if rc == nil {
-		rc = &readCache{byText: map[string]*list.Element{}}
+		rc = &readCache{size: size, byText: map[string]*list.Element{}}
 		cd[readCacheKey] = rc
 	}
 	return rc
@@ -92,9 +93,9 @@ func (rc *readCache) drop(text string) {
 }
 
 // makeRoom evicts the least recently used statements not in keep until
-// n more fit within preparedReadsPerConn.
+// n more fit within its size.
 func (rc *readCache) makeRoom(n int, keep map[string]bool) {
-	for el := rc.lru.Back(); el != nil && rc.lru.Len()+n > preparedReadsPerConn; {
+	for el := rc.lru.Back(); el != nil && rc.lru.Len()+n > rc.size; {
 		prev := el.Prev()
 		if cr := el.Value.(*cachedRead); !keep[cr.text] {
 			rc.drop(cr.text)
@@ -110,42 +111,46 @@ func readName(text string) string {
 	return "shardkit_" + hex.EncodeToString(sum[:20])
 }
 
-// pipeStmt is one statement of a server's pipeline.
-type pipeStmt struct {
-	sql    string
-	vars   []any
-	filter *pageFilter // drop the rows that cannot enter the page (nil: keep all)
-	unit   int
+// PipeStmt is one statement of a server's pipeline.
+type PipeStmt struct {
+	SQL    string
+	Vars   []any
+	Filter Filter // drop the rows that cannot enter the page (nil: keep all)
+	Unit   int
 }
 
-// errBoundPassed ends a pipeline whose server gave no answer within the
-// statement bound.
-var errBoundPassed = errors.New("no answer within the statement bound")
+// ErrBoundPassed ends a pipeline, or a statement, whose server gave no
+// answer within the statement bound.
+var ErrBoundPassed = errors.New("no answer within the statement bound")
 
-// readPipelined runs stmts on one connection of db, as pipelines of up
+// errNotPgx reports a driver connection that is not pgx's: its
+// statements run one by one through database/sql.
+var errNotPgx = errors.New("not a pgx connection")
+
+// ReadPipelined runs stmts on one connection of db, as pipelines of up
 // to pipeWindow statements, and calls answer with each statement's index
 // and outcome in order, as it arrives; answer returns false to stop. It
 // stops at the first failed statement. bound, if positive, is the most
 // the server may take for any one answer: past it the pipeline is
-// cancelled and the statement answered with errBoundPassed (wrapped). A
+// cancelled and the statement answered with ErrBoundPassed (wrapped). A
 // connection that broke before anything was sent is replaced, as
 // database/sql replaces it (two more tries).
-func readPipelined(ctx context.Context, db *sql.DB, stmts []pipeStmt, bound time.Duration, answer func(i int, pt partials, err error) bool) {
+func ReadPipelined(cfg *Config, ctx context.Context, db *sql.DB, stmts []PipeStmt, bound time.Duration, answer func(i int, pt Partials, err error) bool) {
 	next := 0
-	ans := func(i int, pt partials, err error) bool {
+	ans := func(i int, pt Partials, err error) bool {
 		next = i + 1
 		return answer(i, pt, err)
 	}
 	for try := 0; next < len(stmts); try++ {
 		from := next
-		err := pipelineOnce(ctx, db, stmts, from, bound, ans)
+		err := pipelineOnce(cfg, ctx, db, stmts, from, bound, ans)
 		switch {
 		case err == nil:
 			return
 		case errors.Is(err, errNotPgx):
 			for i := next; i < len(stmts); i++ {
 				st := &stmts[i]
-				pt, err := readAll(ctx, db, st.sql, append([]any{asPrepared}, st.vars...))
+				pt, err := ReadAll(ctx, db, st.SQL, append([]any{cfg.AsPrepared}, st.Vars...))
 				if !answer(i, pt, err) || err != nil {
 					return
 				}
@@ -154,7 +159,7 @@ func readPipelined(ctx context.Context, db *sql.DB, stmts []pipeStmt, bound time
 		case (errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)) && next == from && try < 2:
 			continue // nothing was answered: another connection runs them
 		}
-		answer(next, partials{}, err)
+		answer(next, Partials{}, err)
 		return
 	}
 }
@@ -162,30 +167,21 @@ func readPipelined(ctx context.Context, db *sql.DB, stmts []pipeStmt, bound time
 // pipelineOnce runs stmts[from:] on one connection of db. It returns an
 // error only for the first statement not answered; a statement's own
 // error is answered.
-func pipelineOnce(ctx context.Context, db *sql.DB, stmts []pipeStmt, from int, bound time.Duration, answer func(i int, pt partials, err error) bool) error {
+func pipelineOnce(cfg *Config, ctx context.Context, db *sql.DB, stmts []PipeStmt, from int, bound time.Duration, answer func(i int, pt Partials, err error) bool) error {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	return conn.Raw(func(dc any) error {
-		var plans *planGeneration
-		var pc *pgx.Conn
-		switch c := dc.(type) {
-		case unnamedConn:
-			pc, plans = c.Conn(), c.plans
-		case interface{ Conn() *pgx.Conn }:
-			pc = c.Conn()
-		default:
+		pc, plans, ok := cfg.Conn(dc)
+		if !ok {
 			return errNotPgx
 		}
 		if pc.IsClosed() {
 			return driver.ErrBadConn // database/sql drops the connection
 		}
-		if plans == nil {
-			plans = new(planGeneration)
-		}
-		r := &pipeRun{pc: pc, rc: readCacheOf(pc.PgConn()), plans: plans, stmts: stmts, answer: answer, parent: ctx, bound: bound}
+		r := &pipeRun{pc: pc, rc: readCacheOf(pc.PgConn(), cfg.PerConn), plans: plans, stmts: stmts, answer: answer, parent: ctx, bound: bound}
 		err := r.run(from)
 		if err != nil && !pc.IsClosed() && !isPgError(err) {
 			// Whatever the pipeline left unread, the connection is not
@@ -202,9 +198,9 @@ func pipelineOnce(ctx context.Context, db *sql.DB, stmts []pipeStmt, from int, b
 type pipeRun struct {
 	pc     *pgx.Conn
 	rc     *readCache
-	plans  *planGeneration
-	stmts  []pipeStmt
-	answer func(i int, pt partials, err error) bool
+	plans  Plans
+	stmts  []PipeStmt
+	answer func(i int, pt Partials, err error) bool
 	parent context.Context
 	bound  time.Duration
 	eqb    pgx.ExtendedQueryBuilder
@@ -221,15 +217,15 @@ func (r *pipeRun) run(i int) error {
 	defer cancel(nil)
 	r.ctx = ctx
 	if r.bound > 0 {
-		r.timer = time.AfterFunc(r.bound, func() { cancel(errBoundPassed) })
+		r.timer = time.AfterFunc(r.bound, func() { cancel(ErrBoundPassed) })
 		defer r.timer.Stop()
 	}
 	for i < len(r.stmts) {
-		gen := r.plans.n.Load()
-		w := r.stmts[i:min(i+pipeWindow, len(r.stmts))]
+		gen := r.plans.Gen()
+		w := r.stmts[i:min(i+pipeWindow(r.rc.size), len(r.stmts))]
 		texts := make([]string, len(w))
 		for j := range w {
-			texts[j] = r.plans.text(w[j].sql, gen)
+			texts[j] = r.plans.Text(w[j].SQL, gen)
 		}
 		crs, failed, perr := r.prepare(texts)
 		if perr != nil && !isPgError(perr) {
@@ -245,11 +241,11 @@ func (r *pipeRun) run(i int) error {
 			// The schema changed under statement i+stale's plan: a
 			// new generation prepares afresh, and the statement runs
 			// unnamed this once.
-			r.plans.n.CompareAndSwap(gen, gen+1)
+			r.plans.Changed(gen)
 			r.rc.drop(texts[stale])
 			k := i + stale
 			st := &r.stmts[k]
-			pt, err := queryOn(r.ctx, r.pc, st.sql, pgx.QueryExecModeExec, st.vars, st.filter, st.unit)
+			pt, err := queryOn(r.ctx, r.pc, st.SQL, pgx.QueryExecModeExec, st.Vars, st.Filter, st.Unit)
 			if err != nil && !isPgError(err) {
 				return r.connErr(err)
 			}
@@ -261,7 +257,7 @@ func (r *pipeRun) run(i int) error {
 			i = k + 1
 			continue
 		case failed < len(w):
-			r.answer(i+failed, partials{}, perr)
+			r.answer(i+failed, Partials{}, perr)
 			return nil
 		}
 		i += len(w)
@@ -290,8 +286,8 @@ func (r *pipeRun) restart() {
 // connErr is the error of a connection that failed under the run: the
 // bound's, if it passed.
 func (r *pipeRun) connErr(err error) error {
-	if errors.Is(context.Cause(r.ctx), errBoundPassed) && r.parent.Err() == nil {
-		return fmt.Errorf("%w: %w", errBoundPassed, err)
+	if errors.Is(context.Cause(r.ctx), ErrBoundPassed) && r.parent.Err() == nil {
+		return fmt.Errorf("%w: %w", ErrBoundPassed, err)
 	}
 	return err
 }
@@ -395,15 +391,15 @@ func expectResults(p *pgconn.Pipeline, n int) error {
 // the number answered, -1 if the run is to stop; stale is the index in
 // w of a statement whose plan the schema changed (answered by the
 // caller), -1 if none; err a failure of the connection.
-func (r *pipeRun) execute(i int, w []pipeStmt, crs []*cachedRead) (n, stale int, err error) {
+func (r *pipeRun) execute(i int, w []PipeStmt, crs []*cachedRead) (n, stale int, err error) {
 	if len(w) == 0 {
 		return 0, -1, nil
 	}
 	p := r.pc.PgConn().StartPipeline(r.ctx)
 	m := r.pc.TypeMap()
 	for j := range w {
-		args := make([]any, len(w[j].vars))
-		for a, v := range w[j].vars {
+		args := make([]any, len(w[j].Vars))
+		for a, v := range w[j].Vars {
 			if na, ok := v.(sql.NamedArg); ok { // database/sql passes a named argument's value
 				v = na.Value
 			}
@@ -431,9 +427,9 @@ func (r *pipeRun) execute(i int, w []pipeStmt, crs []*cachedRead) (n, stale int,
 	stale = -1
 	for j := range w {
 		res, gerr := p.GetResults()
-		var pt partials
+		var pt Partials
 		if rr, ok := res.(*pgconn.ResultReader); ok && gerr == nil {
-			pt, gerr = readResult(rr, m, w[j].filter, w[j].unit)
+			pt, gerr = readResult(rr, m, w[j].Filter, w[j].Unit)
 		} else if gerr == nil {
 			gerr = fmt.Errorf("shardkit: pipelined read: unexpected %T", res)
 		}
@@ -445,7 +441,7 @@ func (r *pipeRun) execute(i int, w []pipeStmt, crs []*cachedRead) (n, stale int,
 			_ = p.Close()
 			return j, -1, serr
 		}
-		if gerr != nil && planChanged(gerr) {
+		if gerr != nil && PlanChanged(gerr) {
 			stale = j
 			break
 		}
@@ -466,7 +462,7 @@ func (r *pipeRun) execute(i int, w []pipeStmt, crs []*cachedRead) (n, stale int,
 		return stale, stale, nil
 	}
 	if buildErr != nil {
-		r.answer(i+len(w), partials{}, buildErr)
+		r.answer(i+len(w), Partials{}, buildErr)
 		return -1, -1, nil
 	}
 	return len(w), -1, nil

@@ -1,4 +1,4 @@
-package migrations
+package shardschema
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -33,38 +32,38 @@ func timeoutSetting(d time.Duration) string {
 	return fmt.Sprintf("%dms", d.Milliseconds())
 }
 
-// timeouts bound one schema's lock waits; 0 leaves the server's setting.
-type timeouts struct {
-	// lock bounds every wait but those of concurrent index builds.
-	lock time.Duration
-	// build bounds the waits of CREATE and DROP INDEX CONCURRENTLY: they
+// Timeouts bound one schema's lock waits; 0 leaves the server's setting.
+type Timeouts struct {
+	// Lock bounds every wait but those of concurrent index builds.
+	Lock time.Duration
+	// Build bounds the waits of CREATE and DROP INDEX CONCURRENTLY: they
 	// wait for older transactions holding SHARE UPDATE EXCLUSIVE, which
 	// no read or write waits for, so they may wait longer than the
 	// requests behind an ALTER could; a build cut short is rebuilt from
 	// nothing.
-	build time.Duration
+	Build time.Duration
 }
 
-// applyOne brings one shard's schema up to versions on conn: the steps that
+// ApplyOne brings one shard's schema up to versions on conn: the steps that
 // run in a transaction together in one (the schema's own: a schema never
 // holds its locks while another's are awaited), each step marked to run
 // outside one on the session (runNoTx). to bounds the lock waits; a wait
 // past it is returned as the driver's error (55P03, isLockTimeout) with
 // nothing of the current step recorded. It returns the
 // name of the file under way when it stopped.
-func applyOne(ctx context.Context, conn *pgx.Conn, layout idgen.Layout, shard int, versions []Version, mode applyMode,
-	to timeouts) (string, error) {
+func ApplyOne(ctx context.Context, conn *pgx.Conn, layout idgen.Layout, shard int, versions []Version, mode Mode,
+	to Timeouts) (string, error) {
 	for {
 		var running string
 		var next *step
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			if to.lock > 0 {
-				if _, err := tx.Exec(ctx, sqlLockTimeoutLocal, timeoutSetting(to.lock)); err != nil {
+			if to.Lock > 0 {
+				if _, err := tx.Exec(ctx, sqlLockTimeoutLocal, timeoutSetting(to.Lock)); err != nil {
 					return err
 				}
 			}
 			if _, err := tx.Exec(ctx, sqlShardLockBatch, migrateLockKey, []int32{int32(shard)}); err != nil {
-				return classify(err, "")
+				return Classify(err, "")
 			}
 			applied, err := readApplied(ctx, tx, []int{shard})
 			if err != nil {
@@ -101,7 +100,7 @@ func applyOne(ctx context.Context, conn *pgx.Conn, layout idgen.Layout, shard in
 // and records it. A CREATE INDEX CONCURRENTLY whose index is already valid
 // is skipped; one whose index an interrupted build left invalid drops it
 // first.
-func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, to timeouts) (err error) {
+func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, to Timeouts) (err error) {
 	schema := router.SchemaName(shard)
 	var dflt string
 	if err := conn.QueryRow(ctx, `SELECT current_setting('lock_timeout')`).Scan(&dflt); err != nil {
@@ -113,7 +112,7 @@ func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, to timeout
 		}
 		return timeoutSetting(d)
 	}
-	if _, err := conn.Exec(ctx, sqlSessionSettings, setting(to.lock), pgx.Identifier{schema}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, sqlSessionSettings, setting(to.Lock), pgx.Identifier{schema}.Sanitize()); err != nil {
 		return err
 	}
 	defer func() {
@@ -121,7 +120,7 @@ func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, to timeout
 		_, _ = conn.Exec(context.Background(), sqlSessionReset)
 	}()
 	if _, err := conn.Exec(ctx, sqlShardLock, migrateLockKey, int32(shard)); err != nil {
-		return classify(err, "")
+		return Classify(err, "")
 	}
 	defer func() { _, _ = conn.Exec(context.Background(), sqlShardUnlock, migrateLockKey, int32(shard)) }()
 	applied, err := readApplied(ctx, conn, []int{shard})
@@ -134,7 +133,7 @@ func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, to timeout
 	for _, stmt := range splitStatements(st.sql) {
 		name, build := concurrentIndex(stmt)
 		if build {
-			if _, err := conn.Exec(ctx, sqlLockTimeoutSession, setting(to.build)); err != nil {
+			if _, err := conn.Exec(ctx, sqlLockTimeoutSession, setting(to.Build)); err != nil {
 				return err
 			}
 		}
@@ -157,7 +156,7 @@ func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, to timeout
 			return wrapStep(shard, st, err)
 		}
 		if build {
-			if _, err := conn.Exec(ctx, sqlLockTimeoutSession, setting(to.lock)); err != nil {
+			if _, err := conn.Exec(ctx, sqlLockTimeoutSession, setting(to.Lock)); err != nil {
 				return err
 			}
 		}
@@ -168,15 +167,15 @@ func runNoTx(ctx context.Context, conn *pgx.Conn, shard int, st step, to timeout
 }
 
 func wrapStep(shard int, st step, err error) error {
-	if isLockTimeout(err) {
+	if IsLockTimeout(err) {
 		return err
 	}
-	return &ShardError{Shard: shard, File: st.name, Err: classify(err, "")}
+	return &ShardError{Shard: shard, File: st.name, Err: Classify(err, "")}
 }
 
 // withSession runs fn on one session of db: the connection itself, or one
 // acquired from a pool.
-func withSession(ctx context.Context, db shardschema.DB, fn func(*pgx.Conn) error) error {
+func withSession(ctx context.Context, db DB, fn func(*pgx.Conn) error) error {
 	switch d := db.(type) {
 	case *pgx.Conn:
 		return fn(d)

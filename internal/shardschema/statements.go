@@ -1,26 +1,12 @@
-package migrations
+package shardschema
 
 import (
 	"regexp"
 	"strings"
 )
 
-// NoTransactionMarker is the line that marks a per-shard SQL file to run
-// outside a transaction, one statement at a time: what CREATE INDEX
-// CONCURRENTLY needs. Put it on a line of its own among the file's
-// comments:
-//
-//	-- shardkit:no-transaction
-//	CREATE INDEX CONCURRENTLY photos_created_at ON photos (created_at);
-//
-// Such a file is applied to each schema on one connection with that
-// schema as its search_path, and recorded once every statement succeeded.
-// A rerun after an interruption runs the file again, so its statements
-// must be safe to repeat (IF NOT EXISTS), except CREATE INDEX
-// CONCURRENTLY, which shardkit makes so: an index of that name already
-// valid is skipped, and one left invalid by an interrupted build is
-// dropped (DROP INDEX CONCURRENTLY) and built again. Each such index must
-// be named.
+// NoTransactionMarker is migrations.NoTransactionMarker, documented there:
+// the line that marks a per-shard SQL file to run outside a transaction.
 const NoTransactionMarker = "-- shardkit:no-transaction"
 
 // noTransaction reports whether sql carries NoTransactionMarker on a line

@@ -1,7 +1,8 @@
-package migrations
+package shardschema
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 
@@ -9,13 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/router"
 )
 
-// defaultBatchSize is how many schemas share one of Provision's
+// DefaultBatchSize is how many schemas share one of Provision's
 // transactions when ProvisionOptions.BatchSize is 0.
-const defaultBatchSize = 25
+const DefaultBatchSize = 25
 
 // Statements of the per-schema machinery.
 const (
@@ -25,42 +25,42 @@ SELECT s, v, p, n, NULLIF(c, '') FROM unnest($1::text[], $2::int[], $3::text[], 
 	sqlForget = `DELETE FROM shardkit.shard_migrations WHERE schema_name = $1`
 )
 
-// applyShard creates the schema of one logical shard on a server, or brings
-// it up to date: shardkit's server objects (ensureServer), the schema, its
+// ApplyShard creates the schema of one logical shard on a server, or brings
+// it up to date: shardkit's server objects (EnsureServer), the schema, its
 // id_seq and next_id(), then every version of shardSQL not yet applied, each
 // recorded in the server's shardkit.shard_migrations in the same
 // transaction. Running it again does nothing. The shard mover uses it with
-// DeferIndexes to create a target schema, then applyIndexes after the copy.
-func applyShard(ctx context.Context, db shardschema.DB, layout idgen.Layout, shard int, shardSQL fs.FS, opts shardschema.ApplyOptions) error {
+// DeferIndexes to create a target schema, then ApplyIndexes after the copy.
+func ApplyShard(ctx context.Context, db DB, layout idgen.Layout, shard int, shardSQL fs.FS, opts ApplyOptions) error {
 	versions, err := ReadVersions(shardSQL)
 	if err != nil {
 		return err
 	}
-	if err := ensureServer(ctx, db, layout); err != nil {
+	if err := EnsureServer(ctx, db, layout); err != nil {
 		return err
 	}
-	mode := modeAll
+	mode := ModeAll
 	if opts.DeferIndexes {
-		mode = modeDeferIndexes
+		mode = ModeDeferIndexes
 	}
-	return applySchemas(ctx, db, layout, []int{shard}, versions, mode, 1, opts.Then, nil)
+	return ApplySchemas(ctx, db, layout, []int{shard}, versions, mode, 1, opts.Then, nil)
 }
 
-// applyIndexes applies the NNNN_name.indexes.sql parts that applyShard
+// ApplyIndexes applies the NNNN_name.indexes.sql parts that ApplyShard
 // deferred on one shard schema (plain CREATE INDEX, inside a transaction).
-func applyIndexes(ctx context.Context, db shardschema.DB, layout idgen.Layout, shard int, shardSQL fs.FS) error {
+func ApplyIndexes(ctx context.Context, db DB, layout idgen.Layout, shard int, shardSQL fs.FS) error {
 	versions, err := ReadVersions(shardSQL)
 	if err != nil {
 		return err
 	}
-	return applySchemas(ctx, db, layout, []int{shard}, versions, modeIndexesOnly, 1, nil, nil)
+	return ApplySchemas(ctx, db, layout, []int{shard}, versions, ModeIndexesOnly, 1, nil, nil)
 }
 
-// dropShard drops a shard's schema with everything in it and forgets its
+// DropShard drops a shard's schema with everything in it and forgets its
 // migration records on this server, in one transaction: after a shard has
 // moved away, this removes the old copy so that the shard could later be
 // provisioned here again.
-func dropShard(ctx context.Context, db shardschema.DB, shard int) error {
+func DropShard(ctx context.Context, db DB, shard int) error {
 	schema := router.SchemaName(shard)
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlShardLockBatch, migrateLockKey, []int32{int32(shard)}); err != nil {
@@ -74,17 +74,22 @@ func dropShard(ctx context.Context, db shardschema.DB, shard int) error {
 	})
 }
 
-type applyMode int
+// Mode says which parts of a schema's versions ApplySchemas, Pending and
+// ApplyOne apply.
+type Mode int
 
+// The modes: every part; the tables parts only, secondary indexes and
+// what runs outside a transaction deferred (the shard mover's target, or
+// ProvisionOptions.DeferIndexes); the deferred parts only.
 const (
-	modeAll applyMode = iota
-	modeDeferIndexes
-	modeIndexesOnly
+	ModeAll Mode = iota
+	ModeDeferIndexes
+	ModeIndexesOnly
 )
 
 type stepKey struct {
 	version int
-	part    filePart
+	part    Part
 }
 
 type step struct {
@@ -96,41 +101,41 @@ type step struct {
 }
 
 // plan lists what a schema still needs, in order.
-func plan(layout idgen.Layout, shard int, done map[stepKey]bool, versions []Version, mode applyMode) ([]step, error) {
+func plan(layout idgen.Layout, shard int, done map[stepKey]bool, versions []Version, mode Mode) ([]step, error) {
 	var out []step
-	if mode != modeIndexesOnly && !done[stepKey{0, partTables}] {
+	if mode != ModeIndexesOnly && !done[stepKey{0, PartTables}] {
 		sql, err := render("shard_template.sql", valsFor(layout, shard))
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, step{stepKey{0, partTables}, "shardkit", sql, "", false})
+		out = append(out, step{stepKey{0, PartTables}, "shardkit", sql, "", false})
 	}
 	maxDone := 0
 	for k := range done {
-		if k.part == partTables && k.version > maxDone {
+		if k.part == PartTables && k.version > maxDone {
 			maxDone = k.version
 		}
 	}
 	for _, v := range versions {
 		tablesNoTx := noTransaction(v.Tables)
-		if mode != modeIndexesOnly && !done[stepKey{v.Number, partTables}] && (mode != modeDeferIndexes || !tablesNoTx) {
+		if mode != ModeIndexesOnly && !done[stepKey{v.Number, PartTables}] && (mode != ModeDeferIndexes || !tablesNoTx) {
 			if v.Number < maxDone {
 				return nil, &ShardError{Shard: shard, File: v.Name, Err: fmt.Errorf(
 					"%w: version %d is new but version %d is already applied; renumber it above %d",
 					ErrMigrationOrder, v.Number, maxDone, maxDone)}
 			}
-			out = append(out, step{stepKey{v.Number, partTables}, v.Name, v.Tables, v.checksum(partTables), tablesNoTx})
+			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables, v.checksum(PartTables), tablesNoTx})
 		}
 		// The shard mover defers what runs outside a transaction with the
 		// secondary indexes: a new schema's tables come in one transaction.
-		if mode == modeIndexesOnly && tablesNoTx && !done[stepKey{v.Number, partTables}] {
-			out = append(out, step{stepKey{v.Number, partTables}, v.Name, v.Tables, v.checksum(partTables), true})
+		if mode == ModeIndexesOnly && tablesNoTx && !done[stepKey{v.Number, PartTables}] {
+			out = append(out, step{stepKey{v.Number, PartTables}, v.Name, v.Tables, v.checksum(PartTables), true})
 		}
-		if v.Indexes != "" && mode != modeDeferIndexes && !done[stepKey{v.Number, partIndexes}] {
-			if mode == modeIndexesOnly && !done[stepKey{v.Number, partTables}] {
+		if v.Indexes != "" && mode != ModeDeferIndexes && !done[stepKey{v.Number, PartIndexes}] {
+			if mode == ModeIndexesOnly && !done[stepKey{v.Number, PartTables}] {
 				continue // its tables are not there yet
 			}
-			out = append(out, step{stepKey{v.Number, partIndexes}, v.fileName(partIndexes), v.Indexes, v.checksum(partIndexes), noTransaction(v.Indexes)})
+			out = append(out, step{stepKey{v.Number, PartIndexes}, v.fileName(PartIndexes), v.Indexes, v.checksum(PartIndexes), noTransaction(v.Indexes)})
 		}
 	}
 	return out, nil
@@ -159,14 +164,14 @@ func readApplied(ctx context.Context, q interface {
 		if out[shard] == nil {
 			out[shard] = map[stepKey]bool{}
 		}
-		out[shard][stepKey{version, filePart(part)}] = true
+		out[shard][stepKey{version, Part(part)}] = true
 		return nil
 	})
 	return out, err
 }
 
-// pending returns the shards among shards that need any step.
-func pending(ctx context.Context, db shardschema.DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode) ([]int, error) {
+// Pending returns the shards among shards that need any step.
+func Pending(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode Mode) ([]int, error) {
 	var out []int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		applied, err := readApplied(ctx, tx, shards)
@@ -187,14 +192,14 @@ func pending(ctx context.Context, db shardschema.DB, layout idgen.Layout, shards
 	return out, err
 }
 
-// applySchemas applies the pending steps of each shard's schema, batch
+// ApplySchemas applies the pending steps of each shard's schema, batch
 // schemas per transaction. Each batch locks its schemas (so concurrent
 // callers never apply a step twice) and re-reads their records under the
 // lock. A step marked to run outside a transaction ends its schema's part
 // of the batch; after the batch commits, such schemas are finished one by
-// one on a session of db (applyOne). done is called after each committed
+// one on a session of db (ApplyOne). done is called after each committed
 // batch with the number of schemas in it.
-func applySchemas(ctx context.Context, db shardschema.DB, layout idgen.Layout, shards []int, versions []Version, mode applyMode, batch int,
+func ApplySchemas(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode Mode, batch int,
 	then func(ctx context.Context, tx pgx.Tx) error, done func(n int)) error {
 	for start := 0; start < len(shards); start += batch {
 		end := min(start+batch, len(shards))
@@ -216,7 +221,7 @@ func applySchemas(ctx context.Context, db shardschema.DB, layout idgen.Layout, s
 		if len(rest) > 0 {
 			if err := withSession(ctx, db, func(conn *pgx.Conn) error {
 				for _, shard := range rest {
-					if _, err := applyOne(ctx, conn, layout, shard, versions, mode, timeouts{}); err != nil {
+					if _, err := ApplyOne(ctx, conn, layout, shard, versions, mode, Timeouts{}); err != nil {
 						return err
 					}
 				}
@@ -235,13 +240,13 @@ func applySchemas(ctx context.Context, db shardschema.DB, layout idgen.Layout, s
 // applyBatch applies, in tx, the steps each shard's schema lacks up to its
 // first step that must run outside a transaction, and returns the shards
 // left with such a step.
-func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []int, versions []Version, mode applyMode, inTx bool) ([]int, error) {
+func applyBatch(ctx context.Context, tx pgx.Tx, layout idgen.Layout, shards []int, versions []Version, mode Mode, inTx bool) ([]int, error) {
 	keys := make([]int32, len(shards))
 	for i, s := range shards {
 		keys[i] = int32(s)
 	}
 	if _, err := tx.Exec(ctx, sqlShardLockBatch, migrateLockKey, keys); err != nil {
-		return nil, classify(err, "")
+		return nil, Classify(err, "")
 	}
 	applied, err := readApplied(ctx, tx, shards)
 	if err != nil {
@@ -319,7 +324,7 @@ func execSteps(ctx context.Context, tx pgx.Tx, shard int, steps []step, rec *rec
 			sql = inTransaction(sql)
 		}
 		if _, err := tx.Exec(ctx, sql); err != nil {
-			if isLockTimeout(err) {
+			if IsLockTimeout(err) {
 				return false, err
 			}
 			return false, &ShardError{Shard: shard, File: st.name, Err: privilegeError(ctx, tx, err)}
@@ -327,4 +332,40 @@ func execSteps(ctx context.Context, tx pgx.Tx, shard int, steps []step, rec *rec
 		rec.add(schema, st)
 	}
 	return false, nil
+}
+
+// PlannedStep is a step a schema still needs: its file ("shardkit" for
+// shardkit's own template) and whether it runs outside a transaction.
+type PlannedStep struct {
+	File string
+	NoTx bool
+}
+
+// PendingSteps returns the steps each of shards still needs, for a dry
+// run; a server where shardkit is not installed yet needs everything.
+func PendingSteps(ctx context.Context, db DB, layout idgen.Layout, shards []int, versions []Version, mode Mode) (map[int][]PlannedStep, error) {
+	var applied map[int]map[stepKey]bool
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		var err error
+		applied, err = readApplied(ctx, tx, shards)
+		return err
+	})
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
+		applied, err = nil, nil // a dry run on a server not provisioned yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[int][]PlannedStep{}
+	for _, s := range shards {
+		steps, err := plan(layout, s, applied[s], versions, mode)
+		if err != nil {
+			return nil, err
+		}
+		for _, st := range steps {
+			out[s] = append(out[s], PlannedStep{File: st.name, NoTx: st.noTx})
+		}
+	}
+	return out, nil
 }

@@ -1,4 +1,4 @@
-package migrations
+package shardschema
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/shardkit/shardkit/idgen"
-	"github.com/shardkit/shardkit/internal/shardschema"
 	"github.com/shardkit/shardkit/internal/sqlversions"
 )
 
@@ -95,12 +94,14 @@ func serverMigrations() ([]serverMigration, error) {
 	return out, nil
 }
 
-// ensureServer installs or updates shardkit's server-level objects (schema
-// shardkit: the layout row, the per-schema migration record and
-// shardkit.next_id) on one shard server, and checks that the server was
-// provisioned with layout. It is cheap when nothing is to do. Errors are
-// not yet wrapped in *ServerError; callers that know the server name do so.
-func ensureServer(ctx context.Context, db shardschema.DB, layout idgen.Layout) error {
+// EnsureServer installs or updates shardkit's server-level objects (schema
+// shardkit: the layout row, the per-schema migration record,
+// shardkit.next_id and the transaction decisions of plugin.Atomic) on one
+// shard server, and checks that the server was provisioned with layout
+// (ErrLayoutMismatch otherwise). It is cheap when nothing is to do.
+// Provision and Migrate run it on every server. Errors are not wrapped in
+// a server's name; callers that know it add it.
+func EnsureServer(ctx context.Context, db DB, layout idgen.Layout) error {
 	if err := layout.Validate(); err != nil {
 		return fmt.Errorf("shardkit: %w", err)
 	}
@@ -118,7 +119,7 @@ func ensureServer(ctx context.Context, db shardschema.DB, layout idgen.Layout) e
 	}
 	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, sqlServerLock, migrateLockKey); err != nil {
-			return classify(err, "")
+			return Classify(err, "")
 		}
 		if _, err := tx.Exec(ctx, sqlServerBootstrap); err != nil {
 			return privilegeError(ctx, tx, err)
@@ -150,7 +151,7 @@ var errNoServerSchema = errors.New("no shardkit schema on the server")
 
 // serverState returns the server-level version, checking the layout when
 // one is installed.
-func serverState(ctx context.Context, db shardschema.DB, layout idgen.Layout) (int, error) {
+func serverState(ctx context.Context, db DB, layout idgen.Layout) (int, error) {
 	var v int
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if err := tx.QueryRow(ctx, sqlServerVersion).Scan(&v); err != nil {
@@ -165,7 +166,7 @@ func serverState(ctx context.Context, db shardschema.DB, layout idgen.Layout) (i
 	if errors.As(err, &pe) && (pe.Code == "42P01" || pe.Code == "3F000") {
 		return 0, errNoServerSchema
 	}
-	return v, classify(err, "USAGE on schema shardkit")
+	return v, Classify(err, "USAGE on schema shardkit")
 }
 
 func checkServerLayout(ctx context.Context, tx pgx.Tx, want idgen.Layout) error {
@@ -195,5 +196,5 @@ func privilegeError(ctx context.Context, tx pgx.Tx, err error) error {
 			db = "database " + pgx.Identifier{cfg.Database}.Sanitize()
 		}
 	}
-	return classify(err, "CREATE on "+db+" (GRANT CREATE ON "+db+" TO the role) and ownership of the shardkit and shard_NNNN schemas")
+	return Classify(err, "CREATE on "+db+" (GRANT CREATE ON "+db+" TO the role) and ownership of the shardkit and shard_NNNN schemas")
 }
