@@ -255,7 +255,14 @@ func (p *Plugin) movedShard(db *gorm.DB) (m *model, shard int, old string, ok bo
 			return nil, 0, "", false // the user's own missing grant
 		}
 	case isReadOnlyError(db.Error):
-		if !p.homeChanged(stmt.Context, shard, old) {
+		// A write outside a user's transaction that a read-only primary
+		// refused did nothing, and runs once more on the shard's home
+		// whatever the reloaded map says: the switchover that made the
+		// primary read-only may have ended (the new primary recorded and
+		// the fence released, or the old primary writable again) between
+		// the refusal and the reload. A read-only server of the user's
+		// refuses the second run as it did the first.
+		if !p.homeChanged(stmt.Context, shard, old) && inUserTx(stmt) {
 			return nil, 0, "", false // a read-only server or transaction of the user's
 		}
 	case !p.movedAway(stmt.Context, shard, old):

@@ -421,7 +421,13 @@ func TestFailoverOldPrimaryFenced(t *testing.T) {
 // watch the map and a plugin of its own (closed with the test).
 func (e *env) process(ctx context.Context, t *testing.T) *gorm.DB {
 	t.Helper()
-	r, err := router.New(ctx, e.cat)
+	return e.processWith(ctx, t, e.cat)
+}
+
+// processWith is process with its router reading the map from src.
+func (e *env) processWith(ctx context.Context, t *testing.T, src router.Source) *gorm.DB {
+	t.Helper()
+	r, err := router.New(ctx, src)
 	if err != nil {
 		t.Fatal(err)
 	}
