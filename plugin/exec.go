@@ -381,13 +381,19 @@ func serverOf(cp gorm.ConnPool) string {
 // found no table where a stale map placed the shard and the reloaded map
 // places it elsewhere: the copy a rollback dropped right after flipping
 // the shard back (see movedAway). The read returned nothing there. Inside
-// a transaction, or with the map unchanged, the error stands.
+// a transaction, or with the map unchanged, the error stands. A read
+// refused its privilege goes to refusedRead, one whose connection ended
+// to endedRead.
 func (p *Plugin) rerouteRead(db *gorm.DB) {
 	if db.Error == nil {
 		return
 	}
 	if isPrivilegeError(db.Error) {
 		p.refusedRead(db)
+		return
+	}
+	if unavailable(db.Error) {
+		p.endedRead(db)
 		return
 	}
 	if !router.IsUndefinedTable(db.Error) || txOf(db.Statement.ConnPool) != nil {
@@ -408,6 +414,44 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 		return
 	}
 	p.rerun(db, p.conn(stmt, srv, true), p.runQuery)
+}
+
+// endedRead runs a one-shard read outside a transaction once more when
+// its connection ended under it (57P01, a connection closed) and the map,
+// reloaded, no longer gives the server the DSNs or the primary its pool
+// was opened with: a switchover's sessions step ends the sessions left on
+// the old primary once it recorded the new one, and a router whose map
+// was older than the record can have sent a read there just before. The
+// read runs on the server's pool for the reloaded map. An ended
+// connection on a pool the map still gives the server stands: the
+// server is down, and the read fails as the server's.
+func (p *Plugin) endedRead(db *gorm.DB) {
+	stmt := db.Statement
+	s, ok := stmt.ConnPool.(*serverDB)
+	if !ok {
+		return // in a transaction, or on a replica's pool
+	}
+	m, shard, _ := p.lookup(stmt)
+	if m == nil || shard < 0 {
+		return
+	}
+	snap, err := p.router.Reload(stmt.Context)
+	if err != nil {
+		return
+	}
+	srv, inMap := snap.Server(s.name)
+	if !inMap || dsnKey(srv) == s.dsns {
+		return
+	}
+	pl, err := snap.Placement(shard)
+	if err != nil {
+		return
+	}
+	now, err := p.pools.get(snap, pl.Server)
+	if err != nil {
+		return
+	}
+	p.rerun(db, p.conn(stmt, now, true), p.runQuery)
 }
 
 // runRow runs gorm:row on one shard. A statement that joins other tables
