@@ -333,9 +333,10 @@ func (p *Plugin) movedAway(ctx context.Context, shard int, old string) bool {
 }
 
 // awaitMove reloads the map until the shard has left server old and is
-// not fenced, for at most FenceWait. It wakes on each snapshot the router
-// installs (a watching router hears of the flip at once), and reloads
-// every 20 ms in case it does not.
+// not fenced, for at most FenceWait, or, while the shard is under a
+// switchover's fence, its lease (switchoverLease). It wakes on each
+// snapshot the router installs (a watching router hears of the flip at
+// once), and reloads every 20 ms in case it does not.
 func (p *Plugin) awaitMove(ctx context.Context, shard int, old string) (*router.Snapshot, router.Placement, error) {
 	changed, stop := p.router.Subscribe()
 	defer stop()
@@ -353,7 +354,14 @@ func (p *Plugin) awaitMove(ctx context.Context, shard int, old string) (*router.
 			return snap, pl, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, pl, ErrShardMoved
+			d := time.Duration(0)
+			if pl.State == router.StateFenced {
+				d = p.switchoverLease(ctx, shard)
+			}
+			if d <= 0 {
+				return nil, pl, ErrShardMoved
+			}
+			deadline = time.Now().Add(d)
 		}
 		select {
 		case <-ctx.Done():

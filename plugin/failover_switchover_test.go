@@ -477,3 +477,81 @@ func TestSwitchoverReadOnEndedSession(t *testing.T) {
 		t.Fatalf("read %d, want %d", got.ID, p.ID)
 	}
 }
+
+// TestSwitchoverFenceOutlastsFenceWait holds a switchover after its
+// replay step for longer than the plugin's FenceWait, as a loaded machine
+// or a slow pg_promote can: a write held by the fence (one whose router
+// saw it, one refused by the read-only old primary through a map older
+// than the fence) waits for the fence's lease, not FenceWait, and goes on
+// on the new primary once the switchover releases it.
+func TestSwitchoverFenceOutlastsFenceWait(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newSwitchover(t)
+	db2 := f.e.process(ctx, t)
+	users := f.usersOn(t, "b", 2)
+	// Each process has a connection to the old primary: through a map
+	// older than the fence a write is refused there (25006) and waits on
+	// the fence; a new connection, which finds no writable host until the
+	// promotion, would fail it.
+	for i, db := range []*gorm.DB{f.e.db, db2} {
+		if err := db.Create(&Photo{UserID: users[i], Caption: "before the switchover"}).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	type write struct {
+		p    Photo
+		err  error
+		took time.Duration
+	}
+	writes := []*write{{p: Photo{UserID: users[0], Caption: "held"}}, {p: Photo{UserID: users[1], Caption: "held, stale map"}}}
+	var wg sync.WaitGroup
+	held := 0 * time.Second
+	_, err := fo.Switchover(ctx, f.e.cat, "b", fo.Options{
+		To: fmt.Sprintf("127.0.0.1:%d", f.standby.Port),
+		Progress: func(s fo.Step) {
+			t.Logf("switchover: %s", s)
+			if s.Name != "replay" {
+				return
+			}
+			start := time.Now()
+			for i, w := range writes {
+				db := f.e.db
+				if i == 1 {
+					db = db2
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					begun := time.Now()
+					w.err = db.Create(&w.p).Error
+					w.took = time.Since(begun)
+				}()
+			}
+			done := make(chan struct{})
+			go func() { wg.Wait(); close(done) }()
+			// The fence outlasts FenceWait by half a second, or less if the
+			// writes gave up.
+			select {
+			case <-done:
+			case <-time.After(defaultFenceWait + 500*time.Millisecond):
+			}
+			held = time.Since(start)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for _, w := range writes {
+		if w.err != nil {
+			t.Errorf("%q, held by the fence %v: %v after %v", w.p.Caption, held, w.err, w.took)
+			continue
+		}
+		if w.took < defaultFenceWait {
+			t.Errorf("%q took %v, less than FenceWait (%v): the fence did not hold it", w.p.Caption, w.took, defaultFenceWait)
+		}
+		if n := f.onHost(t, f.standby, []int64{w.p.ID}); n != 1 {
+			t.Errorf("%q is not on the new primary", w.p.Caption)
+		}
+	}
+}
