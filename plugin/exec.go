@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"maps"
@@ -400,7 +401,7 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 		p.refusedRead(db)
 		return
 	}
-	if unavailable(db.Error) {
+	if unavailable(db.Error) || errors.Is(db.Error, errPoolClosed) {
 		p.endedRead(db)
 		return
 	}
@@ -425,14 +426,17 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 }
 
 // endedRead runs a one-shard read outside a transaction once more when
-// its connection ended under it (57P01, a connection closed) and the map,
-// reloaded, no longer gives the server the DSNs or the primary its pool
-// was opened with: a switchover's sessions step ends the sessions left on
-// the old primary once it recorded the new one, and a router whose map
-// was older than the record can have sent a read there just before. The
-// read runs on the server's pool for the reloaded map. An ended
-// connection on a pool the map still gives the server stands: the
-// server is down, and the read fails as the server's.
+// its connection ended under it (57P01, a connection closed), or its pool
+// was closed, and the map, reloaded, no longer gives the server the DSNs
+// or the primary its pool was opened with: a switchover's sessions step
+// ends the sessions left on the old primary once it recorded the new
+// one, and a router whose map was older than the record can have sent a
+// read there just before; the first statement routed by a newer map
+// closes the old pool (pools.get) under a read routed by an older one
+// that has not taken a connection yet. The read runs on the server's
+// pool for the reloaded map. An ended connection on a pool the map still
+// gives the server stands: the server is down, and the read fails as the
+// server's.
 func (p *Plugin) endedRead(db *gorm.DB) {
 	stmt := db.Statement
 	s, ok := stmt.ConnPool.(*serverDB)
@@ -461,6 +465,22 @@ func (p *Plugin) endedRead(db *gorm.DB) {
 	}
 	p.rerun(db, p.conn(stmt, now, true), p.runQuery)
 }
+
+// errPoolClosed is database/sql's error for a statement on a closed
+// *sql.DB, which it does not export.
+var errPoolClosed = func() error {
+	db := sql.OpenDB(closedConnector{})
+	_ = db.Close()
+	_, err := db.Conn(context.Background())
+	return err
+}()
+
+// closedConnector is the driver.Connector of the *sql.DB errPoolClosed
+// closes before it connects.
+type closedConnector struct{}
+
+func (closedConnector) Connect(context.Context) (driver.Conn, error) { return nil, driver.ErrBadConn }
+func (closedConnector) Driver() driver.Driver                        { return nil }
 
 // runRow runs gorm:row on one shard. A statement that joins other tables
 // runs, as runQuery's does, in a read-only transaction with the shard's

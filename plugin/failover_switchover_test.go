@@ -555,3 +555,67 @@ func TestSwitchoverFenceOutlastsFenceWait(t *testing.T) {
 		}
 	}
 }
+
+// TestReadOnPoolClosedByNewerMap routes a read by a map older than a
+// change of the server's DSNs (as a switchover's record changes its
+// primary) and, before the read takes a connection, lets a statement
+// routed by the newer map open the server's new pool, which closes the
+// old one: the read, refused by the closed pool, runs on the new pool.
+func TestReadOnPoolClosedByNewerMap(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, envOpts{})
+	db3 := e.process(ctx, t)
+	p := db3.Config.Plugins["shardkit"].(*Plugin)
+	u := int64(1)
+	for e.serverOf(t, e.shardOf(u)) != "b" {
+		u++
+	}
+	photo := Photo{UserID: u, Caption: "read on a closed pool"}
+	if err := db3.Create(&photo).Error; err != nil {
+		t.Fatal(err)
+	}
+	p.pools.mu.RLock()
+	old := p.pools.by["b"]
+	p.pools.mu.RUnlock()
+	if err := e.cat.Update(ctx, func(ctx context.Context, tx *catalog.Tx) error {
+		dsn := e.dsn["b"]
+		if strings.Contains(dsn, "://") {
+			sep := "?"
+			if strings.Contains(dsn, "?") {
+				sep = "&"
+			}
+			dsn += sep + "application_name=shardkit_newer_map"
+		} else {
+			dsn += " application_name=shardkit_newer_map"
+		}
+		return tx.SetServerDSN(ctx, "b", dsn, "")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	armed.Store(true)
+	if err := db3.Callback().Query().After("shardkit:route").Before("gorm:query").Register("test:newer_map", func(db *gorm.DB) {
+		if !armed.CompareAndSwap(true, false) {
+			return
+		}
+		snap, err := p.router.Reload(ctx)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := p.pools.get(snap, "b"); err != nil {
+			t.Error(err)
+			return
+		}
+		testkit.Eventually(t, 30*time.Second, func() bool { return errors.Is(old.PingContext(ctx), errPoolClosed) })
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var got Photo
+	if err := db3.Where("user_id = ? AND id = ?", u, photo.ID).Take(&got).Error; err != nil {
+		t.Fatalf("read routed to the pool a newer map closed: %v", err)
+	}
+	if armed.Load() || got.ID != photo.ID {
+		t.Fatalf("read %d (the pool closed under it: %v), want %d", got.ID, !armed.Load(), photo.ID)
+	}
+}
