@@ -434,9 +434,10 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 // read there just before; the first statement routed by a newer map
 // closes the old pool (pools.get) under a read routed by an older one
 // that has not taken a connection yet. The read runs on the server's
-// pool for the reloaded map. An ended connection on a pool the map still
-// gives the server stands: the server is down, and the read fails as the
-// server's.
+// pool for the reloaded map. On a pool the map still gives the server, a
+// connection that could not be opened while the shard is fenced waits
+// for the fence, then the read runs again; any other ended connection
+// stands: the server is down, and the read fails as the server's.
 func (p *Plugin) endedRead(db *gorm.DB) {
 	stmt := db.Statement
 	s, ok := stmt.ConnPool.(*serverDB)
@@ -452,12 +453,27 @@ func (p *Plugin) endedRead(db *gorm.DB) {
 		return
 	}
 	srv, inMap := snap.Server(s.name)
-	if !inMap || dsnKey(srv) == s.dsns {
+	if !inMap {
 		return
 	}
 	pl, err := snap.Placement(shard)
 	if err != nil {
 		return
+	}
+	if dsnKey(srv) == s.dsns {
+		// The pool is the one the map gives the server. One that could
+		// open no connection while the shard is fenced met a switchover
+		// between its read-only step and the promotion: neither host is
+		// writable, and the DSN asks for a writable host. The read waits,
+		// as a write does, for the fence to end (the new primary recorded,
+		// or the old one writable again).
+		var ce *pgconn.ConnectError
+		if pl.State != router.StateFenced || !errors.As(db.Error, &ce) {
+			return
+		}
+		if snap, pl, err = p.awaitMove(stmt.Context, shard, ""); err != nil {
+			return
+		}
 	}
 	now, err := p.pools.get(snap, pl.Server)
 	if err != nil {

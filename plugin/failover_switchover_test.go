@@ -619,3 +619,48 @@ func TestReadOnPoolClosedByNewerMap(t *testing.T) {
 		t.Fatalf("read %d (the pool closed under it: %v), want %d", got.ID, !armed.Load(), photo.ID)
 	}
 }
+
+// TestSwitchoverReadNeedsConnectionDuringFence reads, after the replay
+// step and before the promotion, through a process that keeps no idle
+// connection: its new connection finds no writable host (the old primary
+// read-only, the standby not promoted yet). The read waits for the fence
+// and runs on the new primary.
+func TestSwitchoverReadNeedsConnectionDuringFence(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newSwitchover(t)
+	db3 := f.e.processWith(ctx, t, f.e.cat, func(c *Config) { c.MaxIdleConns = -1 })
+	u := f.usersOn(t, "b", 1)[0]
+	p := Photo{UserID: u, Caption: "read during the fence"}
+	if err := f.e.db.Create(&p).Error; err != nil {
+		t.Fatal(err)
+	}
+	var got Photo
+	var rerr error
+	read := make(chan struct{})
+	_, err := fo.Switchover(ctx, f.e.cat, "b", fo.Options{
+		To: fmt.Sprintf("127.0.0.1:%d", f.standby.Port),
+		Progress: func(s fo.Step) {
+			t.Logf("switchover: %s", s)
+			if s.Name != "replay" {
+				return
+			}
+			go func() {
+				defer close(read)
+				rerr = db3.Where("user_id = ? AND id = ?", u, p.ID).Take(&got).Error
+			}()
+			// Before, the read failed at once; now it waits for the fence,
+			// which the promotion ends.
+			select {
+			case <-read:
+			case <-time.After(time.Second):
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-read
+	if rerr != nil || got.ID != p.ID {
+		t.Fatalf("read that needed a new connection during the fence: %v (read %d, want %d)", rerr, got.ID, p.ID)
+	}
+}

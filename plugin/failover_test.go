@@ -424,8 +424,9 @@ func (e *env) process(ctx context.Context, t *testing.T) *gorm.DB {
 	return e.processWith(ctx, t, e.cat)
 }
 
-// processWith is process with its router reading the map from src.
-func (e *env) processWith(ctx context.Context, t *testing.T, src router.Source) *gorm.DB {
+// processWith is process with its router reading the map from src and
+// its plugin's Config changed by each of cfg.
+func (e *env) processWith(ctx context.Context, t *testing.T, src router.Source, cfg ...func(*Config)) *gorm.DB {
 	t.Helper()
 	r, err := router.New(ctx, src)
 	if err != nil {
@@ -435,7 +436,11 @@ func (e *env) processWith(ctx context.Context, t *testing.T, src router.Source) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := Register(Config{Router: r, IDs: e.gen}, &Photo{})
+	c := Config{Router: r, IDs: e.gen}
+	for _, f := range cfg {
+		f(&c)
+	}
+	p := Register(c, &Photo{})
 	if err := db.Use(p); err != nil {
 		t.Fatal(err)
 	}
