@@ -20,7 +20,9 @@ type Options struct {
 	// To names the standby to promote: HOST or HOST:PORT, one of the
 	// hosts of the server's admin DSN.
 	To string
-	// Lease is the fence's lease recorded in the catalog (default 10s).
+	// Lease is the fence's lease recorded in the catalog (default 10s):
+	// plugin writes the fence holds wait that long at most, past
+	// plugin.Config.FenceWait.
 	Lease time.Duration
 	// DrainWait bounds the wait for write transactions that began on the
 	// old primary before it went read-only (default 2s); past it the

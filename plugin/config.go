@@ -101,8 +101,11 @@ type Config struct {
 	// ErrNoFreeSlot, ErrLeaseLost and ErrLeaseExpired.
 	NoSlot func(error) bool
 	// FenceWait bounds how long a write to a fenced shard waits for the
-	// move to finish before failing with ErrShardFenced. Zero means
-	// 2s; negative means fail at once.
+	// move to finish before failing with ErrShardFenced. A switchover's
+	// fence (failover.Switchover) holds the write past FenceWait for as
+	// long as its lease in the catalog lasts (failover.Options.Lease, 10s
+	// by default), within the statement's context. Zero means 2s;
+	// negative means fail at once.
 	FenceWait time.Duration
 	// MaxOpenConns, MaxIdleConns and ConnMaxIdleTime apply to each physical
 	// server's pool (the primary and each replica). Zero means the

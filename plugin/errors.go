@@ -18,7 +18,9 @@ var (
 	// statement outside the transaction or in its own.
 	ErrCrossShard = errors.New("statement for another shard inside a shard-pinned transaction; a transaction spans one logical shard")
 	// ErrShardFenced reports a write to a shard that stayed fenced (a move
-	// is cutting over) for longer than Config.FenceWait. Retry later.
+	// is cutting over) for longer than Config.FenceWait, or, fenced by a
+	// server's switchover, past the lease the switchover recorded
+	// (failover.Options.Lease). Retry later.
 	ErrShardFenced = errors.New("shard is fenced for a move; retry the write shortly")
 	// ErrShardMoved reports a write refused by the shard's old server
 	// because the shard moved, inside a transaction that cannot be retried

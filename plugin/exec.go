@@ -3,6 +3,7 @@ package plugin
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"maps"
@@ -255,7 +256,14 @@ func (p *Plugin) movedShard(db *gorm.DB) (m *model, shard int, old string, ok bo
 			return nil, 0, "", false // the user's own missing grant
 		}
 	case isReadOnlyError(db.Error):
-		if !p.homeChanged(stmt.Context, shard, old) {
+		// A write outside a user's transaction that a read-only primary
+		// refused did nothing, and runs once more on the shard's home
+		// whatever the reloaded map says: the switchover that made the
+		// primary read-only may have ended (the new primary recorded and
+		// the fence released, or the old primary writable again) between
+		// the refusal and the reload. A read-only server of the user's
+		// refuses the second run as it did the first.
+		if !p.homeChanged(stmt.Context, shard, old) && inUserTx(stmt) {
 			return nil, 0, "", false // a read-only server or transaction of the user's
 		}
 	case !p.movedAway(stmt.Context, shard, old):
@@ -326,9 +334,10 @@ func (p *Plugin) movedAway(ctx context.Context, shard int, old string) bool {
 }
 
 // awaitMove reloads the map until the shard has left server old and is
-// not fenced, for at most FenceWait. It wakes on each snapshot the router
-// installs (a watching router hears of the flip at once), and reloads
-// every 20 ms in case it does not.
+// not fenced, for at most FenceWait, or, while the shard is under a
+// switchover's fence, its lease (switchoverLease). It wakes on each
+// snapshot the router installs (a watching router hears of the flip at
+// once), and reloads every 20 ms in case it does not.
 func (p *Plugin) awaitMove(ctx context.Context, shard int, old string) (*router.Snapshot, router.Placement, error) {
 	changed, stop := p.router.Subscribe()
 	defer stop()
@@ -346,7 +355,14 @@ func (p *Plugin) awaitMove(ctx context.Context, shard int, old string) (*router.
 			return snap, pl, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, pl, ErrShardMoved
+			d := time.Duration(0)
+			if pl.State == router.StateFenced {
+				d = p.switchoverLease(ctx, shard)
+			}
+			if d <= 0 {
+				return nil, pl, ErrShardMoved
+			}
+			deadline = time.Now().Add(d)
 		}
 		select {
 		case <-ctx.Done():
@@ -374,13 +390,19 @@ func serverOf(cp gorm.ConnPool) string {
 // found no table where a stale map placed the shard and the reloaded map
 // places it elsewhere: the copy a rollback dropped right after flipping
 // the shard back (see movedAway). The read returned nothing there. Inside
-// a transaction, or with the map unchanged, the error stands.
+// a transaction, or with the map unchanged, the error stands. A read
+// refused its privilege goes to refusedRead, one whose connection ended
+// to endedRead.
 func (p *Plugin) rerouteRead(db *gorm.DB) {
 	if db.Error == nil {
 		return
 	}
 	if isPrivilegeError(db.Error) {
 		p.refusedRead(db)
+		return
+	}
+	if unavailable(db.Error) || errors.Is(db.Error, errPoolClosed) {
+		p.endedRead(db)
 		return
 	}
 	if !router.IsUndefinedTable(db.Error) || txOf(db.Statement.ConnPool) != nil {
@@ -402,6 +424,79 @@ func (p *Plugin) rerouteRead(db *gorm.DB) {
 	}
 	p.rerun(db, p.conn(stmt, srv, true), p.runQuery)
 }
+
+// endedRead runs a one-shard read outside a transaction once more when
+// its connection ended under it (57P01, a connection closed), or its pool
+// was closed, and the map, reloaded, no longer gives the server the DSNs
+// or the primary its pool was opened with: a switchover's sessions step
+// ends the sessions left on the old primary once it recorded the new
+// one, and a router whose map was older than the record can have sent a
+// read there just before; the first statement routed by a newer map
+// closes the old pool (pools.get) under a read routed by an older one
+// that has not taken a connection yet. The read runs on the server's
+// pool for the reloaded map. On a pool the map still gives the server, a
+// connection that could not be opened while the shard is fenced waits
+// for the fence, then the read runs again; any other ended connection
+// stands: the server is down, and the read fails as the server's.
+func (p *Plugin) endedRead(db *gorm.DB) {
+	stmt := db.Statement
+	s, ok := stmt.ConnPool.(*serverDB)
+	if !ok {
+		return // in a transaction, or on a replica's pool
+	}
+	m, shard, _ := p.lookup(stmt)
+	if m == nil || shard < 0 {
+		return
+	}
+	snap, err := p.router.Reload(stmt.Context)
+	if err != nil {
+		return
+	}
+	srv, inMap := snap.Server(s.name)
+	if !inMap {
+		return
+	}
+	pl, err := snap.Placement(shard)
+	if err != nil {
+		return
+	}
+	if dsnKey(srv) == s.dsns {
+		// The pool is the one the map gives the server. One that could
+		// open no connection while the shard is fenced met a switchover
+		// between its read-only step and the promotion: neither host is
+		// writable, and the DSN asks for a writable host. The read waits,
+		// as a write does, for the fence to end (the new primary recorded,
+		// or the old one writable again).
+		var ce *pgconn.ConnectError
+		if pl.State != router.StateFenced || !errors.As(db.Error, &ce) {
+			return
+		}
+		if snap, pl, err = p.awaitMove(stmt.Context, shard, ""); err != nil {
+			return
+		}
+	}
+	now, err := p.pools.get(snap, pl.Server)
+	if err != nil {
+		return
+	}
+	p.rerun(db, p.conn(stmt, now, true), p.runQuery)
+}
+
+// errPoolClosed is database/sql's error for a statement on a closed
+// *sql.DB, which it does not export.
+var errPoolClosed = func() error {
+	db := sql.OpenDB(closedConnector{})
+	_ = db.Close()
+	_, err := db.Conn(context.Background())
+	return err
+}()
+
+// closedConnector is the driver.Connector of the *sql.DB errPoolClosed
+// closes before it connects.
+type closedConnector struct{}
+
+func (closedConnector) Connect(context.Context) (driver.Conn, error) { return nil, driver.ErrBadConn }
+func (closedConnector) Driver() driver.Driver                        { return nil }
 
 // runRow runs gorm:row on one shard. A statement that joins other tables
 // runs, as runQuery's does, in a read-only transaction with the shard's

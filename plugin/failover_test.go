@@ -421,7 +421,14 @@ func TestFailoverOldPrimaryFenced(t *testing.T) {
 // watch the map and a plugin of its own (closed with the test).
 func (e *env) process(ctx context.Context, t *testing.T) *gorm.DB {
 	t.Helper()
-	r, err := router.New(ctx, e.cat)
+	return e.processWith(ctx, t, e.cat)
+}
+
+// processWith is process with its router reading the map from src and
+// its plugin's Config changed by each of cfg.
+func (e *env) processWith(ctx context.Context, t *testing.T, src router.Source, cfg ...func(*Config)) *gorm.DB {
+	t.Helper()
+	r, err := router.New(ctx, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +436,11 @@ func (e *env) process(ctx context.Context, t *testing.T) *gorm.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := Register(Config{Router: r, IDs: e.gen}, &Photo{})
+	c := Config{Router: r, IDs: e.gen}
+	for _, f := range cfg {
+		f(&c)
+	}
+	p := Register(c, &Photo{})
 	if err := db.Use(p); err != nil {
 		t.Fatal(err)
 	}

@@ -219,16 +219,18 @@ func (p *Plugin) conn(stmt *gorm.Statement, srv *serverDB, read bool) gorm.ConnP
 }
 
 // waitFence holds a write to a fenced shard until the map shows it
-// unfenced, or FenceWait passes. It wakes on each new snapshot the router
-// installs (Router.Watch), so the write goes on as soon as the map does.
+// unfenced, or FenceWait passes, or, for a switchover's fence, its lease
+// (switchoverLease). It wakes on each new snapshot the router installs
+// (Router.Watch), so the write goes on as soon as the map does.
 func (p *Plugin) waitFence(ctx context.Context, shard int) (*router.Snapshot, router.Placement, error) {
 	// Subscribe before reading the snapshot: a snapshot installed in
 	// between still arrives on the channel.
 	changed, stop := p.router.Subscribe()
 	defer stop()
 	var timeout <-chan time.Time
+	var t *time.Timer
 	if p.cfg.FenceWait > 0 {
-		t := time.NewTimer(p.cfg.FenceWait)
+		t = time.NewTimer(p.cfg.FenceWait)
 		defer t.Stop()
 		timeout = t.C
 	}
@@ -248,8 +250,42 @@ func (p *Plugin) waitFence(ctx context.Context, shard int) (*router.Snapshot, ro
 		case <-ctx.Done():
 			return snap, pl, ctx.Err()
 		case <-timeout:
+			if d := p.switchoverLease(ctx, shard); d > 0 {
+				t.Reset(d)
+				continue
+			}
 			timeout = nil // one last look at the map, then ErrShardFenced
 		case <-changed:
 		}
 	}
+}
+
+// switchoverLeases is a map source that says what is left of the lease
+// of a switchover's fence on a shard (catalog.Catalog).
+type switchoverLeases interface {
+	SwitchoverLease(ctx context.Context, shard int) (time.Duration, error)
+}
+
+// switchoverLease is how much longer a write held by the fence on shard
+// may wait once FenceWait passed: what is left of the fence's lease when
+// the fence is a switchover's (failover.Switchover, whose steps may
+// outlast a move's cutover, and whose writes are to wait rather than
+// fail), else 0: a move's fence, a map source that does not say (a
+// relay's, a map made by hand), or a catalog that could not be read.
+// It asks the catalog once per wait that outlasts FenceWait, and again
+// only once the lease it read has passed.
+func (p *Plugin) switchoverLease(ctx context.Context, shard int) time.Duration {
+	r, ok := p.router.(interface{ Source() router.Source })
+	if !ok {
+		return 0
+	}
+	src, ok := r.Source().(switchoverLeases)
+	if !ok {
+		return 0
+	}
+	d, err := src.SwitchoverLease(ctx, shard)
+	if err != nil {
+		return 0
+	}
+	return d
 }

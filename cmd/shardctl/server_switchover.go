@@ -26,9 +26,9 @@ DSN) in place of the server's primary, with no request failing:
   sessions   end the sessions left on the old primary: it serves no read
   release    release the fence: writes go on, on the new primary
 
-Writes wait (plugin.Config.FenceWait, 2s by default) from the fence to the
-release, usually well under a second; reads go on throughout. A step that
-fails before the promotion is undone (the old primary writable, the fence
+Writes wait from the fence to the release, usually well under a second, for
+at most the fence's lease in the catalog (10s); reads go on throughout. A
+step that fails before the promotion is undone (the old primary writable, the fence
 released) and the command exits non-zero with what happened; a failure after
 it says what is left, and --release ends the fence once the new primary is
 recorded.
