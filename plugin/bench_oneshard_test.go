@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,11 +93,15 @@ func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []block
 				srv0 += backendCPU(b, pid)
 			}
 			t0, c0 := time.Now(), processCPU()
-			for j := range n {
-				if err := s.run(pick[(k+j)%len(pick)]); err != nil {
-					b.Fatal(err)
+			// Labelled, so that a CPU profile of the run (-cpuprofile)
+			// takes each side apart: pprof -tagfocus 'side=0,op=…'.
+			pprof.Do(context.Background(), pprof.Labels("side", strconv.Itoa(i), "op", b.Name()), func(context.Context) {
+				for j := range n {
+					if err := s.run(pick[(k+j)%len(pick)]); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
+			})
 			wall, client := time.Since(t0), processCPU()-c0
 			var srv1 time.Duration
 			for _, pid := range pids[i] {
@@ -291,6 +296,7 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 		var got, user int64
 		return db.QueryRow(`SELECT id, user_id FROM `+table+` WHERE id = $1`, append(args, id)...).Scan(&got, &user)
 	}
+	asRead := context.WithValue(ctx, stmtOptsKey{}, stmtOpts{prepare: true}) // from the plugin's cache of one-shard reads
 	aPIDs := func() []int { return []int{backendPID(b, servers["a"])} }
 	plainByID := oneSide{run: func(i int) error { var p Photo; return plain.First(&p, pp[i].ID).Error }, pids: plainPIDs}
 	splits := []struct {
@@ -299,6 +305,11 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 	}{
 		{"plain_sql_prepared", oneSide{run: func(i int) error { return byID(plainSQL, "photos", pp[i].ID) }, pids: plainPIDs}},
 		{"sql_unnamed", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
+		{"sql_prepared", oneSide{run: func(i int) error {
+			p := onA[i%len(onA)]
+			var got, user int64
+			return servers["a"].QueryRowContext(asRead, `SELECT id, user_id FROM `+qualified(p)+` WHERE id = $1`, p.ID).Scan(&got, &user)
+		}, pids: aPIDs}},
 		{"sql_unnamed_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
 		{"sql_prepared_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID, asPrepared) }, pids: aPIDs}},
 	}
