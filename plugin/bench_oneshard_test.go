@@ -429,9 +429,13 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 	}
 
 	for _, s := range splits {
-		for i := range onA {
-			if err := s.side.run(i); err != nil {
-				b.Fatal(err)
+		// warmRounds runs each: past the executions after which Postgres
+		// may plan a prepared statement once for all.
+		for range warmRounds {
+			for i := range onA {
+				if err := s.side.run(i); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 		b.Run("split/"+s.name, func(b *testing.B) {
