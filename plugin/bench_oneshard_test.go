@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -92,11 +93,15 @@ func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []block
 				srv0 += backendCPU(b, pid)
 			}
 			t0, c0 := time.Now(), processCPU()
-			for j := range n {
-				if err := s.run(pick[(k+j)%len(pick)]); err != nil {
-					b.Fatal(err)
+			// Labelled, so that a CPU profile of the run (-cpuprofile)
+			// takes each side apart: pprof -tagfocus 'side=0,op=…'.
+			pprof.Do(context.Background(), pprof.Labels("side", strconv.Itoa(i), "op", b.Name()), func(context.Context) {
+				for j := range n {
+					if err := s.run(pick[(k+j)%len(pick)]); err != nil {
+						b.Fatal(err)
+					}
 				}
-			}
+			})
 			wall, client := time.Since(t0), processCPU()-c0
 			var srv1 time.Duration
 			for _, pid := range pids[i] {
@@ -137,12 +142,16 @@ func envInt(name string, def int) int {
 // sub-benchmark reports the medians per statement over the blocks: wall
 // time (ns/stmt), client CPU (cpu-ns/stmt, the process's, all threads)
 // and the backends' CPU (server-ns/stmt), each side's, and the sharded /
-// plain ratios. Run it with -benchtime 1x: the blocks are the repetition.
+// plain ratios, and how many one-shard statements the sharded backends
+// prepared during the run (sharded-prepared-in-run: the plugin's cache
+// misses, 0 in the steady state). Run it with -benchtime 1x: the blocks
+// are the repetition.
 //
 // The split/ sub-benchmarks take a select by ID apart, each against
 // plain GORM: raw SQL on the server's pool (no GORM, no plugin) sent as
-// the plugin sends it, the same prepared, and on one shard only (a
-// backend that touches one schema, not a thousand); and an update by ID,
+// the plugin sends it, unnamed and prepared from the plugin's cache of
+// one-shard reads, on random shards and on one shard only (a backend
+// that touches one schema, not a thousand); and an update by ID,
 // each against plain GORM's: raw SQL in a transaction on plain GORM's
 // pool (GORM's share), on a shard server unnamed (what a write cost the
 // server before the plugin prepared writes), and prepared as the plugin
@@ -270,12 +279,39 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 			}
 		}
 	}
+	// prepares counts the one-shard statements the sharded side's
+	// backends prepared since from: the misses of the plugin's caches that
+	// they still hold.
+	prepares := func(b *testing.B, from map[string]time.Time) int {
+		n := 0
+		for _, name := range e.servers {
+			var k int
+			if err := servers[name].QueryRow(`SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardkit\_one\_%' AND prepare_time >= $1`, from[name]).Scan(&k); err != nil {
+				b.Fatal(err)
+			}
+			n += k
+		}
+		return n
+	}
+	serverNow := func(b *testing.B) map[string]time.Time {
+		at := map[string]time.Time{}
+		for _, name := range e.servers {
+			var t time.Time
+			if err := servers[name].QueryRow(`SELECT clock_timestamp()`).Scan(&t); err != nil {
+				b.Fatal(err)
+			}
+			at[name] = t
+		}
+		return at
+	}
 	for _, o := range ops {
 		b.Run(o.name, func(b *testing.B) {
+			from := serverNow(b)
 			f := inBlocks(b, blocks, n, pick,
 				oneSide{run: func(i int) error { return o.fn(sharded, sp, i) }, pids: shardedPIDs},
 				oneSide{run: func(i int) error { return o.fn(plain, pp, i) }, pids: plainPIDs})
 			report(b, f)
+			b.ReportMetric(float64(prepares(b, from)), "sharded-prepared-in-run")
 		})
 	}
 
@@ -291,6 +327,7 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 		var got, user int64
 		return db.QueryRow(`SELECT id, user_id FROM `+table+` WHERE id = $1`, append(args, id)...).Scan(&got, &user)
 	}
+	asRead := context.WithValue(ctx, stmtOptsKey{}, stmtOpts{prepare: true}) // from the plugin's cache of one-shard reads
 	aPIDs := func() []int { return []int{backendPID(b, servers["a"])} }
 	plainByID := oneSide{run: func(i int) error { var p Photo; return plain.First(&p, pp[i].ID).Error }, pids: plainPIDs}
 	splits := []struct {
@@ -299,6 +336,11 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 	}{
 		{"plain_sql_prepared", oneSide{run: func(i int) error { return byID(plainSQL, "photos", pp[i].ID) }, pids: plainPIDs}},
 		{"sql_unnamed", oneSide{run: func(i int) error { p := onA[i%len(onA)]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
+		{"sql_prepared", oneSide{run: func(i int) error {
+			p := onA[i%len(onA)]
+			var got, user int64
+			return servers["a"].QueryRowContext(asRead, `SELECT id, user_id FROM `+qualified(p)+` WHERE id = $1`, p.ID).Scan(&got, &user)
+		}, pids: aPIDs}},
 		{"sql_unnamed_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
 		{"sql_prepared_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID, asPrepared) }, pids: aPIDs}},
 	}
@@ -387,9 +429,13 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 	}
 
 	for _, s := range splits {
-		for i := range onA {
-			if err := s.side.run(i); err != nil {
-				b.Fatal(err)
+		// warmRounds runs each: past the executions after which Postgres
+		// may plan a prepared statement once for all.
+		for range warmRounds {
+			for i := range onA {
+				if err := s.side.run(i); err != nil {
+					b.Fatal(err)
+				}
 			}
 		}
 		b.Run("split/"+s.name, func(b *testing.B) {

@@ -25,6 +25,10 @@ const (
 	lookupSettings = "shardkit:lookup"
 	// routedKey is the statement setting holding a *routeRecord (Observe).
 	routedKey = "shardkit:routed"
+	// aloneName is the statement clause holding GORM's transaction
+	// around a write that runs without it (alone.go), from shardkit:route
+	// to its commit.
+	aloneName = "shardkit:alone"
 	// dbresolverWrite is the statement setting dbresolver.Write stores.
 	dbresolverWrite = "gorm:db_resolver:write"
 )
@@ -125,6 +129,17 @@ func (p *Plugin) onBegin(db *gorm.DB) {
 // string. The statement's error stays what the caller tests (a
 // *rollbackError), the rollback's in its text.
 func (p *Plugin) onFinish(db *gorm.DB) {
+	if c, ok := db.Statement.Clauses[aloneName]; ok {
+		delete(db.Statement.Clauses, aloneName)
+		if srv, ok := db.Statement.ConnPool.(*serverDB); ok {
+			// The server's health, which a BEGIN would have reported:
+			// GORM runs a Create's shardkit:outcome after this.
+			srv.report(db.Error, p.cfg.ServerRetry)
+		}
+		if t, ok := c.Expression.(*aloneTx); ok {
+			db.Statement.ConnPool = (*shardTx)(t) // ends with nothing to commit
+		}
+	}
 	before := db.Error
 	if p.orig.finish != nil {
 		p.orig.finish(db)

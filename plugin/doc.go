@@ -239,6 +239,7 @@ package plugin
 //	stmtbound.go             one-shard statements bounded by their connection
 //	health.go                ServerError, servers taken as down and back, Health, Partial
 //	tx.go                    transactions pinned to a shard
+//	alone.go                 a one-shard write run without GORM's transaction when nothing else would run in it
 //	savepoint.go             SavePoint and RollbackTo across a transaction's parts
 //	atomic.go                Atomic: transactions across shards by two-phase commit
 //

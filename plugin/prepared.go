@@ -158,63 +158,107 @@ func (c unnamedConn) query(ctx context.Context, query string, args []driver.Name
 // text on first use.
 
 // preparedShardStmtsPerConn is the most one-shard reads a connection
-// keeps prepared. A cached one-shard read holds about 17 KB of its
-// backend's memory, by ID or by key (measured on Postgres 15 with
-// pg_backend_memory_contexts, generic plans): 2048 of them hold at most
-// about 36 MB, two read shapes of each of a server's 1000 shards; the
-// reads across shards add at most 42 MB (preparedReadsPerConn). A read
-// met for the first time on a connection costs one more round trip (its
-// Prepare), and one for the Close of the statement it evicts: more read
-// shapes than the cache holds cost more than unnamed statements.
+// keeps prepared: two read shapes of each of a server's 1000 shards. A
+// read met for the first time on a connection costs one more round trip
+// (its Prepare), and one for the Close of the statement it evicts: more
+// read shapes than the cache holds cost more than unnamed statements.
 var preparedShardStmtsPerConn = 2048 // a variable for the tests of its bound
 
 // preparedShardWritesPerConn is the most one-shard writes (INSERT,
 // UPDATE, DELETE) a connection keeps prepared, in a cache of their own:
-// a cached insert or update by ID holds about 9 KB of its backend's
-// memory (measured on Postgres 15 with pg_backend_memory_contexts,
-// TestOneShardWritesMemory): 2048 of them hold at most about 18 MB, two
-// write shapes of each of a server's 1000 shards. A write met for the
-// first time on a connection costs one more round trip (its Prepare),
-// and one for the Close of the write it evicts.
+// two write shapes of each of a server's 1000 shards. A write met for the
+// first time on a connection costs one more round trip (its Prepare), and
+// one for the Close of the write it evicts.
 var preparedShardWritesPerConn = 2048 // a variable for the tests of its bound
 
-// shardStmtsKey and shardWritesKey are the keys of a connection's
-// shardStmts in its CustomData: its reads', its writes'.
+// A connection's prepared statements hold its backend's memory, at most
+// preparedBytesPerConn of it in all, as their sizes were measured on
+// Postgres 15 with pg_backend_memory_contexts (generic plans; the tests
+// TestOneShardReadsMemory and TestOneShardWritesMemory hold them to these
+// figures): a one-shard read by ID or by key about 17 KB, a one-shard
+// insert or update by ID about 9 KB, a read across shards of up to 100
+// tables about 1.3 MB (docs/reads-across-shards.md). The two caches of
+// one-shard statements share what the reads across shards leave: all of
+// it on a connection that has run none, preparedBytesPerConn less the
+// whole bound of the reads across shards (preparedReadsPerConn of them)
+// on one that has. A connection over its share (its first read across
+// shards shrank it) closes its least recently used one-shard statements
+// until it is within: one each time it runs one of them, and up to
+// shedPerRun more than it needs each time it prepares one.
+var preparedBytesPerConn = 64 << 20 // a variable for the tests of its bound
+
 const (
-	shardStmtsKey  = "shardkit.oneshard"
-	shardWritesKey = "shardkit.oneshard.writes"
+	oneShardReadBytes  = 17 << 10
+	oneShardWriteBytes = 9 << 10
+	readAcrossBytes    = 1331 << 10
+	shedPerRun         = 16
 )
 
+// oneShardShare is how many bytes of preparedBytesPerConn the one-shard
+// statements of connection c may hold.
+func oneShardShare(c *pgconn.PgConn) int {
+	if _, across := c.CustomData()[readCacheKey]; across {
+		return preparedBytesPerConn - preparedReadsPerConn*readAcrossBytes
+	}
+	return preparedBytesPerConn
+}
+
+// shardStmtsKey is the key of a connection's shardCaches in its
+// CustomData.
+const shardStmtsKey = "shardkit.oneshard"
+
+// shardCaches are a connection's prepared one-shard statements: its
+// reads', its writes'. Only the goroutine holding the connection uses
+// them.
+type shardCaches struct {
+	reads, writes shardStmts
+}
+
+// bytes is what the connection's one-shard statements hold of its
+// backend's memory.
+func (sc *shardCaches) bytes() int { return sc.reads.bytes() + sc.writes.bytes() }
+
 // shardStmts is a connection's prepared one-shard statements of one kind
-// by name (shardStmtName), least recently used at the back. Only the
-// goroutine holding the connection uses it.
+// by name (shardStmtName), least recently used at the back.
 type shardStmts struct {
 	byText map[string]*list.Element // of string, the text
 	lru    list.List
 	max    int // the most it keeps
+	each   int // the bytes each holds of its backend's memory
 }
 
-// shardStmtsOf is the connection's cache of prepared one-shard writes
-// (write) or reads.
-func shardStmtsOf(c *pgconn.PgConn, write bool) *shardStmts {
-	key, max := shardStmtsKey, preparedShardStmtsPerConn
-	if write {
-		key, max = shardWritesKey, preparedShardWritesPerConn
-	}
+func (ss *shardStmts) bytes() int { return ss.lru.Len() * ss.each }
+
+// shardCachesOf is the connection's caches of prepared one-shard
+// statements.
+func shardCachesOf(c *pgconn.PgConn) *shardCaches {
 	cd := c.CustomData()
-	ss, _ := cd[key].(*shardStmts)
-	if ss == nil {
-		ss = &shardStmts{byText: map[string]*list.Element{}, max: max}
-		cd[key] = ss
+	sc, _ := cd[shardStmtsKey].(*shardCaches)
+	if sc == nil {
+		sc = &shardCaches{
+			reads:  shardStmts{byText: map[string]*list.Element{}, max: preparedShardStmtsPerConn, each: oneShardReadBytes},
+			writes: shardStmts{byText: map[string]*list.Element{}, max: preparedShardWritesPerConn, each: oneShardWriteBytes},
+		}
+		cd[shardStmtsKey] = sc
 	}
-	return ss
+	return sc
+}
+
+// of returns the cache of writes (write) or reads, and the other.
+func (sc *shardCaches) of(write bool) (own, other *shardStmts) {
+	if write {
+		return &sc.writes, &sc.reads
+	}
+	return &sc.reads, &sc.writes
 }
 
 // prepared returns the name under which query is prepared on the
-// connection in the server's plan generation, preparing it, and closing
-// the least recently used of its kind (a write, or a read) to make room,
-// if it is not yet. The name is the digest of the generation and the
-// text, never the text itself: pgx runs a statement prepared under a
+// connection in the server's plan generation, preparing it if it is not
+// yet, and closing the least recently used statements to make room: of
+// its own kind (a write, or a read) past that kind's count, and of its
+// own kind first, then of the other, past the connection's share of
+// memory (oneShardShare). The name is the digest of the generation and
+// the text, never the text itself: pgx runs a statement prepared under a
 // text whenever that text comes again, so a statement named by its own
 // text would also run where the plugin sends the text unnamed (a raw
 // statement of the same text, or the unnamed run after a stale plan),
@@ -222,21 +266,45 @@ func shardStmtsOf(c *pgconn.PgConn, write bool) *shardStmts {
 func (c unnamedConn) prepared(ctx context.Context, query string, write bool) (string, error) {
 	name := shardStmtName(query, c.plans.n.Load())
 	conn := c.Conn()
-	ss := shardStmtsOf(conn.PgConn(), write)
-	if el, ok := ss.byText[name]; ok {
-		ss.lru.MoveToFront(el)
-		return name, nil
+	sc := shardCachesOf(conn.PgConn())
+	own, other := sc.of(write)
+	share := oneShardShare(conn.PgConn())
+	if el, ok := own.byText[name]; ok {
+		own.lru.MoveToFront(el)
+		return name, c.shed(ctx, sc, own, other, 0, share, 1, name)
 	}
-	for ss.lru.Len() >= ss.max {
-		if err := c.forget(ctx, ss, ss.lru.Back().Value.(string)); err != nil {
+	for own.lru.Len() >= own.max {
+		if err := c.forget(ctx, own, own.lru.Back().Value.(string)); err != nil {
 			return "", err
 		}
+	}
+	if err := c.shed(ctx, sc, own, other, own.each, share, 1+shedPerRun, ""); err != nil {
+		return "", err
 	}
 	if _, err := conn.Prepare(ctx, name, query); err != nil {
 		return "", err
 	}
-	ss.byText[name] = ss.lru.PushFront(name)
+	own.byText[name] = own.lru.PushFront(name)
 	return name, nil
+}
+
+// shed closes the least recently used one-shard statements, own's
+// first, until room more bytes fit in share, at most most of them, and
+// never keep (the statement about to run).
+func (c unnamedConn) shed(ctx context.Context, sc *shardCaches, own, other *shardStmts, room, share, most int, keep string) error {
+	for n := 0; n < most && sc.bytes()+room > share; n++ {
+		ss := own
+		if ss.lru.Len() == 0 || ss.lru.Back().Value.(string) == keep {
+			ss = other
+		}
+		if ss.lru.Len() == 0 || ss.lru.Back().Value.(string) == keep {
+			return nil
+		}
+		if err := c.forget(ctx, ss, ss.lru.Back().Value.(string)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // shardStmtName is the name a one-shard statement of text is prepared
@@ -267,7 +335,8 @@ func (c unnamedConn) stale(ctx context.Context, name string, write bool, err err
 	}
 	gen := c.plans.n.Load()
 	c.plans.n.CompareAndSwap(gen, gen+1)
-	_ = c.forget(ctx, shardStmtsOf(c.Conn().PgConn(), write), name)
+	own, _ := shardCachesOf(c.Conn().PgConn()).of(write)
+	_ = c.forget(ctx, own, name)
 	return c.Conn().PgConn().TxStatus() == 'I'
 }
 

@@ -233,3 +233,93 @@ func TestOneShardWritePreparedAfterAddColumn(t *testing.T) {
 		t.Fatalf("%d one-shard writes prepared, want 2 (the insert and the update; not the insert returning every column)", got)
 	}
 }
+
+// preparedOneShard counts the one-shard statements prepared in the one
+// session of db.
+func preparedOneShard(t *testing.T, db *sql.DB) int {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardkit\_one\_%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// The one-shard statements of a connection share its memory budget with
+// its reads across shards: once it has run one, they hold what the
+// reads across shards leave, their least recently used closed.
+func TestOneShardStatementsMemoryBudget(t *testing.T) {
+	defer func(n int) { preparedBytesPerConn = n }(preparedBytesPerConn)
+	const share = 5 // one-shard reads left beside the reads across shards
+	preparedBytesPerConn = preparedReadsPerConn*readAcrossBytes + share*oneShardReadBytes
+	e, a, users := oneShardEnv(t, PreparedReadsDirect, 12)
+	read := func(u int64) {
+		t.Helper()
+		var got []Photo
+		if err := e.db.Where("user_id = ?", u).Find(&got).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, u := range users {
+		read(u)
+	}
+	if got := preparedOneShard(t, a); got != len(users) {
+		t.Fatalf("%d one-shard reads prepared, want all %d: no read across shards takes the budget yet", got, len(users))
+	}
+	var all []Photo
+	if err := e.db.Clauses(AllShards()).Find(&all).Error; err != nil {
+		t.Fatal(err)
+	}
+	read(users[0]) // a statement the connection holds: closes one
+	if got := preparedOneShard(t, a); got != len(users)-1 {
+		t.Fatalf("%d one-shard reads prepared after a run over the budget, want %d: one closed", got, len(users)-1)
+	}
+	var some []Photo // a new read on users[0]'s shard: closes what is over
+	if err := e.db.Where("user_id = ? AND caption = ?", users[0], "x").Find(&some).Error; err != nil {
+		t.Fatal(err)
+	}
+	if got := preparedOneShard(t, a); got != share {
+		t.Fatalf("%d one-shard reads prepared after the connection ran a read across shards, want the %d its budget leaves", got, share)
+	}
+	var held int64
+	if err := a.QueryRow(`SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'shardkit\_one\_%' AND statement LIKE '%' || $1 || '%'`, fmt.Sprintf(`"shard_%04d"`, e.shardOf(users[0]))).Scan(&held); err != nil || held != 2 {
+		t.Fatalf("the most recently used shard's reads: %d prepared (%v), want both kept", held, err)
+	}
+}
+
+// What a prepared one-shard read holds of its backend's memory, by ID
+// and by key, after the runs past which Postgres may plan it once for
+// all: at most the oneShardReadBytes the budget counts it for.
+func TestOneShardReadsMemory(t *testing.T) {
+	const users = 16
+	e, a, onA := oneShardEnv(t, PreparedReadsDirect, users)
+	ids := map[int64]int64{}
+	for _, u := range onA {
+		p := Photo{UserID: u, Caption: "x"}
+		if err := e.db.Create(&p).Error; err != nil {
+			t.Fatal(err)
+		}
+		ids[u] = p.ID
+	}
+	for range warmRounds {
+		for _, u := range onA {
+			var p Photo
+			if err := e.db.First(&p, ids[u]).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := e.db.Where("user_id = ?", u).Take(&p).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var bytes int64
+	if err := a.QueryRow(`SELECT coalesce(sum(total_bytes), 0) FROM pg_backend_memory_contexts
+		WHERE name IN ('CachedPlanSource', 'CachedPlanQuery', 'CachedPlan') AND ident ~ '^SELECT' AND ident LIKE '%"shard\_%"."photos"%'`).Scan(&bytes); err != nil {
+		t.Fatal(err)
+	}
+	per := bytes / (2 * users)
+	t.Logf("a prepared one-shard read holds %d bytes of its backend's memory (%d statements, %d bytes)", per, 2*users, bytes)
+	if per == 0 || per > oneShardReadBytes {
+		t.Fatalf("a prepared one-shard read holds %d bytes of its backend's memory, want at most the %d its budget counts", per, oneShardReadBytes)
+	}
+}

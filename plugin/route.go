@@ -94,6 +94,13 @@ func (p *Plugin) route(db *gorm.DB, o op) {
 		}
 	}
 	if err == nil && sharded && len(d.shards) == 1 {
+		if !d.read && p.alone(db, o, d.m, d.tx) {
+			// On the shard's server, as under SkipDefaultTransaction;
+			// GORM's commit ends the transaction (onFinish).
+			d.tx.runAlone()
+			stmt.Clauses[aloneName] = clause.Clause{Expression: (*aloneTx)(d.tx)}
+			stmt.ConnPool, d.tx = p.root, nil
+		}
 		err = p.bind(db, &d, 0)
 	}
 	if observed && (sharded || err != nil) {

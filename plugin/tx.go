@@ -37,6 +37,9 @@ type shardTx struct {
 	done       bool
 	savepoints []string      // live savepoints, oldest first
 	fenceWait  time.Duration // waited on a fence before it began; its first write reports it
+	// alone: GORM's transaction around one statement whose write ran
+	// without it (see alone.go); it ends with nothing to commit.
+	alone bool
 }
 
 // txView is the part of a shardTx on one server. Statements routed there
@@ -278,6 +281,9 @@ func (t *shardTx) QueryRowContext(ctx context.Context, query string, args ...any
 // user transaction may not mix a shard and the default connection, see
 // ErrMixedTransaction).
 func (t *shardTx) Commit() error {
+	if t.ranAlone() {
+		return nil
+	}
 	if t.empty() {
 		// A transaction that ran nothing commits as in plain GORM: begun
 		// and committed on the default connection, so that a closed pool
@@ -335,6 +341,27 @@ func (t *shardTx) txError(server, what string, err error) error {
 	return &ShardError{Shard: t.shard, Server: server, Err: fmt.Errorf("%s: %w", what, err)}
 }
 
+// runAlone marks GORM's transaction around one statement as one whose
+// write runs without it.
+func (t *shardTx) runAlone() {
+	t.mu.Lock()
+	t.alone = true
+	t.mu.Unlock()
+}
+
+// ranAlone ends a transaction whose write ran without it, and that began
+// nowhere since: it reports false, and ends nothing, once a statement
+// began it on a connection.
+func (t *shardTx) ranAlone() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.alone || t.done || len(t.txs) > 0 || t.def != nil {
+		return false
+	}
+	t.done = true
+	return true
+}
+
 // empty reports whether the transaction has begun on no connection yet.
 func (t *shardTx) empty() bool {
 	t.mu.Lock()
@@ -344,6 +371,9 @@ func (t *shardTx) empty() bool {
 
 // Rollback is part of gorm.TxCommitter.
 func (t *shardTx) Rollback() error {
+	if t.ranAlone() {
+		return nil
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.done {
