@@ -121,7 +121,7 @@ func newFencedConnector(cfg *Config, server, dsn string, rec router.Primary) (*s
 			pc.DefaultQueryExecMode = pgx.QueryExecModeExec
 			// Reads across shards the plugin runs prepared
 			// (PreparedReads) keep their statements in its own cache on
-			// the connection (read_exec_pipe.go); pgx's holds only what runs
+			// the connection (plugin/internal/readexec); pgx's holds only what runs
 			// prepared through database/sql (asPrepared), at most this
 			// many.
 			pc.StatementCacheCapacity = preparedReadsPerConn

@@ -386,7 +386,7 @@ func TestDifferentialPooled(t *testing.T) {
 // TestDifferentialPreparedPooler is TestDifferential with every shard
 // server behind a PgBouncer that carries prepared statements (1.21 or
 // later) and PreparedReadsAlways: reads across shards go through the
-// pooler as named statements, a server's pipelined (read_exec_pipe.go), with
+// pooler as named statements, a server's pipelined (plugin/internal/readexec), with
 // the server connections shared by the pool's clients.
 func TestDifferentialPreparedPooler(t *testing.T) {
 	if _, err := pgbouncer.PreparedBinary(); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 
+	"github.com/shardkit/shardkit/plugin/internal/readexec"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -197,7 +198,7 @@ const (
 // oneShardShare is how many bytes of preparedBytesPerConn the one-shard
 // statements of connection c may hold.
 func oneShardShare(c *pgconn.PgConn) int {
-	if _, across := c.CustomData()[readCacheKey]; across {
+	if readexec.HasReadCache(c) {
 		return preparedBytesPerConn - preparedReadsPerConn*readAcrossBytes
 	}
 	return preparedBytesPerConn

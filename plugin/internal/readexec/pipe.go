@@ -57,6 +57,14 @@ type cachedRead struct {
 	formats []int16 // the result formats (sqlResultFormats)
 }
 
+// HasReadCache reports whether connection c has run reads across shards
+// prepared: their cache is on it, and holds up to its size of the
+// backend's memory from then on.
+func HasReadCache(c *pgconn.PgConn) bool {
+	_, ok := c.CustomData()[readCacheKey]
+	return ok
+}
+
 // readCacheOf returns c's cache, made on first use, of size statements.
 func readCacheOf(c *pgconn.PgConn, size int) *readCache {
 	cd := c.CustomData()
