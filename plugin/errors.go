@@ -135,10 +135,14 @@ type ShardError struct {
 }
 
 func (e *ShardError) Error() string {
-	if e.Server == "" {
-		return fmt.Sprintf("shardkit: %s (table %s, shard %d)", e.Err, e.Table, e.Shard)
+	where := fmt.Sprintf("shard %d", e.Shard)
+	if e.Table != "" {
+		where = "table " + e.Table + ", " + where
 	}
-	return fmt.Sprintf("shardkit: %s (table %s, shard %d on server %s)", e.Err, e.Table, e.Shard, e.Server)
+	if e.Server != "" {
+		where += " on server " + e.Server
+	}
+	return fmt.Sprintf("shardkit: %s (%s)", e.Err, where)
 }
 
 // Unwrap returns the underlying error.

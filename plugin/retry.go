@@ -37,7 +37,8 @@ import (
 // Retryable says nothing about whether a failed write was applied. A
 // fenced or moved write was refused before it ran. A write whose
 // connection was cut may have committed: pgconn.SafeToRetry(err) reports
-// the cases where the statement was surely never sent. An insert whose ID
+// the cases where the statement was surely never sent, and is false for
+// every error of a COMMIT, whose outcome a cut connection leaves unknown. An insert whose ID
 // the plugin made in Go is safe to run again either way: if the first
 // attempt committed, the second fails on the primary key instead of
 // writing the row twice.

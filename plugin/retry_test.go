@@ -45,3 +45,35 @@ func ExampleRetryable() {
 	// true
 	// false
 }
+
+// safeToRetry is a driver error that says it was never sent, as pgx's
+// "conn closed" does.
+type safeToRetry struct{}
+
+func (safeToRetry) Error() string     { return "conn closed" }
+func (safeToRetry) SafeToRetry() bool { return true }
+
+// TestCommitNeverSafeToRetry: an error of a COMMIT never reports
+// pgconn.SafeToRetry, whatever the driver says, since the commit may
+// have been applied; a rollback's keeps the driver's answer.
+func TestCommitNeverSafeToRetry(t *testing.T) {
+	tx := &shardTx{shard: 3}
+	for _, c := range []struct {
+		what string
+		err  error
+		safe bool
+	}{
+		{"commit", safeToRetry{}, false},
+		{"commit", fmt.Errorf("wrapped: %w", safeToRetry{}), false},
+		{"commit", errors.New("boom"), false},
+		{"rollback", safeToRetry{}, true},
+	} {
+		got := tx.txError("b", c.what, c.err)
+		if pgconn.SafeToRetry(got) != c.safe {
+			t.Errorf("%s failing with %v: SafeToRetry %v, want %v (%v)", c.what, c.err, !c.safe, c.safe, got)
+		}
+		if !errors.Is(got, c.err) {
+			t.Errorf("%s failing with %v: the driver's error is not in %v", c.what, c.err, got)
+		}
+	}
+}

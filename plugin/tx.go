@@ -331,6 +331,9 @@ func (t *shardTx) Commit() error {
 // rollback's error is typed too because GORM joins it to the
 // statement's error as text, keeping only the rollback's type.
 func (t *shardTx) txError(server, what string, err error) error {
+	if what == "commit" {
+		err = commitCut{err}
+	}
 	if unavailable(err) {
 		se := &ServerError{Server: server, Err: fmt.Errorf("%s: %w", what, err)}
 		if t.shard >= 0 {
@@ -340,6 +343,18 @@ func (t *shardTx) txError(server, what string, err error) error {
 	}
 	return &ShardError{Shard: t.shard, Server: server, Err: fmt.Errorf("%s: %w", what, err)}
 }
+
+// commitCut is the driver's error of a COMMIT, which never says the
+// commit is safe to send again (pgconn.SafeToRetry): pgx reports "conn
+// closed", safe to retry, for a COMMIT whose connection a FATAL message
+// closed while its answer was awaited, and that commit may have been
+// applied (a backend ended while it waited for a synchronous standby has
+// committed locally).
+type commitCut struct{ err error }
+
+func (e commitCut) Error() string     { return e.err.Error() }
+func (e commitCut) Unwrap() error     { return e.err }
+func (e commitCut) SafeToRetry() bool { return false }
 
 // runAlone marks GORM's transaction around one statement as one whose
 // write runs without it.
