@@ -8,8 +8,6 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/plugin"
 	"github.com/shardkit/shardkit/router"
@@ -28,17 +26,7 @@ func TestLookupsWithAStaleMapAfterAMove(t *testing.T) {
 	addMembers(t, e)
 	const moving = 0
 	stale := func() *gorm.DB {
-		t.Helper()
-		cat, err := catalog.Open(ctx, shardtest.AppDSN(t, e.catalogDSN))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cat.Close)
-		r, err := router.New(ctx, cat) // never reloads unless asked
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newMembersDB(t, e, r).Session(&gorm.Session{SkipDefaultTransaction: true})
+		return newMembersDB(t, e, staleRouter(t, e)).Session(&gorm.Session{SkipDefaultTransaction: true})
 	}
 	seed := stale()
 	var held []lookupMember // members whose lookup rows the moving shard holds
@@ -117,16 +105,7 @@ func TestCopyFromWithAStaleMapAfterAMove(t *testing.T) {
 	const moving = 0
 	stale := func() *gorm.DB {
 		t.Helper()
-		cat, err := catalog.Open(ctx, shardtest.AppDSN(t, e.catalogDSN))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cat.Close)
-		r, err := router.New(ctx, cat)
-		if err != nil {
-			t.Fatal(err)
-		}
-		db := newPluginDB(t, e, r, plugin.Config{}, &photos.Photo{})
+		db := newPluginDB(t, e, staleRouter(t, e), plugin.Config{}, &photos.Photo{})
 		var n int64 // a statement on the shard, so the process holds its pool
 		if err := db.Model(&photos.Photo{}).Where("user_id = ?", moving).Count(&n).Error; err != nil {
 			t.Fatal(err)

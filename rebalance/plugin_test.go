@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/shardkit/shardkit/catalog"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
@@ -57,6 +58,24 @@ func newPluginDB(t testing.TB, e *env, r *router.Router, cfg plugin.Config, mode
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return db
+}
+
+// staleRouter is a router of a process of the application role that
+// never reloads its map unless a statement makes it: its map is older
+// than whatever the test does next.
+func staleRouter(t testing.TB, e *env) *router.Router {
+	t.Helper()
+	ctx := context.Background()
+	cat, err := catalog.Open(ctx, shardtest.AppDSN(t, e.catalogDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cat.Close)
+	r, err := router.New(ctx, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // TestOnlineMoveWithPluginWriters is the acceptance test of a move: writers

@@ -7,11 +7,8 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/shardkit/shardkit/catalog"
-	"github.com/shardkit/shardkit/internal/harness/shardtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
 	"github.com/shardkit/shardkit/plugin"
-	"github.com/shardkit/shardkit/router"
 )
 
 // TestReadsAcrossShardsAfterAMove: a read of several shards routed with a
@@ -30,19 +27,7 @@ func TestReadsAcrossShardsAfterAMove(t *testing.T) {
 	for s := range 4 {
 		seedPhotos(t, e, s, per)
 	}
-	stale := func() *gorm.DB {
-		t.Helper()
-		cat, err := catalog.Open(ctx, shardtest.AppDSN(t, e.catalogDSN))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(cat.Close)
-		r, err := router.New(ctx, cat)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newPluginDB(t, e, r, plugin.Config{}, &photos.Photo{})
-	}
+	stale := func() *gorm.DB { return newPluginDB(t, e, staleRouter(t, e), plugin.Config{}, &photos.Photo{}) }
 	find := func(db *gorm.DB) (int64, error) {
 		var ps []photos.Photo
 		err := db.Clauses(plugin.AllShards()).Order("id").Find(&ps).Error
