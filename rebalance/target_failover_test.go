@@ -76,7 +76,11 @@ func TestMoveAcrossTargetFailover(t *testing.T) {
 			tf := newTargetFailover(t)
 			var n copies
 			killed := false
-			mv := tf.f.mover(t, Config{CatchUpTimeout: 20 * time.Second, StepTimeout: 2 * time.Minute, CutoverLag: 100 * time.Millisecond,
+			// One copy worker: the hook runs after the first of the
+			// shard's three tables, so the next one meets the dead
+			// primary whatever the timing (with a worker a table, the
+			// others could finish first and the copy end whole).
+			mv := tf.f.mover(t, Config{CatchUpTimeout: 20 * time.Second, StepTimeout: 2 * time.Minute, CutoverLag: 100 * time.Millisecond, CopyWorkers: 1,
 				hook: func(m Move, s Step, done bool) {
 					n.saw(s, done)
 					if s == c.at && !done && !killed {

@@ -263,6 +263,13 @@ func (h *History) Seen() map[int]bool {
 	return seen
 }
 
+// Len is the number of operations recorded.
+func (h *History) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.ops)
+}
+
 // Stats counts the history's operations and its unknown outcomes.
 func (h *History) Stats() (ops, unknown int) {
 	h.mu.Lock()
