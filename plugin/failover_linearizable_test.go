@@ -180,6 +180,10 @@ func (l *linRun) client(p *linProc, id int) {
 		case k.server == "b":
 			p.okB.Add(1)
 		}
+		// Pace, not synchronisation: it bounds the history's size, and
+		// porcupine's memory, however long a loaded machine stretches
+		// the run (rebalance's history test: clientPace).
+		time.Sleep(time.Millisecond)
 	}
 }
 
