@@ -128,7 +128,13 @@ func TestMoveReversibleAcrossTargetFailover(t *testing.T) {
 		t.Run(end, func(t *testing.T) {
 			ctx := context.Background()
 			tf := newTargetFailover(t)
-			mv := tf.f.mover(t, Config{StepTimeout: 2 * time.Minute, CutoverLag: 100 * time.Millisecond})
+			// The lag gate may wait longer than its default minute: on a
+			// loaded machine (make test's other versions beside its race
+			// stage), the target's apply of this move was once seen
+			// making no progress for a minute before the fence, on
+			// PostgreSQL 17, 1 run in 4 (cause not found yet; the move
+			// refused to fence, as it must).
+			mv := tf.f.mover(t, Config{StepTimeout: 4 * time.Minute, CatchUpTimeout: 3 * time.Minute, GateTimeout: 3 * time.Minute, CutoverLag: 100 * time.Millisecond})
 			m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
 			if err != nil {
 				t.Fatal(err)
