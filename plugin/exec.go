@@ -250,11 +250,6 @@ func (p *Plugin) movedShard(db *gorm.DB) (m *model, shard int, old string, ok bo
 		old = pl.Server
 	}
 	switch {
-	case router.IsFenceError(db.Error):
-	case isPrivilegeError(db.Error):
-		if !p.homeChanged(stmt.Context, shard, old) {
-			return nil, 0, "", false // the user's own missing grant
-		}
 	case isReadOnlyError(db.Error):
 		// A write outside a user's transaction that a read-only primary
 		// refused did nothing, and runs once more on the shard's home
@@ -266,8 +261,8 @@ func (p *Plugin) movedShard(db *gorm.DB) (m *model, shard int, old string, ok bo
 		if !p.homeChanged(stmt.Context, shard, old) && inUserTx(stmt) {
 			return nil, 0, "", false // a read-only server or transaction of the user's
 		}
-	case !p.movedAway(stmt.Context, shard, old):
-		return nil, 0, "", false
+	case !p.movedFrom(stmt.Context, shard, old, db.Error):
+		return nil, 0, "", false // the user's own missing grant, or no move
 	}
 	return m, shard, old, true
 }

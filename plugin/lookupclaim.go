@@ -106,6 +106,9 @@ func (p *Plugin) lookupDB(ctx context.Context, snap *router.Snapshot, shard int,
 // lookupErr gives a lookup table's error its place, and turns a moved
 // shard's refusal (see movedFrom) into the retriable ErrShardMoved.
 func (p *Plugin) lookupErr(ctx context.Context, r *reservation, pl router.Placement, err error) error {
+	if router.IsFenceError(err) {
+		_, _ = p.router.Reload(ctx) // so that the statement's next run finds the new home
+	}
 	if p.movedFrom(ctx, r.shard, pl.Server, err) {
 		err = fmt.Errorf("%w: %w", ErrShardMoved, err)
 	}

@@ -245,12 +245,14 @@ func (p *Plugin) readOwners(ctx context.Context, snap *router.Snapshot, lc *look
 // shard s moved away from it: a fence's refusal, the application role's
 // privileges revoked by a cutover, or a table missing where the reloaded
 // map no longer places the shard (completed, or a copy a rollback
-// dropped). The lookup statements and CopyFrom's parts, which do not run
-// through runWrite, tell a move from a failure with it.
+// dropped). The statements GORM runs (movedShard), the lookup statements
+// and CopyFrom's parts tell a move from a failure with it. Only the
+// privilege and missing-table cases reload the map to decide; a caller
+// that runs the statement again waits for the move (awaitMove), which
+// reloads it.
 func (p *Plugin) movedFrom(ctx context.Context, s int, old string, err error) bool {
 	switch {
 	case router.IsFenceError(err):
-		_, _ = p.router.Reload(ctx)
 		return true
 	case isPrivilegeError(err):
 		return p.homeChanged(ctx, s, old)

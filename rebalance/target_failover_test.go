@@ -172,7 +172,9 @@ func TestMoveReversibleAcrossTargetFailover(t *testing.T) {
 					t.Fatalf("complete after the target's failover: %v", err)
 				}
 			}
-			time.Sleep(200 * time.Millisecond)
+			// Writes after the end of the move, on the shard's home.
+			n := tf.a.count()
+			testkit.Eventually(t, 30*time.Second, func() bool { return tf.a.count() >= n+20 })
 			tf.stop()
 			tf.a.check(t, tf.f.pools)
 			if p := tf.f.placement(t, 0); p.Server != "s1" || p.State != router.StateActive {
@@ -212,7 +214,8 @@ func TestMoveRollsBackAcrossTargetFailoverWithSyncedSlot(t *testing.T) {
 	testkit.Eventually(t, 30*time.Second, func() bool { return a.count() >= 50 })
 	tf := &targetFailover{f: f, a: a, stop: stop, first: first}
 
-	mv := f.mover(t, Config{StepTimeout: 2 * time.Minute, CutoverLag: 100 * time.Millisecond})
+	// The lag gate may wait 3 minutes: see TestMoveReversibleAcrossTargetFailover.
+	mv := f.mover(t, Config{StepTimeout: 4 * time.Minute, CatchUpTimeout: 3 * time.Minute, GateTimeout: 3 * time.Minute, CutoverLag: 100 * time.Millisecond})
 	m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +239,9 @@ func TestMoveRollsBackAcrossTargetFailoverWithSyncedSlot(t *testing.T) {
 	if m.State != StateRolledBack {
 		t.Fatalf("rollback ended %s at %s, want rolled back", m.State, m.Step)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Writes after the rollback, on the shard's old home again.
+	acked := a.count()
+	testkit.Eventually(t, 30*time.Second, func() bool { return a.count() >= acked+20 })
 	stop()
 	a.check(t, f.pools)
 	if p := f.placement(t, 0); p.Server != "s0" || p.State != router.StateActive {
