@@ -45,6 +45,28 @@ type rateSample struct {
 // rateMeter keeps the recent readings of one move's forward replication.
 type rateMeter struct {
 	samples []rateSample
+	still   time.Time // since when the applied position has not moved while behind (zero: it moves)
+	told    time.Time // when a stall was last reported
+}
+
+// stallAfter is how long a replica behind its source may apply nothing
+// before a move reports the stall, with what the replication's processes
+// wait on (explainStall); it reports again every stallAfter while it lasts.
+const stallAfter = 10 * time.Second
+
+// stalled reports, at most once per stallAfter, how long the applied
+// position has stood still while the target is behind.
+func (rm *rateMeter) stalled() (time.Duration, bool) {
+	n := len(rm.samples)
+	if rm.still.IsZero() || n == 0 {
+		return 0, false
+	}
+	at := rm.samples[n-1].at
+	if d := at.Sub(rm.still); d >= stallAfter && at.Sub(rm.told) >= stallAfter {
+		rm.told = at
+		return d, true
+	}
+	return 0, false
 }
 
 // rates is the replication's pace as a move measures it while it waits to
@@ -81,6 +103,24 @@ func (r rates) fits(bound time.Duration) bool {
 	return d >= 0 && d <= bound
 }
 
+// add records a reading: the applied position never goes back, and a
+// position that stands still while the source is ahead starts (or goes on
+// with) a stall. It returns the reading as recorded.
+func (rm *rateMeter) add(s rateSample) rateSample {
+	if n := len(rm.samples); n > 0 {
+		prev := rm.samples[n-1].applied
+		switch {
+		case s.applied > prev || s.wal <= s.applied:
+			rm.still = time.Time{}
+		case rm.still.IsZero():
+			rm.still = s.at
+		}
+		s.applied = max(s.applied, prev)
+	}
+	rm.samples = append(rm.samples, s)
+	return s
+}
+
 // sample reads the slot on the source (src) and the subscription on the
 // target (tgt), both named name, once, and returns the rates over the
 // readings of the last rateWindow; ok is false until two readings at least
@@ -102,10 +142,7 @@ func (rm *rateMeter) sample(ctx context.Context, src, tgt querier, name string) 
 	// Positions applied never go back; a restarted apply worker reports
 	// nothing received until its first change.
 	s.applied = max(confirmed, received)
-	if n := len(rm.samples); n > 0 {
-		s.applied = max(s.applied, rm.samples[n-1].applied)
-	}
-	rm.samples = append(rm.samples, s)
+	s = rm.add(s)
 	// Keep the newest reading older than the window, so that a slow
 	// reader (one a second) still has a span to measure.
 	for len(rm.samples) > 2 && s.at.Sub(rm.samples[1].at) >= rateWindow {
@@ -120,6 +157,56 @@ func (rm *rateMeter) sample(ctx context.Context, src, tgt querier, name string) 
 	r.Write = float64(s.wal-first.wal) / span
 	r.Apply = float64(s.applied-first.applied) / span
 	return r, true, nil
+}
+
+// sqlStallSource and sqlStallTarget describe, for the log of a stalled
+// replication, what its processes are doing: on the source the walsender
+// of the slot (its wait, the positions its consumer reported), on the
+// target the apply worker (its wait, when it last heard from the source)
+// and the target's own standbys, whose confirmation a synchronous commit
+// of the worker waits for.
+const (
+	sqlStallSource = `SELECT coalesce((SELECT format('walsender pid %s waits on %s, WAL at %s, sent %s, flushed %s (reply %s ago), slot confirmed %s',
+		a.pid, coalesce(a.wait_event_type || ':' || a.wait_event, 'nothing (running)'), pg_current_wal_lsn(), r.sent_lsn, r.flush_lsn,
+		now() - r.reply_time, sl.confirmed_flush_lsn)
+		FROM pg_replication_slots sl JOIN pg_stat_activity a ON a.pid = sl.active_pid LEFT JOIN pg_stat_replication r ON r.pid = a.pid
+		WHERE sl.slot_name = $1), 'no walsender holds the slot')`
+	sqlStallTarget = `SELECT coalesce((SELECT format('apply worker pid %s waits on %s, received %s, last message from the source %s ago',
+		a.pid, coalesce(a.wait_event_type || ':' || a.wait_event, 'nothing (running)'), s.received_lsn, now() - s.last_msg_receipt_time)
+		FROM pg_stat_subscription s JOIN pg_stat_activity a ON a.pid = s.pid WHERE s.subname = $1 AND s.relid IS NULL), 'no apply worker runs')
+		|| format('; synchronous_standby_names %L; standbys: ', current_setting('synchronous_standby_names'))
+		|| coalesce((SELECT string_agg(format('%s %s (%s), flushed %s', application_name, state, sync_state, flush_lsn), ', ')
+		FROM pg_stat_replication WHERE application_name <> $1), 'none')`
+)
+
+// explainStall logs a forward replication that applied nothing for d
+// while behind, with what its processes wait on: a move that waits on it
+// says why instead of only counting down its timeout. The readings are
+// best effort; a failed one is logged as such.
+func (mv *Mover) explainStall(ctx context.Context, mc *moveCtx, src, tgt querier, slot string, d time.Duration, r rates) {
+	mv.log.Warn("shardkit: the move's target has applied nothing while behind its source",
+		"move", mc.m.ID, "shard", mc.m.Shard, "for", d.Round(time.Second), "lag", r.Lag,
+		"source", mv.readStall(ctx, src, sqlStallSource, slot), "target", mv.readStall(ctx, tgt, sqlStallTarget, slot))
+}
+
+// explainSilence logs a lag gate whose probes the target has confirmed
+// none of for d, with what the replication's processes wait on: a target
+// that applies (explainStall did not fire) but reports no confirmation
+// leaves the slot's confirmed position, which the probes wait for,
+// standing still.
+func (mv *Mover) explainSilence(ctx context.Context, mc *moveCtx, src, tgt querier, slot string, d time.Duration) {
+	mv.log.Warn("shardkit: the move's target has confirmed none of the lag gate's probes",
+		"move", mc.m.ID, "shard", mc.m.Shard, "for", d.Round(time.Second),
+		"source", mv.readStall(ctx, src, sqlStallSource, slot), "target", mv.readStall(ctx, tgt, sqlStallTarget, slot))
+}
+
+// readStall reads one of the stall's descriptions, best effort.
+func (mv *Mover) readStall(ctx context.Context, q querier, sql, slot string) string {
+	var out string
+	if err := q.QueryRow(ctx, sql, slot).Scan(&out); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	return out
 }
 
 // catchUpError returns the error of a replica that cannot catch up.
@@ -146,6 +233,9 @@ func (mv *Mover) waitCaughtUp(ctx context.Context, mc *moveCtx) error {
 			first = max(r.Lag, 1)
 		}
 		mv.reportRates(mc, "catchup", max(first-r.Lag, 0), first, r)
+		if d, ok := rm.stalled(); ok {
+			mv.explainStall(ctx, mc, mc.src, mc.tgt, mc.n.fwd, d, r)
+		}
 		if r.Lag < mv.cfg.CatchUpBytes {
 			mv.reportRates(mc, "catchup", first, first, r)
 			return nil
@@ -198,10 +288,14 @@ func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Wind
 	var rm rateMeter
 	best := time.Duration(-1)
 	calm := 0
+	confirmed, told := begin, begin // the last probe confirmed, the last silence reported
 	for tries := 1; ; tries++ {
 		r, measured, err := rm.sample(ctx, from, to, slot)
 		if err != nil {
 			return fmt.Errorf("lag gate: %w", err)
+		}
+		if d, ok := rm.stalled(); ok {
+			mv.explainStall(ctx, mc, from, to, slot, d, r)
 		}
 		if measured && r.behind(mv.cfg.CatchUpBytes) {
 			mv.reportRates(mc, "gate", 0, 0, r)
@@ -223,6 +317,12 @@ func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Wind
 		d := time.Since(start)
 		if err != nil && !errors.Is(err, errCutoverTimeout) {
 			return fmt.Errorf("lag gate: %w", err)
+		}
+		if now := time.Now(); err == nil {
+			confirmed = now
+		} else if now.Sub(confirmed) >= stallAfter && now.Sub(told) >= stallAfter {
+			told = now
+			mv.explainSilence(ctx, mc, from, to, slot, now.Sub(confirmed))
 		}
 		if err == nil && d <= mv.cfg.CutoverLag {
 			if calm++; calm >= gateCalm {

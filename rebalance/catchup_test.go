@@ -42,3 +42,41 @@ func TestRatesDecide(t *testing.T) {
 		t.Errorf("catchUpError:\n%s\nwant\n%s", e, want)
 	}
 }
+
+// TestRateMeterStall pins when a move reports a stalled replica: only
+// after the applied position stood still for stallAfter while the source
+// was ahead, then once per stallAfter, and never again once it moves or
+// has caught up.
+func TestRateMeterStall(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	type reading struct {
+		after        time.Duration // since t0
+		wal, applied int64
+		report       bool
+	}
+	for _, c := range []struct {
+		name     string
+		readings []reading
+	}{
+		{"applying", []reading{{0, 100, 50, false}, {6 * time.Second, 200, 150, false}, {12 * time.Second, 300, 250, false}, {24 * time.Second, 400, 350, false}}},
+		{"caught up and idle", []reading{{0, 100, 100, false}, {11 * time.Second, 100, 100, false}, {30 * time.Second, 100, 100, false}}},
+		{"stalled, told every stallAfter", []reading{
+			{0, 100, 50, false}, {time.Second, 200, 50, false}, {10 * time.Second, 300, 50, false},
+			{11 * time.Second, 400, 50, true}, {15 * time.Second, 500, 50, false}, {21 * time.Second, 600, 50, true}}},
+		{"moves again", []reading{
+			{0, 100, 50, false}, {time.Second, 200, 50, false}, {9 * time.Second, 300, 60, false},
+			{18 * time.Second, 400, 60, false}, {20 * time.Second, 500, 60, false}, {28 * time.Second, 600, 60, true}}},
+		{"a reading that goes back is no progress", []reading{
+			{0, 100, 50, false}, {time.Second, 200, 40, false}, {12 * time.Second, 300, 50, true}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var rm rateMeter
+			for i, r := range c.readings {
+				rm.add(rateSample{at: t0.Add(r.after), wal: r.wal, applied: r.applied})
+				if _, told := rm.stalled(); told != r.report {
+					t.Errorf("reading %d (%v): reported %v, want %v", i, r.after, told, r.report)
+				}
+			}
+		})
+	}
+}

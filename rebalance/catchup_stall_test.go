@@ -1,0 +1,117 @@
+package rebalance
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/shardkit/shardkit/internal/harness/pgtest"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
+)
+
+// lockedBuffer is a log's text, written by the mover and read by the test.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestMoveReportsAStalledTarget: with plugin writers on the shard, a
+// session on the target holds a SHARE lock on the shard's photos table
+// from the moment the move catches up, so the subscription's worker waits
+// on it and applies nothing. The move's lag gate logs the stall with what
+// the worker waits on (Lock:relation) and the source's walsender; once the
+// lock and the writers go, the move fences and ends reversible with every
+// acknowledged write on the target.
+func TestMoveReportsAStalledTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a move whose target stops applying for a while: not in -short")
+	}
+	ctx := context.Background()
+	tf := newTargetFailover(t)
+	var logged lockedBuffer
+	var once sync.Once
+	locked := make(chan struct{})
+	holder := pgtest.Connect(t, tf.f.primary.DSN(tf.f.db))
+	var lock pgx.Tx
+	mv := tf.f.mover(t, Config{
+		Logger:         slog.New(slog.NewTextHandler(&logged, nil)),
+		CatchUpTimeout: 3 * time.Minute, GateTimeout: 3 * time.Minute, StepTimeout: 4 * time.Minute,
+		Progress: func(p Progress) {
+			if p.Phase != "catchup" {
+				return
+			}
+			once.Do(func() {
+				defer close(locked)
+				var err error
+				if lock, err = holder.Begin(ctx); err == nil {
+					_, err = lock.Exec(ctx, `LOCK TABLE shard_0000.photos IN SHARE MODE`)
+				}
+				if err != nil {
+					t.Errorf("lock the target's table: %v", err)
+				}
+			})
+		},
+	})
+	done := make(chan error, 1)
+	var m Move
+	go func() {
+		var err error
+		m, err = mv.Move(ctx, 0, "s1", MoveOptions{})
+		done <- err
+	}()
+	const stall = "the move's target has applied nothing while behind its source"
+	select {
+	case <-locked:
+	case err := <-done:
+		t.Fatalf("the move ended (%v) before it caught up", err)
+	}
+	testkit.Eventually(t, 2*time.Minute, func() bool { return strings.Contains(logged.String(), stall) })
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The writers stop, so that the backlog drains: each transaction the
+	// worker applies waits for the target's synchronous standby, and on a
+	// loaded machine that pace was seen to only match the writers' (17).
+	tf.stop()
+	if err := <-done; err != nil {
+		t.Fatalf("move after the lock went: %v\n%s", err, logged.String())
+	}
+	if m.State != StateReversible {
+		t.Fatalf("move ended %s at %s, want reversible", m.State, m.Step)
+	}
+	var line string
+	for l := range strings.Lines(logged.String()) {
+		if strings.Contains(l, stall) {
+			line = l
+			break
+		}
+	}
+	t.Logf("logged: %s", line)
+	if testing.Verbose() {
+		t.Logf("the move's log:\n%s", logged.String())
+	}
+	for _, want := range []string{"apply worker pid", "waits on Lock:relation", "walsender pid", "synchronous_standby_names"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the stall's log line does not say %q: %s", want, line)
+		}
+	}
+	tf.a.check(t, tf.f.pools)
+}
