@@ -1,7 +1,6 @@
 package rebalance
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -14,24 +13,6 @@ import (
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
-
-// lockedBuffer is a log's text, written by the mover and read by the test.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestMoveReportsAStalledTarget: with plugin writers on the shard, a
 // session on the target holds a SHARE lock on the shard's photos table
@@ -46,7 +27,7 @@ func TestMoveReportsAStalledTarget(t *testing.T) {
 	}
 	ctx := context.Background()
 	tf := newTargetFailover(t)
-	var logged lockedBuffer
+	var logged testkit.SyncBuffer
 	var once sync.Once
 	locked := make(chan struct{})
 	holder := pgtest.Connect(t, tf.f.primary.DSN(tf.f.db))
