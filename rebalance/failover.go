@@ -72,7 +72,7 @@ func (mv *Mover) recopy(ctx context.Context, mc *moveCtx) error {
 	if err := dropSlot(ctx, mc.tgt, mc.n.rev); err != nil {
 		return err
 	}
-	if err := dropPublication(ctx, mc.tgt, mc.n.rev); err != nil {
+	if err := dropPublication(ctx, mc.tgt, mc.n.rev, mc.schema); err != nil {
 		return err
 	}
 	if err := mv.j.endStep(ctx, mc.m.ID, stepMapMoving); err != nil {

@@ -151,7 +151,7 @@ func (mv *Mover) dropReplication(ctx context.Context, mc *moveCtx, onSource bool
 	if err := dropSlot(ctx, mc.tgt, mc.n.rev); err != nil {
 		return err
 	}
-	if err := dropPublication(ctx, mc.tgt, mc.n.rev); err != nil {
+	if err := dropPublication(ctx, mc.tgt, mc.n.rev, mc.schema); err != nil {
 		return err
 	}
 	serving, err := mv.servingServer(ctx, mc)
