@@ -174,7 +174,7 @@ const (
 	sqlStallTarget = `SELECT coalesce((SELECT format('apply worker pid %s waits on %s, received %s, last message from the source %s ago',
 		a.pid, coalesce(a.wait_event_type || ':' || a.wait_event, 'nothing (running)'), s.received_lsn, now() - s.last_msg_receipt_time)
 		FROM pg_stat_subscription s JOIN pg_stat_activity a ON a.pid = s.pid WHERE s.subname = $1 AND s.relid IS NULL), 'no apply worker runs')
-		|| format('; WAL at %s, synchronous_standby_names %L; standbys: ', pg_current_wal_lsn(), current_setting('synchronous_standby_names'))
+		|| format('; WAL at %s (flushed %s), synchronous_standby_names %L; standbys: ', pg_current_wal_lsn(), pg_current_wal_flush_lsn(), current_setting('synchronous_standby_names'))
 		|| coalesce((SELECT string_agg(format('%s %s (%s), sent %s, written %s, flushed %s (reply %s ago)',
 			application_name, state, sync_state, sent_lsn, write_lsn, flush_lsn, now() - reply_time), ', ')
 		FROM pg_stat_replication WHERE application_name <> $1), 'none')`
