@@ -180,34 +180,29 @@ const (
 		FROM pg_stat_replication WHERE application_name <> $1), 'none')`
 )
 
-// explainStall logs a forward replication that applied nothing for d
-// while behind, with what its processes wait on: a move that waits on it
-// says why instead of only counting down its timeout. The readings are
-// best effort; a failed one is logged as such.
-func (mv *Mover) explainStall(ctx context.Context, mc *moveCtx, src, tgt querier, slot string, d time.Duration, r rates) {
-	mv.log.Warn("shardkit: the move's target has applied nothing while behind its source",
-		"move", mc.m.ID, "shard", mc.m.Shard, "for", d.Round(time.Second), "lag", r.Lag,
-		"source", mv.readStall(ctx, src, sqlStallSource, slot), "target", mv.readStall(ctx, tgt, sqlStallTarget, slot))
-}
+// Stall messages: a target behind its source that applied nothing, and a
+// lag gate whose probes the target confirmed none of (a target that
+// applies but reports no confirmation leaves the slot's confirmed
+// position, which the probes wait for, standing still).
+const (
+	msgStalled = "shardkit: the move's target has applied nothing while behind its source"
+	msgSilent  = "shardkit: the move's target has confirmed none of the lag gate's probes"
+)
 
-// explainSilence logs a lag gate whose probes the target has confirmed
-// none of for d, with what the replication's processes wait on: a target
-// that applies (explainStall did not fire) but reports no confirmation
-// leaves the slot's confirmed position, which the probes wait for,
-// standing still.
-func (mv *Mover) explainSilence(ctx context.Context, mc *moveCtx, src, tgt querier, slot string, d time.Duration) {
-	mv.log.Warn("shardkit: the move's target has confirmed none of the lag gate's probes",
-		"move", mc.m.ID, "shard", mc.m.Shard, "for", d.Round(time.Second),
-		"source", mv.readStall(ctx, src, sqlStallSource, slot), "target", mv.readStall(ctx, tgt, sqlStallTarget, slot))
-}
-
-// readStall reads one of the stall's descriptions, best effort.
-func (mv *Mover) readStall(ctx context.Context, q querier, sql, slot string) string {
-	var out string
-	if err := q.QueryRow(ctx, sql, slot).Scan(&out); err != nil {
-		return "unreadable: " + err.Error()
+// explainStall logs a forward replication that waited d (msg says on
+// what), with what its processes wait on: a move that waits on it says why
+// instead of only counting down its timeout. attrs go after the duration.
+// The readings are best effort; a failed one is logged as such.
+func (mv *Mover) explainStall(ctx context.Context, mc *moveCtx, src, tgt querier, slot, msg string, d time.Duration, attrs ...any) {
+	read := func(q querier, sql string) string {
+		var out string
+		if err := q.QueryRow(ctx, sql, slot).Scan(&out); err != nil {
+			return "unreadable: " + err.Error()
+		}
+		return out
 	}
-	return out
+	args := append([]any{"move", mc.m.ID, "shard", mc.m.Shard, "for", d.Round(time.Second)}, attrs...)
+	mv.log.Warn(msg, append(args, "source", read(src, sqlStallSource), "target", read(tgt, sqlStallTarget))...)
 }
 
 // catchUpError returns the error of a replica that cannot catch up.
@@ -235,7 +230,7 @@ func (mv *Mover) waitCaughtUp(ctx context.Context, mc *moveCtx) error {
 		}
 		mv.reportRates(mc, "catchup", max(first-r.Lag, 0), first, r)
 		if d, ok := rm.stalled(); ok {
-			mv.explainStall(ctx, mc, mc.src, mc.tgt, mc.n.fwd, d, r)
+			mv.explainStall(ctx, mc, mc.src, mc.tgt, mc.n.fwd, msgStalled, d, "lag", r.Lag)
 		}
 		if r.Lag < mv.cfg.CatchUpBytes {
 			mv.reportRates(mc, "catchup", first, first, r)
@@ -296,7 +291,7 @@ func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Wind
 			return fmt.Errorf("lag gate: %w", err)
 		}
 		if d, ok := rm.stalled(); ok {
-			mv.explainStall(ctx, mc, from, to, slot, d, r)
+			mv.explainStall(ctx, mc, from, to, slot, msgStalled, d, "lag", r.Lag)
 		}
 		if measured && r.behind(mv.cfg.CatchUpBytes) {
 			mv.reportRates(mc, "gate", 0, 0, r)
@@ -323,7 +318,7 @@ func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Wind
 			confirmed = now
 		} else if now.Sub(confirmed) >= stallAfter && now.Sub(told) >= stallAfter {
 			told = now
-			mv.explainSilence(ctx, mc, from, to, slot, now.Sub(confirmed))
+			mv.explainStall(ctx, mc, from, to, slot, msgSilent, now.Sub(confirmed))
 		}
 		if err == nil && d <= mv.cfg.CutoverLag {
 			if calm++; calm >= gateCalm {
