@@ -115,7 +115,7 @@ func TestKillMoverAtEveryStep(t *testing.T) {
 		for shard, ks := range [][]kill{kills[:half], kills[half:]} {
 			t.Run(fmt.Sprintf("shard_%d", shard), func(t *testing.T) {
 				t.Parallel()
-				killSequence(t, e, mv, shard, ks)
+				killSequence(t, e, mv, w, shard, ks)
 			})
 		}
 	})
@@ -140,8 +140,9 @@ type kill struct {
 
 // killSequence runs kills one after the other on shard, each from where
 // the one before left the shard, and checks after each that the shard is
-// active in one place with nothing of its moves left behind.
-func killSequence(t *testing.T, e *env, mv *Mover, shard int, kills []kill) {
+// active in one place with nothing of its moves left behind, and that
+// every write to it acknowledged so far is there.
+func killSequence(t *testing.T, e *env, mv *Mover, w *rawWriter, shard int, kills []kill) {
 	ctx := context.Background()
 	for _, k := range kills {
 		name := fmt.Sprintf("%s_%s_%v", k.op, k.step, k.atEnd)
@@ -192,6 +193,7 @@ func killSequence(t *testing.T, e *env, mv *Mover, shard int, kills []kill) {
 		if left := e.leftoversOf(t, shard); len(left) > 0 {
 			t.Errorf("%s: left behind: %v", name, left)
 		}
+		w.checkSoFar(t, shard, name)
 		t.Logf("%s: move %d %s, shard %d on %s", name, m.ID, m.State, shard, p.Server)
 	}
 }

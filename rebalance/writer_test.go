@@ -36,6 +36,7 @@ type rawWriter struct {
 	shardOf  map[int64]int
 	placed   map[int64]string // photo id → where and by which map the insert went, for a loss report
 	failures []error
+	reported int // failures checkSoFar reported
 	maxWait  time.Duration
 	slow     [][2]time.Time // start and end of writes over 5ms
 	ops      int
@@ -105,10 +106,24 @@ func (w *rawWriter) update(ctx context.Context, shard int, user, id int64, versi
 		return w.via.update(ctx, shard, user, id, version)
 	}
 	_, err := w.write(ctx, shard, func(p *pgxpool.Pool, schema string) error {
-		_, err := p.Exec(ctx, `UPDATE `+ident(schema, "photos")+` SET version = $2 WHERE id = $1`, id, version)
+		tag, err := p.Exec(ctx, `UPDATE `+ident(schema, "photos")+` SET version = $2 WHERE id = $1`, id, version)
+		if err == nil && tag.RowsAffected() != 1 {
+			// The row was inserted and acknowledged on the shard's home:
+			// an update that finds it missing there is a loss (or a write
+			// routed to a server that is not the home), caught when it
+			// happens rather than at the end.
+			return fmt.Errorf("update of photo %d in %s found %d rows, want 1 (inserted on %s)", id, schema, tag.RowsAffected(), w.placedOf(id))
+		}
 		return err
 	})
 	return err
+}
+
+// placedOf says where the insert of photo id went.
+func (w *rawWriter) placedOf(id int64) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.placed[id]
 }
 
 // run writes until ctx ends: one goroutine per shard, alternating inserts
@@ -226,7 +241,11 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 		if ctx.Err() != nil {
 			return "", ctx.Err()
 		}
-		return fmt.Sprintf("%s (%s) by map v%d, done %s", p.Server, p.State, snap.Version, time.Now().Format("15:04:05.000")), err
+		placed := fmt.Sprintf("%s (%s) by map v%d, done %s", p.Server, p.State, snap.Version, time.Now().Format("15:04:05.000"))
+		if err != nil {
+			return "", fmt.Errorf("write on %s: %w", placed, err)
+		}
+		return placed, nil
 	}
 }
 
@@ -234,43 +253,129 @@ func (w *rawWriter) write(ctx context.Context, shard int, fn func(p *pgxpool.Poo
 // server exactly once with its last version, and nothing else is there.
 func (w *rawWriter) check(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.failures) > 0 {
 		t.Errorf("%d writes failed; first: %v", len(w.failures), w.failures[0])
 	}
 	for _, shard := range w.shards {
-		p := w.e.placement(t, shard)
-		got := map[int64]int{}
-		rows, err := w.e.pools[p.Server].Query(ctx, `SELECT id, version FROM `+ident(p.Schema, "photos")+` WHERE caption LIKE 'photo %'`)
-		if err != nil {
+		want := w.wrote(shard)
+		got := w.stored(t, shard)
+		w.compare(t, shard, "", want, got, true)
+	}
+}
+
+// checkSoFar verifies, while the writer runs, that every write to shard
+// acknowledged so far is on the shard's current server with at least its
+// version: a loss is then reported by the step that made it (what comes
+// after, named after), not only at the end.
+func (w *rawWriter) checkSoFar(t *testing.T, shard int, after string) {
+	t.Helper()
+	w.mu.Lock()
+	want := w.wrote(shard)
+	w.mu.Unlock()
+	got := w.stored(t, shard)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.compare(t, shard, after, want, got, false)
+	for _, err := range w.failures[w.reported:] {
+		t.Errorf("a write failed before the end of %s: %v", after, err)
+	}
+	w.reported = len(w.failures)
+}
+
+// wrote returns the last version of each row of shard the writer wrote;
+// w.mu is held.
+func (w *rawWriter) wrote(shard int) map[int64]int {
+	want := map[int64]int{}
+	for id, v := range w.rows {
+		if w.shardOf[id] == shard {
+			want[id] = v
+		}
+	}
+	return want
+}
+
+// stored returns the writer's rows of shard on the shard's current server.
+func (w *rawWriter) stored(t *testing.T, shard int) map[int64]int {
+	t.Helper()
+	p := w.e.placement(t, shard)
+	got := map[int64]int{}
+	rows, err := w.e.pools[p.Server].Query(context.Background(), `SELECT id, version FROM `+ident(p.Schema, "photos")+` WHERE caption LIKE 'photo %'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var v int
+		if err := rows.Scan(&id, &v); err != nil {
 			t.Fatal(err)
 		}
+		got[id] = v
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// compare reports the rows of want missing from got or with another
+// version (exact: got's version equals want's and got holds nothing more;
+// otherwise at least want's version, since writes went on); w.mu is held.
+func (w *rawWriter) compare(t *testing.T, shard int, after string, want, got map[int64]int, exact bool) {
+	t.Helper()
+	where := ""
+	if after != "" {
+		where = " after " + after
+	}
+	bad := 0
+	for id, v := range want {
+		g, ok := got[id]
+		switch {
+		case !ok:
+			t.Errorf("shard %d%s: photo %d lost (written on %s)", shard, where, id, w.placed[id])
+			w.findRow(t, id)
+			bad++
+		case g != v && (exact || g < v):
+			t.Errorf("shard %d%s: photo %d has version %d, want %d", shard, where, id, g, v)
+			bad++
+		}
+	}
+	if exact && len(got) != len(want) {
+		t.Errorf("shard %d: %d rows, writer wrote %d", shard, len(got), len(want))
+		bad++
+	}
+	if bad > 0 {
+		w.logMoves(t, shard)
+	}
+}
+
+// findRow logs every photos table on every server that holds the photo,
+// for a loss report: a row on the wrong server or in a leftover schema
+// says which step put it there.
+func (w *rawWriter) findRow(t *testing.T, id int64) {
+	t.Helper()
+	ctx := context.Background()
+	for name, p := range w.e.pools {
+		rows, err := p.Query(ctx, `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relname = 'photos' AND c.relkind = 'r'`)
+		if err != nil {
+			t.Logf("find photo %d on %s: %v", id, name, err)
+			continue
+		}
+		var schemas []string
 		for rows.Next() {
-			var id int64
-			var v int
-			if err := rows.Scan(&id, &v); err != nil {
-				t.Fatal(err)
+			var s string
+			if rows.Scan(&s) == nil {
+				schemas = append(schemas, s)
 			}
-			got[id] = v
 		}
 		rows.Close()
-		want := 0
-		for id, v := range w.rows {
-			if w.shardOf[id] != shard {
-				continue
+		for _, s := range schemas {
+			var v int
+			if err := p.QueryRow(ctx, `SELECT version FROM `+ident(s, "photos")+` WHERE id = $1`, id).Scan(&v); err == nil {
+				t.Logf("photo %d is on %s in %s (version %d)", id, name, s, v)
 			}
-			want++
-			if g, ok := got[id]; !ok {
-				t.Errorf("shard %d: photo %d lost (written on %s)", shard, id, w.placed[id])
-			} else if g != v {
-				t.Errorf("shard %d: photo %d has version %d, want %d", shard, id, g, v)
-			}
-		}
-		if len(got) != want {
-			t.Errorf("shard %d on %s: %d rows, writer wrote %d", shard, p.Server, len(got), want)
-			w.logMoves(t, shard)
 		}
 	}
 }
