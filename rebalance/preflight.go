@@ -54,6 +54,12 @@ var (
 	// MAXVALUE for the cutover to carry it (last value plus up to twice
 	// Config.SequenceMargin, twice: a move and its rollback).
 	errSequenceNearMax = ofKind(ErrPreflight, errors.New("a sequence of the shard is too close to its MAXVALUE for the cutover to carry it past its last value: raise its MAXVALUE (ALTER SEQUENCE … AS bigint MAXVALUE …) or lower Config.SequenceMargin before the move"))
+	// errNoSyncStandby reports a server that names synchronous standbys
+	// while none is connected: every commit there waits for one, the
+	// move's steps and its subscription's (synchronous_commit = on)
+	// included, so the move would stop at its first commit there until
+	// its step timeout.
+	errNoSyncStandby = ofKind(ErrPreflight, errors.New("the server waits for a synchronous standby (synchronous_standby_names) and none is connected: every commit there waits, the move's too; start the standby (or change synchronous_standby_names), then move"))
 )
 
 // checkError is one failed preflight check: what, where, and why.
@@ -87,7 +93,8 @@ type Check struct {
 	// Name is the check's: "no unfinished move", "no migration running",
 	// "wal_level", "replica identity", "replication capacity", "per-shard
 	// SQL versions", "target schema absent", "schema objects", "sequence
-	// room", "prepared transactions" (docs/moves.md says what each checks).
+	// room", "prepared transactions", "synchronous standby connected"
+	// (docs/moves.md says what each checks).
 	Name   string
 	Server string // "" when it is about the shard
 	Detail string // what was found
@@ -153,6 +160,7 @@ const (
 	checkTargetSchema    = "target schema absent"
 	checkObjects         = "schema objects"
 	checkSequences       = "sequence room"
+	checkSyncStandby     = "synchronous standby connected"
 )
 
 // Preflight checks, changing nothing, whether a move of shard to target
@@ -243,6 +251,14 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 		return err
 	}
 	r.appRole = cfg.AppRole
+	for _, s := range []struct {
+		name string
+		p    *pgxpool.Pool
+	}{{r.Source, src}, {r.Target, tgt}} {
+		if err := r.checkSyncStandby(ctx, s.name, s.p); err != nil {
+			return fmt.Errorf("shardkit: server %s: %w", s.name, err)
+		}
+	}
 	srcInv, err := inventory.Read(ctx, src, r.Schema, barrierName, r.appRole)
 	if err != nil {
 		return fmt.Errorf("shardkit: server %s: %w", r.Source, err)
@@ -295,6 +311,38 @@ func (mv *Mover) preflight(ctx context.Context, snap *router.Snapshot, r *Report
 	}
 	r.pass(checkTargetSchema, r.Target, "absent")
 	return mv.rehearse(ctx, snap, tgt, srcInv, r)
+}
+
+// sqlSyncStandbys reads whether a commit on the server waits for a
+// synchronous standby (synchronous_standby_names set, and the session's
+// synchronous_commit above local), and how many of its walsenders may be
+// one: streaming as sync or quorum, or unreadable (a role without
+// pg_read_all_stats sees each walsender's pid only, and such a walsender
+// is given the benefit of the doubt). It counts one standby where
+// synchronous_standby_names may ask for more (FIRST 2, ANY 2): the check
+// finds the standby that is down, not every short quorum.
+const sqlSyncStandbys = `SELECT current_setting('synchronous_standby_names'),
+	current_setting('synchronous_standby_names') <> '' AND current_setting('synchronous_commit') NOT IN ('off', 'local'),
+	(SELECT count(*) FROM pg_stat_replication WHERE (sync_state IN ('sync', 'quorum') AND state = 'streaming') OR state IS NULL)`
+
+// checkSyncStandby fails a server whose commits would wait for a
+// synchronous standby that is not connected (errNoSyncStandby).
+func (r *Report) checkSyncStandby(ctx context.Context, server string, p *pgxpool.Pool) error {
+	var names string
+	var waits bool
+	var standbys int64
+	if err := p.QueryRow(ctx, sqlSyncStandbys).Scan(&names, &waits, &standbys); err != nil {
+		return fmt.Errorf("read the synchronous standbys: %w", err)
+	}
+	switch {
+	case !waits:
+		r.pass(checkSyncStandby, server, "commits wait for none")
+	case standbys == 0:
+		r.fail(checkSyncStandby, server, "synchronous_standby_names", fmt.Sprintf("is %q and no synchronous standby is streaming", names), errNoSyncStandby)
+	default:
+		r.pass(checkSyncStandby, server, fmt.Sprintf("%d streaming", standbys))
+	}
+	return nil
 }
 
 func (r *Report) failed(name string) bool {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/shardtest/photos"
+	"github.com/shardkit/shardkit/internal/harness/testkit"
 	"github.com/shardkit/shardkit/router"
 )
 
@@ -500,4 +501,46 @@ func TestPreflightRefusesAGrantToARoleTheTargetLacks(t *testing.T) {
 	if err := e.pools["s1"].QueryRow(ctx, `SELECT has_table_privilege('shardkit_source_only', 'shard_0001.photos', 'SELECT')`).Scan(&ok); err != nil || !ok {
 		t.Errorf("on the target, SELECT on photos for shardkit_source_only: %v (err %v)", ok, err)
 	}
+}
+
+// TestPreflightRefusesAServerWhoseSyncStandbyIsDown: the target s1 runs
+// on a primary with a synchronous standby. With the standby stopped,
+// every commit on s1 waits: the move is refused before it starts, naming
+// the server and the setting, instead of stopping silently at its first
+// commit there. With the standby back, it passes.
+func TestPreflightRefusesAServerWhoseSyncStandbyIsDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a primary and its standby of their own: not in -short")
+	}
+	ctx := context.Background()
+	f := newFailoverEnvOn(t, "s1", 2, false)
+	mv := f.mover(t, Config{})
+	if _, err := mv.Preflight(ctx, 0, "s1", MoveOptions{}); err != nil {
+		t.Fatalf("preflight with the standby streaming: %v", err)
+	}
+	if err := f.standby.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := mv.Move(ctx, 0, "s1", MoveOptions{})
+	var me *MoveError
+	if !errors.As(err, &me) || me.Kind != ErrPreflight || !errors.Is(err, errNoSyncStandby) {
+		t.Fatalf("move with s1's synchronous standby down: err = %v, want a preflight refusal wrapping errNoSyncStandby", err)
+	}
+	for _, want := range []string{"server s1", "synchronous_standby_names", "start the standby"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the refusal does not say %q: %v", want, err)
+		}
+	}
+	t.Logf("refused in %v: %v", time.Since(start).Round(time.Millisecond), err)
+	if left := f.leftovers(t); len(left) > 0 {
+		t.Errorf("the refused move left %v", left)
+	}
+	if err := f.standby.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Until(t, time.Minute, func() error {
+		_, err := mv.Preflight(ctx, 0, "s1", MoveOptions{})
+		return err
+	})
 }
