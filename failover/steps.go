@@ -66,19 +66,61 @@ func (s *switchover) drain(ctx context.Context) (string, error) {
 
 // replay waits until the standby has replayed the old primary's last WAL
 // position: it has every write the old primary acknowledged.
+//
+// With writes held, the old primary's last flush may be the only wakeup
+// its walsender gets, and since PostgreSQL 16 a walsender can sleep
+// through a flush that lands while it is about to sleep (see
+// rebalance's nudge.go): it then sends the last bytes only when the
+// standby's next status report arrives, wal_receiver_status_interval (10 s
+// by default) later, past ReplayWait. So while the standby is behind, the
+// wait reloads the old primary's configuration every replayWakeEvery: the
+// reload sets every walsender's latch, and a walsender woken sends what is
+// flushed. It writes nothing (the old primary is read-only by then).
 func (s *switchover) replay(ctx context.Context) (string, error) {
 	if err := s.old.QueryRow(ctx, sqlFinalLSN).Scan(&s.rep.FinalLSN); err != nil {
 		return "", err
 	}
+	wake := time.Now().Add(replayWakeEvery)
+	woken := 0
 	err := poll(ctx, s.opts.ReplayWait, func() (bool, error) {
 		var ok bool
-		err := s.standby.QueryRow(ctx, sqlReplayed, s.rep.FinalLSN).Scan(&ok)
-		return ok, err
+		if err := s.standby.QueryRow(ctx, sqlReplayed, s.rep.FinalLSN).Scan(&ok); err != nil || ok {
+			return ok, err
+		}
+		if time.Now().After(wake) {
+			if err := s.exec(ctx, s.old, sqlReload); err != nil {
+				return false, err
+			}
+			woken++
+			wake = time.Now().Add(replayWakeEvery)
+		}
+		return false, nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("%w: %s not replayed %s within %v: %w", ErrReplayBehind, s.rep.New, s.rep.FinalLSN, s.opts.ReplayWait, err)
+		return "", fmt.Errorf("%w: %s not replayed %s within %v (%s; walsender wake-ups: %d): %w",
+			ErrReplayBehind, s.rep.New, s.rep.FinalLSN, s.opts.ReplayWait, s.replayState(context.WithoutCancel(ctx)), woken, err)
+	}
+	if woken > 0 {
+		return fmt.Sprintf("%s replayed %s (walsender wake-ups on the old primary: %d)", s.rep.New, s.rep.FinalLSN, woken), nil
 	}
 	return fmt.Sprintf("%s replayed %s", s.rep.New, s.rep.FinalLSN), nil
+}
+
+// replayWakeEvery is how long the replay wait lets the standby be behind
+// before it wakes the old primary's walsenders, and again after each time.
+const replayWakeEvery = 250 * time.Millisecond
+
+// replayState says, for a replay that did not end in time, where the old
+// primary's walsenders and the standby stand (best effort).
+func (s *switchover) replayState(ctx context.Context) string {
+	var old, standby string
+	if err := s.old.QueryRow(ctx, sqlWalSenders).Scan(&old); err != nil {
+		old = "old primary unreadable: " + err.Error()
+	}
+	if err := s.standby.QueryRow(ctx, sqlStandbyAt).Scan(&standby); err != nil {
+		standby = "standby unreadable: " + err.Error()
+	}
+	return old + "; " + standby
 }
 
 // promote promotes the standby with pg_promote() and waits until it

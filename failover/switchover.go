@@ -92,8 +92,13 @@ const (
 	// read-only setting reached every backend: they may write yet.
 	sqlWritesBefore = `SELECT count(*) FROM pg_stat_activity
 	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND xact_start < $1`
-	sqlFinalLSN  = `SELECT pg_current_wal_insert_lsn()::text`
-	sqlReplayed  = `SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)`
+	sqlFinalLSN = `SELECT pg_current_wal_insert_lsn()::text`
+	sqlReplayed = `SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)`
+	// sqlWalSenders and sqlStandbyAt describe a replay that is late.
+	sqlWalSenders = `SELECT format('old primary flushed %s; walsenders: %s', pg_current_wal_flush_lsn(),
+	coalesce((SELECT string_agg(format('%s %s (%s) sent %s, flushed there %s, replayed there %s, reply %s ago',
+		application_name, state, sync_state, sent_lsn, flush_lsn, replay_lsn, now() - reply_time), ', ') FROM pg_stat_replication), 'none'))`
+	sqlStandbyAt = `SELECT format('standby received %s, replayed %s', pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())`
 	sqlStandbyOK = `SELECT pg_is_in_recovery(), (SELECT system_identifier FROM pg_control_system())::text,
 	coalesce((SELECT status FROM pg_stat_wal_receiver), '')`
 	sqlPromote = `SELECT pg_promote(true, $1)`

@@ -261,6 +261,14 @@ func TestSwitchoverUndoneWhenReplayBehind(t *testing.T) {
 	if !errors.As(err, &se) || !errors.Is(err, fo.ErrReplayBehind) || !se.Aborted || se.Step != "replay" {
 		t.Fatalf("switchover with replay paused: %v, want a *StepError at replay, aborted, with ErrReplayBehind", err)
 	}
+	// The error says where the standby and the old primary's walsenders
+	// stood, for an operator to tell a slow replay from unsent WAL.
+	for _, want := range []string{"old primary flushed", "walsenders:", "standby received", "replayed"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the replay's error does not say %q: %v", want, err)
+		}
+	}
+	t.Logf("refused: %v", err)
 	undone := time.Now()
 	testkit.Eventually(t, 60*time.Second, func() bool { return l.ackedSince("b", undone) >= 20 })
 	l.finish()
