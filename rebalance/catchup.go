@@ -69,6 +69,13 @@ func (rm *rateMeter) stalled() (time.Duration, bool) {
 	return 0, false
 }
 
+// stuckFor reports whether the applied position has stood still, while
+// behind, for at least d.
+func (rm *rateMeter) stuckFor(d time.Duration) bool {
+	n := len(rm.samples)
+	return !rm.still.IsZero() && n > 0 && rm.samples[n-1].at.Sub(rm.still) >= d
+}
+
 // rates is the replication's pace as a move measures it while it waits to
 // fence: the serving side's WAL write rate, the rate at which the target
 // applies it, and the lag between them, in bytes (the whole server's WAL,
@@ -218,6 +225,7 @@ func (mv *Mover) catchUpError(r rates, waited time.Duration) *catchUpError {
 // step with a *catchUpError: nothing is fenced and the move is resumable.
 func (mv *Mover) waitCaughtUp(ctx context.Context, mc *moveCtx) error {
 	var rm rateMeter
+	nu := mv.nudger(mc, mc.src, mc.tgt)
 	start := time.Now()
 	var first int64 = -1
 	for {
@@ -225,6 +233,7 @@ func (mv *Mover) waitCaughtUp(ctx context.Context, mc *moveCtx) error {
 		if err != nil {
 			return err
 		}
+		nu.nudgeIfDue(ctx, rm.stuckFor(nudgeEvery))
 		if first < 0 {
 			first = max(r.Lag, 1)
 		}
@@ -277,7 +286,7 @@ const gateCalm = 2
 // probe waits at most rateWindow (or CutoverLag, if longer), so that the
 // rates are read that often; the gate gives up after GateTimeout with a
 // *lagGateError.
-func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Window, from *pgxpool.Conn, to querier, slot string) error {
+func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Window, nu *nudger, from *pgxpool.Conn, to querier, slot string) error {
 	begin := time.Now()
 	deadline := begin.Add(mv.cfg.GateTimeout)
 	giveUp := begin.Add(min(mv.cfg.CatchUpTimeout, mv.cfg.GateTimeout))
@@ -309,7 +318,10 @@ func (mv *Mover) lagGate(ctx context.Context, mc *moveCtx, cat *catalogmove.Wind
 			return fmt.Errorf("lag gate: catalog: %w", err)
 		}
 		wait := min(mv.cfg.CutoverTimeout, max(mv.cfg.CutoverLag, rateWindow), max(time.Until(deadline), time.Millisecond))
-		_, err = waitCurrentOn(ctx, from, slot, sqlGateProbe, wait)
+		err = nu.during(ctx, func() error {
+			_, err := waitCurrentOn(ctx, from, slot, sqlGateProbe, wait)
+			return err
+		})
 		d := time.Since(start)
 		if err != nil && !errors.Is(err, errCutoverTimeout) {
 			return fmt.Errorf("lag gate: %w", err)

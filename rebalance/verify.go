@@ -152,7 +152,11 @@ func (mv *Mover) waitReplicated(ctx context.Context, mc *moveCtx) error {
 	// A probe written and flushed now, as the lag gate uses: the
 	// servers may commit asynchronously, and a walsender sends only WAL
 	// that is flushed.
-	if _, err := waitCurrent(ctx, serving, slot, time.Minute); errors.Is(err, errCutoverTimeout) {
+	err = mv.nudger(mc, mc.src, mc.tgt).during(ctx, func() error {
+		_, err := waitCurrent(ctx, serving, slot, time.Minute)
+		return err
+	})
+	if errors.Is(err, errCutoverTimeout) {
 		return fmt.Errorf("shardkit: verify: replication slot %s did not catch up within a minute (%w); check the subscription's worker in the server log", slot, err)
 	} else if err != nil {
 		return fmt.Errorf("shardkit: verify: %w", err)

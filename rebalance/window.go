@@ -33,6 +33,7 @@ type window struct {
 	cat      *catalogmove.Window // held from before the gate to the end: no pool wait inside
 	from, to *pgxpool.Conn
 	releases []func() // of what hold acquired, run in reverse by close
+	nu       *nudger  // wakes both sides' walsenders while the window waits on them
 
 	seqNames []string // from's sequences, as warming its connection read them
 	seqVals  []int64
@@ -113,6 +114,7 @@ func (w *window) hold(ctx context.Context) error {
 		return mv.stepFailed(ctx, m, p.fenced, err)
 	}
 	w.releases = append(w.releases, w.cat.Release)
+	w.nu = mv.nudger(w.mc, p.from, p.to)
 	for _, c := range []struct {
 		dst  **pgxpool.Conn
 		pool *pgxpool.Pool
@@ -163,7 +165,7 @@ func (w *window) fenceAndBarrier(ctx context.Context) error {
 	for !mc.done(p.barrier) {
 		if !mc.done(p.fenced) {
 			t := time.Now()
-			if err := mv.lagGate(ctx, mc, w.cat, w.from, p.to, p.slot); err != nil {
+			if err := mv.lagGate(ctx, mc, w.cat, w.nu, w.from, p.to, p.slot); err != nil {
 				return mv.stepFailed(ctx, m, p.fenced, err)
 			}
 			w.ct.Gate += time.Since(t)
@@ -350,7 +352,11 @@ func (w *window) apply(ctx context.Context) error {
 	defer cancel()
 	const stamp = "SELECT (extract(epoch FROM clock_timestamp()) * 1e6)::bigint"
 	start := time.Now()
-	results, err := w.from.Conn().PgConn().Exec(sctx, strings.Join([]string{"COMMIT", stamp, wait, stamp}, ";\n")).ReadAll()
+	var results []*pgconn.Result
+	err = w.nu.during(sctx, func() (err error) {
+		results, err = w.from.Conn().PgConn().Exec(sctx, strings.Join([]string{"COMMIT", stamp, wait, stamp}, ";\n")).ReadAll()
+		return err
+	})
 	rtt := time.Since(start)
 	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
 		err = &timeoutError{What: "cutover steps " + string(p.barrier) + " and " + string(p.applied), After: bound, Err: err}
