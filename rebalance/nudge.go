@@ -16,10 +16,12 @@ import (
 // variable's wait list only after it has looked for WAL to send (WalSndLoop
 // calls XLogSendPhysical, then WalSndWait prepares to sleep). A flush that
 // lands between the two wakes nobody: the walsender sleeps, with WAL to
-// send, until its client writes to the socket or its timeout passes. A
-// standby replies every wal_receiver_status_interval (10 s by default), so
-// that is how long the bytes wait; before 16 a flush set every walsender's
-// latch, which is not lost.
+// send, until something else wakes it (its client writing to the socket,
+// a later flush, its timeout). In the runs seen that took about 10 s, a
+// standby's wal_receiver_status_interval by default; one run with the
+// standby's interval at 60 s still ended after 11 s, so something else
+// ends it too. Before 16 a flush set every walsender's latch, which is
+// not lost.
 //
 // A move meets it on a target with a synchronous standby. Each transaction
 // the subscription applies commits, flushes and waits (SyncRep) for the

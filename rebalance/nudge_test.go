@@ -21,10 +21,11 @@ import (
 // and the writers go. The subscription's worker applies the backlog one
 // transaction at a time, each commit waiting for the standby (SyncRep),
 // and on PostgreSQL 16+ the target's walsender can sleep through the flush
-// of the next one (nudge.go) until the standby's next status report, 10 s
+// of the next one (nudge.go) until something else wakes it, about 10 s
 // later. The move must end reversible within a bound that such a sleep,
 // left alone, exceeds: the move's nudges wake the walsender. Without them,
-// 2 of 13 quiet runs on 17 met a sleep and took 10.3 and 11.0 s.
+// 2 of 13 runs on 17 (beside another test's stress loop) met a sleep and
+// took 10.3 and 11.0 s.
 func TestMoveDrainsBehindASynchronousStandby(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a move whose target's synchronous standby paces its apply: not in -short")
@@ -78,7 +79,7 @@ func TestMoveDrainsBehindASynchronousStandby(t *testing.T) {
 	released := time.Now()
 	tf.stop()
 	// The bound: applied at the standby's pace, the backlog took 0.15–0.5
-	// s, on a quiet machine and beside three busy loops alike; each sleep
+	// s, at load 3 to 6 and with three busy loops beside alike; each sleep
 	// through a flush that nothing woke cost about 10 s (10.3 and 11.0 s
 	// in the runs that met one).
 	const bound = 8 * time.Second
