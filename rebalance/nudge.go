@@ -42,19 +42,18 @@ import (
 // waits for it, and if it finds one it commits a small transaction there,
 // flushed locally (synchronous_commit = local: it does not wait for the
 // standby it wakes). A walsender that is merely busy moves between two
-// looks and is left alone. One still stuck at the same position at the
-// next look gets the stronger wakeup: a reload of the server's
-// configuration (pg_reload_conf), which signals every process and so sets
-// every walsender's latch, whatever it sleeps on; it needs the right to
-// call pg_reload_conf, and without it the move goes on flushing. A role that cannot read the walsenders'
+// looks and is left alone. A flush is enough: the walsender that missed
+// one is on the variable's wait list by the time the move looks. (A
+// configuration reload would set every process's latch too, but it would
+// also apply any edit an operator made to the server's configuration and
+// has not reloaded yet; a move does not do that.) A role that cannot read the walsenders'
 // positions (without pg_read_all_stats) sees neither their state nor how
 // far they sent; for it the move commits blind, at most every
 // nudgeBlindEvery.
 const (
 	sqlNudgeLook = `SELECT pid, coalesce(sent_lsn::text, '') FROM pg_stat_replication
 	WHERE (sync_state IN ('sync', 'quorum') AND sent_lsn < pg_current_wal_flush_lsn()) OR sync_state IS NULL`
-	sqlNudgeFlush  = `SET LOCAL synchronous_commit = local; SELECT txid_current()`
-	sqlNudgeReload = `SELECT pg_reload_conf()`
+	sqlNudgeFlush = `SET LOCAL synchronous_commit = local; SELECT txid_current()`
 )
 
 // nudgeEvery is how often a move looks for a walsender asleep with WAL to
@@ -64,7 +63,7 @@ const (
 var nudgeEvery = 10 * time.Millisecond
 
 // nudgeBlindEvery bounds the commits of a role that cannot see how far the
-// walsenders sent, and the reloads.
+// walsenders sent.
 const nudgeBlindEvery = 100 * time.Millisecond
 
 // nudgeTimeout bounds one nudge; a nudge is best effort.
@@ -82,11 +81,9 @@ type nudger struct {
 
 // nudgeSide is one server's walsenders as the last look saw them.
 type nudgeSide struct {
-	p       *pgxpool.Pool
-	sent    map[int32]string // pid → sent position, of those behind
-	blind   time.Time        // the last blind commit
-	flushed map[int32]string // pid → sent position when the last flush was for it
-	reload  time.Time        // the last reload
+	p     *pgxpool.Pool
+	sent  map[int32]string // pid → sent position, of those behind
+	blind time.Time        // the last blind commit
 }
 
 // nudger returns a nudger of pools that logs, as part of mc's move, that
@@ -102,30 +99,22 @@ func (mv *Mover) nudger(mc *moveCtx, pools ...*pgxpool.Pool) *nudger {
 	return nu
 }
 
-// nudge is what a look found a side's walsenders to need.
-type nudge int
-
-const (
-	nudgeNone   nudge = iota
-	nudgeFlush        // one sent nothing since the last look though flushed WAL waits
-	nudgeReload       // one is still where it was at the last flush
-)
-
-// look reads the side's walsenders and says what they need; a role that
-// cannot tell gets a blind flush every nudgeBlindEvery.
-func (ns *nudgeSide) look(ctx context.Context, conn *pgxpool.Conn) (nudge, error) {
+// look reads the side's walsenders and reports whether one needs a
+// flush: it sent nothing since the last look though flushed WAL waits, or
+// the role cannot tell and the last blind flush is nudgeBlindEvery old.
+func (ns *nudgeSide) look(ctx context.Context, conn *pgxpool.Conn) (bool, error) {
 	rows, err := conn.Query(ctx, sqlNudgeLook)
 	if err != nil {
-		return nudgeNone, err
+		return false, err
 	}
 	defer rows.Close()
-	seen, stuck := map[int32]string{}, map[int32]string{}
-	need, blind := nudgeNone, false
+	seen := map[int32]string{}
+	stuck, blind := false, false
 	for rows.Next() {
 		var pid int32
 		var sent string
 		if err := rows.Scan(&pid, &sent); err != nil {
-			return nudgeNone, err
+			return false, err
 		}
 		if sent == "" {
 			blind = true
@@ -133,43 +122,29 @@ func (ns *nudgeSide) look(ctx context.Context, conn *pgxpool.Conn) (nudge, error
 		}
 		seen[pid] = sent
 		if prev, ok := ns.sent[pid]; ok && prev == sent {
-			stuck[pid] = sent
-			need = max(need, nudgeFlush)
-			if at, ok := ns.flushed[pid]; ok && at == sent {
-				need = nudgeReload
-			}
+			stuck = true
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nudgeNone, err
+		return false, err
 	}
 	ns.sent = seen
-	if need != nudgeNone {
-		ns.flushed = stuck
+	if !stuck && blind && time.Since(ns.blind) >= nudgeBlindEvery {
+		ns.blind, stuck = time.Now(), true
 	}
-	if need == nudgeNone && blind && time.Since(ns.blind) >= nudgeBlindEvery {
-		ns.blind, need = time.Now(), nudgeFlush
-	}
-	return need, nil
+	return stuck, nil
 }
 
-// nudge looks at the side once and wakes its walsenders if one needs it;
-// it reports whether it did.
+// nudge looks at the side once and flushes a transaction there if a
+// walsender needs it; it reports whether it did.
 func (ns *nudgeSide) nudge(ctx context.Context) bool {
 	conn, err := ns.p.Acquire(ctx)
 	if err != nil {
 		return false
 	}
 	defer conn.Release()
-	need, err := ns.look(ctx, conn)
-	if err != nil || need == nudgeNone {
+	if stuck, err := ns.look(ctx, conn); err != nil || !stuck {
 		return false
-	}
-	if need == nudgeReload && time.Since(ns.reload) >= nudgeBlindEvery {
-		ns.reload = time.Now()
-		if _, err := conn.Exec(ctx, sqlNudgeReload); err == nil {
-			return true
-		}
 	}
 	_, err = conn.Conn().PgConn().Exec(ctx, sqlNudgeFlush).ReadAll()
 	return err == nil
