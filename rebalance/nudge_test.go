@@ -78,7 +78,7 @@ func TestMoveDrainsBehindASynchronousStandby(t *testing.T) {
 	}
 	released := time.Now()
 	tf.stop()
-	// The bound: applied at the standby's pace, the backlog took 0.15–0.5
+	// The bound: applied at the standby's pace, the backlog took 0.15–0.75
 	// s, at load 3 to 6 and with three busy loops beside alike; each sleep
 	// through a flush that nothing woke cost about 10 s (10.3 and 11.0 s
 	// in the runs that met one).
