@@ -28,54 +28,20 @@ func TestMoveReportsAStalledTarget(t *testing.T) {
 	ctx := context.Background()
 	tf := newTargetFailover(t)
 	var logged testkit.SyncBuffer
-	var once sync.Once
-	locked := make(chan struct{})
-	holder := pgtest.Connect(t, tf.f.primary.DSN(tf.f.db))
-	var lock pgx.Tx
-	mv := tf.f.mover(t, Config{
-		Logger:         slog.New(slog.NewTextHandler(&logged, nil)),
-		CatchUpTimeout: 3 * time.Minute, GateTimeout: 3 * time.Minute, StepTimeout: 4 * time.Minute,
-		Progress: func(p Progress) {
-			if p.Phase != "catchup" {
-				return
-			}
-			once.Do(func() {
-				defer close(locked)
-				var err error
-				if lock, err = holder.Begin(ctx); err == nil {
-					_, err = lock.Exec(ctx, `LOCK TABLE shard_0000.photos IN SHARE MODE`)
-				}
-				if err != nil {
-					t.Errorf("lock the target's table: %v", err)
-				}
-			})
-		},
-	})
-	done := make(chan error, 1)
-	var m Move
-	go func() {
-		var err error
-		m, err = mv.Move(ctx, 0, "s1", MoveOptions{})
-		done <- err
-	}()
+	lm := startLockedMove(t, tf, &logged)
 	const stall = "the move's target has applied nothing while behind its source"
-	select {
-	case <-locked:
-	case err := <-done:
-		t.Fatalf("the move ended (%v) before it caught up", err)
-	}
 	testkit.Eventually(t, 2*time.Minute, func() bool { return strings.Contains(logged.String(), stall) })
-	if err := lock.Rollback(ctx); err != nil {
+	if err := lm.lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// The writers stop, so that the backlog drains: each transaction the
 	// worker applies waits for the target's synchronous standby, and on a
 	// loaded machine that pace was seen to only match the writers' (17).
 	tf.stop()
-	if err := <-done; err != nil {
+	if err := <-lm.done; err != nil {
 		t.Fatalf("move after the lock went: %v\n%s", err, logged.String())
 	}
-	if m.State != StateReversible {
+	if m := lm.m; m.State != StateReversible {
 		t.Fatalf("move ended %s at %s, want reversible", m.State, m.Step)
 	}
 	var line string
@@ -95,4 +61,54 @@ func TestMoveReportsAStalledTarget(t *testing.T) {
 		}
 	}
 	tf.a.check(t, tf.f.pools)
+}
+
+// lockedMove is a move of shard 0 to s1 whose target's photos table a
+// session holds a SHARE lock on, taken as the move caught up: its worker
+// applies nothing until the lock goes.
+type lockedMove struct {
+	lock pgx.Tx
+	done chan error // the move's error, once it ended; m is set before
+	m    Move
+}
+
+// startLockedMove starts a lockedMove, logging into logged, and returns
+// once the lock is held.
+func startLockedMove(t *testing.T, tf *targetFailover, logged *testkit.SyncBuffer) *lockedMove {
+	t.Helper()
+	ctx := context.Background()
+	lm := &lockedMove{done: make(chan error, 1)}
+	var once sync.Once
+	locked := make(chan struct{})
+	holder := pgtest.Connect(t, tf.f.primary.DSN(tf.f.db))
+	mv := tf.f.mover(t, Config{
+		Logger:         slog.New(slog.NewTextHandler(logged, nil)),
+		CatchUpTimeout: 3 * time.Minute, GateTimeout: 3 * time.Minute, StepTimeout: 4 * time.Minute,
+		Progress: func(p Progress) {
+			if p.Phase != "catchup" {
+				return
+			}
+			once.Do(func() {
+				defer close(locked)
+				var err error
+				if lm.lock, err = holder.Begin(ctx); err == nil {
+					_, err = lm.lock.Exec(ctx, `LOCK TABLE shard_0000.photos IN SHARE MODE`)
+				}
+				if err != nil {
+					t.Errorf("lock the target's table: %v", err)
+				}
+			})
+		},
+	})
+	go func() {
+		m, err := mv.Move(ctx, 0, "s1", MoveOptions{})
+		lm.m = m
+		lm.done <- err
+	}()
+	select {
+	case <-locked:
+	case err := <-lm.done:
+		t.Fatalf("the move ended (%v) before it caught up", err)
+	}
+	return lm
 }

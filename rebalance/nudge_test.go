@@ -2,15 +2,10 @@ package rebalance
 
 import (
 	"context"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/shardkit/shardkit/internal/harness/pgtest"
 	"github.com/shardkit/shardkit/internal/harness/testkit"
 )
 
@@ -33,47 +28,13 @@ func TestMoveDrainsBehindASynchronousStandby(t *testing.T) {
 	ctx := context.Background()
 	tf := newTargetFailover(t)
 	var logged testkit.SyncBuffer
-	var once sync.Once
-	locked := make(chan struct{})
-	holder := pgtest.Connect(t, tf.f.primary.DSN(tf.f.db))
-	var lock pgx.Tx
-	mv := tf.f.mover(t, Config{
-		Logger:         slog.New(slog.NewTextHandler(&logged, nil)),
-		CatchUpTimeout: 3 * time.Minute, GateTimeout: 3 * time.Minute, StepTimeout: 4 * time.Minute,
-		Progress: func(p Progress) {
-			if p.Phase != "catchup" {
-				return
-			}
-			once.Do(func() {
-				defer close(locked)
-				var err error
-				if lock, err = holder.Begin(ctx); err == nil {
-					_, err = lock.Exec(ctx, `LOCK TABLE shard_0000.photos IN SHARE MODE`)
-				}
-				if err != nil {
-					t.Errorf("lock the target's table: %v", err)
-				}
-			})
-		},
-	})
-	done := make(chan error, 1)
-	var m Move
-	go func() {
-		var err error
-		m, err = mv.Move(ctx, 0, "s1", MoveOptions{})
-		done <- err
-	}()
-	select {
-	case <-locked:
-	case err := <-done:
-		t.Fatalf("the move ended (%v) before it caught up", err)
-	}
+	lm := startLockedMove(t, tf, &logged)
 	// A backlog of some hundred transactions on the shard. The writers
 	// stop with the lock: the drain is the worker's, at the standby's
 	// pace, and not a race with writers that a loaded machine can lose.
 	n := tf.a.count()
 	testkit.Eventually(t, time.Minute, func() bool { return tf.a.count() >= n+600 })
-	if err := lock.Rollback(ctx); err != nil {
+	if err := lm.lock.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	released := time.Now()
@@ -84,15 +45,15 @@ func TestMoveDrainsBehindASynchronousStandby(t *testing.T) {
 	// in the runs that met one).
 	const bound = 8 * time.Second
 	select {
-	case err := <-done:
+	case err := <-lm.done:
 		if err != nil {
 			t.Fatalf("move after the lock went: %v\n%s", err, logged.String())
 		}
 	case <-time.After(bound):
-		t.Fatalf("the move did not end within %v of the lock's release, its writers on\n%s", bound, logged.String())
+		t.Fatalf("the move did not end within %v of the lock's release\n%s", bound, logged.String())
 	}
 	took := time.Since(released)
-	if m.State != StateReversible {
+	if m := lm.m; m.State != StateReversible {
 		t.Fatalf("move ended %s at %s, want reversible", m.State, m.Step)
 	}
 	woke := strings.Count(logged.String(), "woke a server's walsenders")
