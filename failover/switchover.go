@@ -92,7 +92,17 @@ const (
 	// read-only setting reached every backend: they may write yet.
 	sqlWritesBefore = `SELECT count(*) FROM pg_stat_activity
 	WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() AND xact_start < $1`
-	sqlFinalLSN = `SELECT pg_current_wal_insert_lsn()::text`
+	// sqlFinalLSN is the end of the old primary's WAL: its insert
+	// position, except that an insert position at a page's start is
+	// reported just past the page's header (24 bytes; 40 on a segment's
+	// first page), where no record ends: with writes held, nothing is
+	// written there, the standby replays up to the page's start and never
+	// past it, and the replay wait would wait for a byte that never comes
+	// (seen after pg_basebackup's segment switch, with no write since).
+	sqlFinalLSN = `SELECT CASE WHEN o % b = 24 OR o % s = 40 THEN (l - (o % b))::text ELSE l::text END
+	FROM (SELECT l, pg_wal_lsn_diff(l, '0/0') AS o, current_setting('wal_block_size')::numeric AS b,
+		(SELECT setting::numeric FROM pg_settings WHERE name = 'wal_segment_size') AS s
+		FROM pg_current_wal_insert_lsn() AS l) w`
 	sqlReplayed = `SELECT coalesce(pg_last_wal_replay_lsn() >= $1::pg_lsn, false)`
 	// sqlWalSenders and sqlStandbyAt describe a replay that is late.
 	sqlWalSenders = `SELECT format('old primary flushed %s; walsenders: %s', pg_current_wal_flush_lsn(),
