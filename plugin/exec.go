@@ -181,6 +181,9 @@ func returnInto(stmt *gorm.Statement, rv reflect.Value) (bool, error) {
 // becomes ErrShardMoved.
 func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	p.bounded(db, orig)
+	if db.Error != nil && p.endedWrite(db, orig) {
+		return
+	}
 	if db.Error == nil || !router.IsFenceError(db.Error) && !router.IsUndefinedTable(db.Error) && !isPrivilegeError(db.Error) && !isReadOnlyError(db.Error) {
 		return
 	}
@@ -227,6 +230,60 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 	if db.Error != nil && router.IsFenceError(db.Error) {
 		db.Error = &ShardError{Shard: shard, Server: pl.Server, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
 	}
+}
+
+// endedWrite runs once more a one-shard write, outside a user's
+// transaction, whose pool could open no connection while the reloaded map
+// shows its shard fenced. Between a switchover's read-only step and the
+// promotion neither host of the server's DSN is writable, and the DSN asks
+// for a writable host: a router whose map was older than the fence sent
+// the write there, and it could not connect. It did nothing; it waits for
+// the fence, as the writes that saw it do (at most FenceWait, or a
+// switchover's lease), and runs on the pool the map then gives the
+// server. It reports whether it ran the write again (db holds that run's
+// outcome); a connection that failed while the shard is not fenced stands:
+// the server is down.
+func (p *Plugin) endedWrite(db *gorm.DB, orig func(*gorm.DB)) bool {
+	stmt := db.Statement
+	var ce *pgconn.ConnectError
+	if !errors.As(db.Error, &ce) {
+		return false
+	}
+	t := txOf(stmt.ConnPool)
+	if t != nil && !t.statement {
+		return false // the user's transaction: its other statements ran on the server as it was
+	}
+	m, shard, _ := p.lookup(stmt)
+	if m == nil || shard < 0 {
+		return false
+	}
+	snap, err := p.router.Reload(stmt.Context)
+	if err != nil {
+		return false
+	}
+	pl, err := snap.Placement(shard)
+	if err != nil || pl.State != router.StateFenced {
+		return false
+	}
+	old := pl.Server
+	if snap, pl, err = p.awaitMove(stmt.Context, shard, ""); err != nil {
+		return false
+	}
+	if t != nil {
+		t.drop(old)
+		v, err := t.view(pl.Server, snap)
+		if err != nil {
+			return false
+		}
+		p.rerun(db, v, orig)
+		return true
+	}
+	srv, err := p.pools.get(snap, pl.Server)
+	if err != nil {
+		return false
+	}
+	p.rerun(db, srv, orig)
+	return true
 }
 
 // movedShard is the moved-shard check of a one-shard statement that

@@ -675,3 +675,50 @@ func TestSwitchoverReadNeedsConnectionDuringFence(t *testing.T) {
 		t.Fatalf("read that needed a new connection during the fence: %v (read %d, want %d)", rerr, got.ID, p.ID)
 	}
 }
+
+// TestSwitchoverWriteNeedsConnectionDuringFence writes, after the replay
+// step and before the promotion, through a process that keeps no idle
+// connection and has not seen the fence: its new connection finds no
+// writable host (the old primary read-only, the standby not promoted
+// yet). The write did nothing; it waits for the fence and runs on the new
+// primary, and the server is not taken as down for the writes after it.
+func TestSwitchoverWriteNeedsConnectionDuringFence(t *testing.T) {
+	ctx := context.Background()
+	f, _ := newSwitchover(t)
+	db3 := f.e.processWith(ctx, t, f.e.cat, func(c *Config) { c.MaxIdleConns = -1 })
+	u := f.usersOn(t, "b", 1)[0]
+	var werr, after error
+	p := Photo{UserID: u, Caption: "written during the fence"}
+	wrote := make(chan struct{})
+	_, err := fo.Switchover(ctx, f.e.cat, "b", fo.Options{
+		To: fmt.Sprintf("127.0.0.1:%d", f.standby.Port),
+		Progress: func(s fo.Step) {
+			t.Logf("switchover: %s", s)
+			if s.Name != "replay" {
+				return
+			}
+			go func() {
+				defer close(wrote)
+				werr = db3.Create(&p).Error
+				// The next write on the server: not refused as a server
+				// taken down by the first one's failed connection.
+				after = db3.Create(&Photo{UserID: u, Caption: "written after it"}).Error
+			}()
+			select {
+			case <-wrote:
+			case <-time.After(time.Second):
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-wrote
+	if werr != nil || after != nil {
+		t.Fatalf("writes that needed a new connection during the fence: %v; the one after: %v", werr, after)
+	}
+	var got Photo
+	if err := f.e.db.Where("user_id = ? AND id = ?", u, p.ID).Take(&got).Error; err != nil || got.Caption != p.Caption {
+		t.Fatalf("the write during the fence is not on the new primary: %v (%+v)", err, got)
+	}
+}
