@@ -211,21 +211,9 @@ func (p *Plugin) runWrite(db *gorm.DB, orig func(*gorm.DB)) {
 		db.Error = moved
 		return
 	}
-	if t != nil {
-		t.drop(old)
-		v, err := t.view(pl.Server, snap)
-		if err != nil {
-			db.Error = moved
-			return
-		}
-		p.rerun(db, v, orig)
-	} else {
-		srv, err := p.pools.get(snap, pl.Server)
-		if err != nil {
-			db.Error = moved
-			return
-		}
-		p.rerun(db, srv, orig)
+	if !p.rerunOnHome(db, t, old, snap, pl.Server, orig) {
+		db.Error = moved
+		return
 	}
 	if db.Error != nil && router.IsFenceError(db.Error) {
 		db.Error = &ShardError{Shard: shard, Server: pl.Server, Table: m.table, Err: fmt.Errorf("%w: %w", ErrShardMoved, db.Error)}
@@ -269,16 +257,25 @@ func (p *Plugin) endedWrite(db *gorm.DB, orig func(*gorm.DB)) bool {
 	if snap, pl, err = p.awaitMove(stmt.Context, shard, ""); err != nil {
 		return false
 	}
+	return p.rerunOnHome(db, t, old, snap, pl.Server, orig)
+}
+
+// rerunOnHome runs a one-shard write once more on server, the shard's home
+// in snap: inside GORM's transaction around the statement (t) on that
+// transaction's connection there, its connection on old dropped; else on
+// the server's pool. It reports false, running nothing, when neither can
+// be had.
+func (p *Plugin) rerunOnHome(db *gorm.DB, t *shardTx, old string, snap *router.Snapshot, server string, orig func(*gorm.DB)) bool {
 	if t != nil {
 		t.drop(old)
-		v, err := t.view(pl.Server, snap)
+		v, err := t.view(server, snap)
 		if err != nil {
 			return false
 		}
 		p.rerun(db, v, orig)
 		return true
 	}
-	srv, err := p.pools.get(snap, pl.Server)
+	srv, err := p.pools.get(snap, server)
 	if err != nil {
 		return false
 	}

@@ -647,30 +647,11 @@ func TestSwitchoverReadNeedsConnectionDuringFence(t *testing.T) {
 	}
 	var got Photo
 	var rerr error
-	read := make(chan struct{})
-	_, err := fo.Switchover(ctx, f.e.cat, "b", fo.Options{
-		To: fmt.Sprintf("127.0.0.1:%d", f.standby.Port),
-		Progress: func(s fo.Step) {
-			t.Logf("switchover: %s", s)
-			if s.Name != "replay" {
-				return
-			}
-			go func() {
-				defer close(read)
-				rerr = db3.Where("user_id = ? AND id = ?", u, p.ID).Take(&got).Error
-			}()
-			// Before, the read failed at once; now it waits for the fence,
-			// which the promotion ends.
-			select {
-			case <-read:
-			case <-time.After(time.Second):
-			}
-		},
+	// Before, the read failed at once; now it waits for the fence, which
+	// the promotion ends.
+	switchoverDuringReplay(t, f, func() {
+		rerr = db3.Where("user_id = ? AND id = ?", u, p.ID).Take(&got).Error
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-read
 	if rerr != nil || got.ID != p.ID {
 		t.Fatalf("read that needed a new connection during the fence: %v (read %d, want %d)", rerr, got.ID, p.ID)
 	}
@@ -689,31 +670,12 @@ func TestSwitchoverWriteNeedsConnectionDuringFence(t *testing.T) {
 	u := f.usersOn(t, "b", 1)[0]
 	var werr, after error
 	p := Photo{UserID: u, Caption: "written during the fence"}
-	wrote := make(chan struct{})
-	_, err := fo.Switchover(ctx, f.e.cat, "b", fo.Options{
-		To: fmt.Sprintf("127.0.0.1:%d", f.standby.Port),
-		Progress: func(s fo.Step) {
-			t.Logf("switchover: %s", s)
-			if s.Name != "replay" {
-				return
-			}
-			go func() {
-				defer close(wrote)
-				werr = db3.Create(&p).Error
-				// The next write on the server: not refused as a server
-				// taken down by the first one's failed connection.
-				after = db3.Create(&Photo{UserID: u, Caption: "written after it"}).Error
-			}()
-			select {
-			case <-wrote:
-			case <-time.After(time.Second):
-			}
-		},
+	switchoverDuringReplay(t, f, func() {
+		werr = db3.Create(&p).Error
+		// The next write on the server: not refused as a server taken
+		// down by the first one's failed connection.
+		after = db3.Create(&Photo{UserID: u, Caption: "written after it"}).Error
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-wrote
 	if werr != nil || after != nil {
 		t.Fatalf("writes that needed a new connection during the fence: %v; the one after: %v", werr, after)
 	}
@@ -721,4 +683,35 @@ func TestSwitchoverWriteNeedsConnectionDuringFence(t *testing.T) {
 	if err := f.e.db.Where("user_id = ? AND id = ?", u, p.ID).Take(&got).Error; err != nil || got.Caption != p.Caption {
 		t.Fatalf("the write during the fence is not on the new primary: %v (%+v)", err, got)
 	}
+}
+
+// switchoverDuringReplay switches server b over to f's standby and, once
+// the replay step is done (the old primary read-only, the standby not
+// promoted), runs fn on a goroutine of its own, holding the switchover
+// there until fn returned or a second passed. It returns once the
+// switchover succeeded and fn returned.
+func switchoverDuringReplay(t *testing.T, f *failover, fn func()) {
+	t.Helper()
+	ran := make(chan struct{})
+	_, err := fo.Switchover(context.Background(), f.e.cat, "b", fo.Options{
+		To: fmt.Sprintf("127.0.0.1:%d", f.standby.Port),
+		Progress: func(s fo.Step) {
+			t.Logf("switchover: %s", s)
+			if s.Name != "replay" {
+				return
+			}
+			go func() {
+				defer close(ran)
+				fn()
+			}()
+			select {
+			case <-ran:
+			case <-time.After(time.Second):
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ran
 }
