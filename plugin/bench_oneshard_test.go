@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -13,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/idgen"
+	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
 	"github.com/shardkit/shardkit/internal/harness/pglocal"
 	"github.com/shardkit/shardkit/internal/harness/pgtest"
 )
@@ -62,8 +65,24 @@ type oneSide struct {
 	pids func() []int // read at the start and the end: a pool that replaced its connection fails the run
 }
 
-// blockFigures are per-statement medians over the blocks of one side.
-type blockFigures struct{ wall, client, server time.Duration }
+// blockFigures are per-statement medians over the blocks of one side:
+// wall time, the client's CPU, the share of it in the kernel, the
+// client's voluntary context switches (in thousandths: its waits that put
+// a thread to sleep) and the servers' CPU.
+type blockFigures struct {
+	wall, client, sys, server time.Duration
+	sleeps                    float64
+}
+
+// processUsage is the process's CPU time in the kernel and its voluntary
+// context switches so far.
+func processUsage() (time.Duration, int64) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		panic(err)
+	}
+	return time.Duration(ru.Stime.Nano()), ru.Nvcsw
+}
 
 func medianDur(d []time.Duration) time.Duration {
 	s := slices.Clone(d)
@@ -79,7 +98,10 @@ func medianDur(d []time.Duration) time.Duration {
 // statement: wall time, the client process's CPU time (all its threads,
 // the garbage collector's included) and its backends' CPU time.
 func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []blockFigures {
-	type acc struct{ wall, client, server []time.Duration }
+	type acc struct {
+		wall, client, sys, server []time.Duration
+		sleeps                    []float64
+	}
 	accs := make([]acc, len(sides))
 	pids := make([][]int, len(sides))
 	for i, s := range sides {
@@ -92,6 +114,7 @@ func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []block
 			for _, pid := range pids[i] {
 				srv0 += backendCPU(b, pid)
 			}
+			s0, v0 := processUsage()
 			t0, c0 := time.Now(), processCPU()
 			// Labelled, so that a CPU profile of the run (-cpuprofile)
 			// takes each side apart: pprof -tagfocus 'side=0,op=…'.
@@ -103,6 +126,7 @@ func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []block
 				}
 			})
 			wall, client := time.Since(t0), processCPU()-c0
+			s1, v1 := processUsage()
 			var srv1 time.Duration
 			for _, pid := range pids[i] {
 				srv1 += backendCPU(b, pid)
@@ -111,6 +135,8 @@ func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []block
 			accs[i].wall = append(accs[i].wall, wall/d)
 			accs[i].client = append(accs[i].client, client/d)
 			accs[i].server = append(accs[i].server, (srv1-srv0)/d)
+			accs[i].sys = append(accs[i].sys, (s1-s0)/d)
+			accs[i].sleeps = append(accs[i].sleeps, float64(v1-v0)/float64(n))
 		}
 		k += n
 	}
@@ -119,7 +145,9 @@ func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []block
 		if got := s.pids(); !slices.Equal(got, pids[i]) {
 			b.Fatalf("side %d changed backends during the run (%v, then %v): its server CPU is not its own", i, pids[i], got)
 		}
-		out[i] = blockFigures{medianDur(accs[i].wall), medianDur(accs[i].client), medianDur(accs[i].server)}
+		sl := slices.Clone(accs[i].sleeps)
+		slices.Sort(sl)
+		out[i] = blockFigures{wall: medianDur(accs[i].wall), client: medianDur(accs[i].client), sys: medianDur(accs[i].sys), server: medianDur(accs[i].server), sleeps: sl[len(sl)/2]}
 	}
 	return out
 }
@@ -140,8 +168,11 @@ func envInt(name string, def int) int {
 // neither pays for switching between clusters inside its block, and load
 // from elsewhere on a shared machine falls on both alike. Each
 // sub-benchmark reports the medians per statement over the blocks: wall
-// time (ns/stmt), client CPU (cpu-ns/stmt, the process's, all threads)
-// and the backends' CPU (server-ns/stmt), each side's, and the sharded /
+// time (ns/stmt), client CPU (cpu-ns/stmt, the process's, all threads),
+// the kernel's part of it (sys-ns/stmt, from getrusage, which splits by
+// ticks: read it as rough), the client's voluntary context switches
+// (sleeps/stmt: a thread put to sleep waiting) and the backends' CPU
+// (server-ns/stmt), each side's, and the sharded /
 // plain ratios, and how many one-shard statements the sharded backends
 // prepared during the run (sharded-prepared-in-run: the plugin's cache
 // misses, 0 in the steady state). Run it with -benchtime 1x: the blocks
@@ -151,17 +182,52 @@ func envInt(name string, def int) int {
 // plain GORM: raw SQL on the server's pool (no GORM, no plugin) sent as
 // the plugin sends it, unnamed and prepared from the plugin's cache of
 // one-shard reads, on random shards and on one shard only (a backend
-// that touches one schema, not a thousand); and an update by ID,
+// that touches one schema, not a thousand); the plugin's own select by
+// ID on one shard only (plugin_one_shard: its client path without the
+// cost of many tables) and on server a's random shards alone
+// (plugin_server_a: one backend, as the raw rows); and an update by ID,
 // each against plain GORM's: raw SQL in a transaction on plain GORM's
 // pool (GORM's share), on a shard server unnamed (what a write cost the
 // server before the plugin prepared writes), and prepared as the plugin
 // runs it now; and an insert in raw SQL, prepared, on plain GORM's pool
 // and on a shard server's random shards, each against plain GORM's.
-func BenchmarkOneShardVsPlain(b *testing.B) {
+func BenchmarkOneShardVsPlain(b *testing.B) { oneShardVsPlain(b, false) }
+
+// BenchmarkOneShardVsPlainPooled is BenchmarkOneShardVsPlain with each
+// side behind a PgBouncer of its own that carries prepared statements
+// (1.21 or later, max_prepared_statements above what a server connection
+// holds, one server connection a database): the plugin with
+// PreparedReadsAlways, plain GORM in its default configuration, whose
+// statement cache PgBouncer carries the same way. The server CPU is the
+// one backend's behind each PgBouncer; PgBouncer's own CPU counts on
+// neither side. It runs the four statements, not the split.
+func BenchmarkOneShardVsPlainPooled(b *testing.B) { oneShardVsPlain(b, true) }
+
+// pooledBenchStatements is max_prepared_statements for the pooled
+// benchmark: above the plugin's two caches of one-shard statements of a
+// connection, so that PgBouncer closes none of them.
+const pooledBenchStatements = 5000
+
+func oneShardVsPlain(b *testing.B, pooled bool) {
 	ctx := context.Background()
-	e := newEnv(b, envOpts{shards: idgen.DefaultShards, serial: true, cfg: func(c *Config) {
+	opts := envOpts{shards: idgen.DefaultShards, serial: true, cfg: func(c *Config) {
 		c.MaxOpenConns, c.MaxIdleConns = 1, 1
-	}})
+		if pooled {
+			c.PreparedReads = PreparedReadsAlways
+		}
+	}}
+	bouncers := map[string]*pgbouncer.Bouncer{}
+	pooler := pgbouncer.Options{PreparedStatements: pooledBenchStatements, Settings: map[string]string{"default_pool_size": "1"}}
+	if pooled {
+		if _, err := pgbouncer.PreparedBinary(); err != nil {
+			b.Skip(err)
+		}
+		opts.appDSN = func(_, direct string) string {
+			u, _ := url.Parse(direct)
+			return bouncerFor(b, bouncers, direct, pooler).DSN(strings.TrimPrefix(u.Path, "/"))
+		}
+	}
+	e := newEnv(b, opts)
 	pc, err := pgtest.Set(b).Add(ctx, pglocal.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -169,7 +235,11 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 	b.Cleanup(func() { _ = pc.Stop() })
 	plainDSN := pc.DSN("postgres")
 	pgtest.Exec(b, plainDSN, plainPhotosDDL)
-	plain, err := gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
+	plainApp := plainDSN
+	if pooled {
+		plainApp = bouncerFor(b, bouncers, plainDSN, pooler).DSN("postgres")
+	}
+	plain, err := gorm.Open(postgres.Open(plainApp), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -255,6 +325,10 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 		b.ReportMetric(float64(p.client.Nanoseconds()), "plain-cpu-ns/stmt")
 		b.ReportMetric(float64(s.server.Nanoseconds()), "sharded-server-ns/stmt")
 		b.ReportMetric(float64(p.server.Nanoseconds()), "plain-server-ns/stmt")
+		b.ReportMetric(float64(s.sys.Nanoseconds()), "sharded-sys-ns/stmt")
+		b.ReportMetric(float64(p.sys.Nanoseconds()), "plain-sys-ns/stmt")
+		b.ReportMetric(s.sleeps, "sharded-sleeps/stmt")
+		b.ReportMetric(p.sleeps, "plain-sleeps/stmt")
 		b.ReportMetric(float64(s.wall)/float64(p.wall), "ratio")
 		b.ReportMetric(float64(s.client)/float64(p.client), "cpu-ratio")
 		b.ReportMetric(float64(s.server)/float64(p.server), "server-ratio")
@@ -311,10 +385,15 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 				oneSide{run: func(i int) error { return o.fn(sharded, sp, i) }, pids: shardedPIDs},
 				oneSide{run: func(i int) error { return o.fn(plain, pp, i) }, pids: plainPIDs})
 			report(b, f)
-			b.ReportMetric(float64(prepares(b, from)), "sharded-prepared-in-run")
+			if !pooled { // behind PgBouncer the server's statements carry its names
+				b.ReportMetric(float64(prepares(b, from)), "sharded-prepared-in-run")
+			}
 		})
 	}
 
+	if pooled {
+		return
+	}
 	// The split of a select by ID, each part against plain GORM.
 	var onA []Photo // the rows of server a's shards
 	for _, p := range sp {
@@ -341,6 +420,8 @@ func BenchmarkOneShardVsPlain(b *testing.B) {
 			var got, user int64
 			return servers["a"].QueryRowContext(asRead, `SELECT id, user_id FROM `+qualified(p)+` WHERE id = $1`, p.ID).Scan(&got, &user)
 		}, pids: aPIDs}},
+		{"plugin_one_shard", oneSide{run: func(i int) error { var p Photo; return sharded.First(&p, onA[0].ID).Error }, pids: aPIDs}},
+		{"plugin_server_a", oneSide{run: func(i int) error { var p Photo; return sharded.First(&p, onA[i%len(onA)].ID).Error }, pids: aPIDs}},
 		{"sql_unnamed_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID) }, pids: aPIDs}},
 		{"sql_prepared_one_shard", oneSide{run: func(i int) error { p := onA[0]; return byID(servers["a"], qualified(p), p.ID, asPrepared) }, pids: aPIDs}},
 	}

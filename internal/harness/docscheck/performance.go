@@ -66,6 +66,17 @@ func init() {
 			},
 		},
 		Figure{
+			Name:    "sharded-vs-plain-pooled",
+			Command: "go test ./plugin -run '^$' -bench BenchmarkOneShardVsPlainPooled -benchtime 1x -count 3",
+			Columns: []string{"one shard's statement, each side behind its PgBouncer", "wall time, sharded / plain", "client CPU, sharded / plain", "servers' CPU, sharded / plain", "sharded, per statement", "plain, per statement"},
+			Rows: []Row{
+				pooledRow("select by key", "select_by_key"),
+				pooledRow("select by ID", "select_by_id"),
+				pooledRow("insert", "insert"),
+				pooledRow("update by ID", "update_by_id"),
+			},
+		},
+		Figure{
 			Name:    "lookups",
 			Command: "go test ./plugin -run '^$' -bench BenchmarkLookup -benchtime 2000x -count 3",
 			Columns: []string{"operation", "sharded / plain", "sharded", "plain"},
@@ -135,6 +146,12 @@ func oneShardRow(label, op string) Row {
 	return Row{Label: label, Bench: "BenchmarkOneShardVsPlain/" + op, Cells: []string{
 		"{. ratio}×", "{. cpu-ratio}×", "{. server-ratio}×", "{. sharded-ns/stmt /1e3} µs", "{. plain-ns/stmt /1e3} µs",
 	}}
+}
+
+func pooledRow(label, op string) Row {
+	r := oneShardRow(label, op)
+	r.Bench = "BenchmarkOneShardVsPlainPooled/" + op
+	return r
 }
 
 func lookupRow(label, op string) Row {
