@@ -94,7 +94,18 @@ func (f *catalogFailover) cut(t *testing.T) {
 		err := primary.QueryRow(ctx, `SELECT coalesce(bool_and(replay_lsn >= pg_current_wal_lsn()), false) FROM pg_stat_replication`).Scan(&done)
 		return done, err
 	})
+	// Stopped, configured and started again, not reloaded: a reload that
+	// the startup process has not applied yet can start a WAL receiver
+	// with the old primary_conninfo after the waits below saw none, and
+	// the grant made after the cut reached the standby (seen once under
+	// -race).
+	if err := f.standby.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.standby.Configure(ctx, map[string]string{"primary_conninfo": "''"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.standby.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the standby to stop streaming", func() (bool, error) {
