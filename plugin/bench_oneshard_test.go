@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"runtime/pprof"
 	"slices"
@@ -67,7 +66,7 @@ type oneSide struct {
 
 // blockFigures are per-statement medians over the blocks of one side:
 // wall time, the client's CPU, the share of it in the kernel, the
-// client's voluntary context switches (in thousandths: its waits that put
+// client's voluntary context switches per statement (its waits that put
 // a thread to sleep) and the servers' CPU.
 type blockFigures struct {
 	wall, client, sys, server time.Duration
@@ -84,14 +83,8 @@ func processUsage() (time.Duration, int64) {
 	return time.Duration(ru.Stime.Nano()), ru.Nvcsw
 }
 
-func medianDur(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+// medianDur is median (bench_scatter_test.go) of a copy of d.
+func medianDur(d []time.Duration) time.Duration { return median(slices.Clone(d)) }
 
 // inBlocks runs the two sides in turn, blocks blocks of n statements
 // each, a's block then b's, and returns each side's medians per
@@ -145,9 +138,7 @@ func inBlocks(b *testing.B, blocks, n int, pick []int, sides ...oneSide) []block
 		if got := s.pids(); !slices.Equal(got, pids[i]) {
 			b.Fatalf("side %d changed backends during the run (%v, then %v): its server CPU is not its own", i, pids[i], got)
 		}
-		sl := slices.Clone(accs[i].sleeps)
-		slices.Sort(sl)
-		out[i] = blockFigures{wall: medianDur(accs[i].wall), client: medianDur(accs[i].client), sys: medianDur(accs[i].sys), server: medianDur(accs[i].server), sleeps: sl[len(sl)/2]}
+		out[i] = blockFigures{wall: medianDur(accs[i].wall), client: medianDur(accs[i].client), sys: medianDur(accs[i].sys), server: medianDur(accs[i].server), sleeps: median(slices.Clone(accs[i].sleeps))}
 	}
 	return out
 }
@@ -216,16 +207,12 @@ func oneShardVsPlain(b *testing.B, pooled bool) {
 			c.PreparedReads = PreparedReadsAlways
 		}
 	}}
-	bouncers := map[string]*pgbouncer.Bouncer{}
 	pooler := pgbouncer.Options{PreparedStatements: pooledBenchStatements, Settings: map[string]string{"default_pool_size": "1"}}
 	if pooled {
 		if _, err := pgbouncer.PreparedBinary(); err != nil {
 			b.Skip(err)
 		}
-		opts.appDSN = func(_, direct string) string {
-			u, _ := url.Parse(direct)
-			return bouncerFor(b, bouncers, direct, pooler).DSN(strings.TrimPrefix(u.Path, "/"))
-		}
+		opts.appDSN = viaPooler(b, pooler)
 	}
 	e := newEnv(b, opts)
 	pc, err := pgtest.Set(b).Add(ctx, pglocal.Options{})
@@ -237,7 +224,7 @@ func oneShardVsPlain(b *testing.B, pooled bool) {
 	pgtest.Exec(b, plainDSN, plainPhotosDDL)
 	plainApp := plainDSN
 	if pooled {
-		plainApp = bouncerFor(b, bouncers, plainDSN, pooler).DSN("postgres")
+		plainApp = bouncerFor(b, map[string]*pgbouncer.Bouncer{}, plainDSN, pooler).DSN("postgres")
 	}
 	plain, err := gorm.Open(postgres.Open(plainApp), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
 	if err != nil {
