@@ -509,7 +509,7 @@ func (p *Plugin) endedRead(db *gorm.DB) {
 	if err != nil {
 		return
 	}
-	if dsnKey(srv) == s.dsns {
+	if s.sameDSNs(srv) {
 		// The pool is the one the map gives the server. One that could
 		// open no connection while the shard is fenced met a switchover
 		// between its read-only step and the promotion: neither host is

@@ -136,6 +136,9 @@ func unavailable(err error) bool {
 // in their message. Codes other than 08P01 count only when connecting:
 // on a statement they are the statement's own errors.
 func configRefusal(err error) bool {
+	if err == nil {
+		return false // before the targets of errors.As, which escape: no allocation on a statement's success
+	}
 	var ce *ConfigError
 	if errors.As(err, &ce) {
 		return true

@@ -74,7 +74,7 @@ func Register(cfg Config, models ...any) *Plugin {
 // a connection refused with ErrNotPrimary means the map may be older than
 // the record of a failover, which a router that does not watch the map
 // learns of only so: the reloaded map names the new primary, and its
-// server gets new pools (dsnKey) on its next statement.
+// server gets new pools (serverDB.sameDSNs) on its next statement.
 func (p *Plugin) reloadSoon() {
 	if p.router == nil || !p.reloading.CompareAndSwap(false, true) {
 		return

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +21,7 @@ import (
 type serverDB struct {
 	*sql.DB
 	name      string
-	dsns      string          // the DSNs it was opened with (see dsnKey)
+	opened    router.Server   // the map's entry it was opened with (see sameDSNs)
 	downUntil atomic.Int64    // unix ns until which the server is taken as down; 0: up
 	takenDown atomic.Int64    // times taken as down
 	replicas  []gorm.ConnPool // replica pools, possibly none
@@ -81,11 +81,13 @@ type pools struct {
 	stale func()
 }
 
-// dsnKey is what a server's pools were opened with: a map version that
-// changes a server's DSN (a password rotated, a pooler put in front)
-// gets new pools.
-func dsnKey(srv router.Server) string {
-	return srv.DSN + "\x00" + strings.Join(srv.Replicas, "\x00") + "\x00" + srv.Primary.String()
+// sameDSNs reports whether the pools of s were opened with what the map
+// now gives the server: a map version that changes a server's DSN (a
+// password rotated, a pooler put in front), its replicas or its recorded
+// primary gets new pools. It runs on every statement, and allocates
+// nothing.
+func (s *serverDB) sameDSNs(srv router.Server) bool {
+	return s.opened.DSN == srv.DSN && slices.Equal(s.opened.Replicas, srv.Replicas) && s.opened.Primary == srv.Primary
 }
 
 func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
@@ -93,7 +95,7 @@ func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
 	ps.mu.RLock()
 	s, ok := ps.by[name]
 	ps.mu.RUnlock()
-	if ok && (!inMap || s.dsns == dsnKey(srv)) {
+	if ok && (!inMap || s.sameDSNs(srv)) {
 		return s, nil
 	}
 	if !inMap {
@@ -102,7 +104,7 @@ func (ps *pools) get(snap *router.Snapshot, name string) (*serverDB, error) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	old, ok := ps.by[name]
-	if ok && old.dsns == dsnKey(srv) {
+	if ok && old.sameDSNs(srv) {
 		return old, nil
 	}
 	s, err := ps.openServer(name, srv)
@@ -127,7 +129,7 @@ func (ps *pools) openServer(name string, srv router.Server) (*serverDB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shardkit: open server %s: %w", name, err)
 	}
-	s := &serverDB{DB: primary, name: name, dsns: dsnKey(srv), named: ps.cfg.namedReads(srv, srv.DSN, false), namedReplicas: len(srv.Replicas) > 0, unnamed: unnamed}
+	s := &serverDB{DB: primary, name: name, opened: router.Server{DSN: srv.DSN, Replicas: slices.Clone(srv.Replicas), Primary: srv.Primary}, named: ps.cfg.namedReads(srv, srv.DSN, false), namedReplicas: len(srv.Replicas) > 0, unnamed: unnamed}
 	go s.checkRole(ps.cfg.Logger)
 	for _, dsn := range srv.Replicas {
 		r, _, err := ps.open(name, dsn, router.Primary{}) // a replica is a standby

@@ -128,7 +128,7 @@ func (c unnamedConn) query(ctx context.Context, query string, args []driver.Name
 			return nil, err
 		}
 		rows, err := c.pgxConn.QueryContext(ctx, text, args)
-		if c.stale(ctx, text, o.write, err) {
+		if c.stale(ctx, query, o.write, err) {
 			return c.pgxConn.QueryContext(ctx, query, args)
 		}
 		return rows, err
@@ -220,13 +220,24 @@ type shardCaches struct {
 func (sc *shardCaches) bytes() int { return sc.reads.bytes() + sc.writes.bytes() }
 
 // shardStmts is a connection's prepared one-shard statements of one kind
-// by name (shardStmtName), least recently used at the back.
+// by text, least recently used at the back.
 type shardStmts struct {
-	byText map[string]*list.Element // of string, the text
+	byText map[string]*list.Element // of *shardStmt
 	lru    list.List
 	max    int // the most it keeps
 	each   int // the bytes each holds of its backend's memory
 }
+
+// shardStmt is a one-shard statement prepared on a connection: its text,
+// and the name it is prepared under (shardStmtName) in plan generation
+// gen. The name is kept, not derived again on each run: a digest of the
+// text costs a one-shard read about a microsecond of client CPU.
+type shardStmt struct {
+	text, name string
+	gen        int64
+}
+
+func stmtAt(el *list.Element) *shardStmt { return el.Value.(*shardStmt) }
 
 func (ss *shardStmts) bytes() int { return ss.lru.Len() * ss.each }
 
@@ -265,43 +276,52 @@ func (sc *shardCaches) of(write bool) (own, other *shardStmts) {
 // statement of the same text, or the unnamed run after a stale plan),
 // and fail there once its result type changed.
 func (c unnamedConn) prepared(ctx context.Context, query string, write bool) (string, error) {
-	name := shardStmtName(query, c.plans.n.Load())
+	gen := c.plans.n.Load()
 	conn := c.Conn()
 	sc := shardCachesOf(conn.PgConn())
 	own, other := sc.of(write)
 	share := oneShardShare(conn.PgConn())
-	if el, ok := own.byText[name]; ok {
-		own.lru.MoveToFront(el)
-		return name, c.shed(ctx, sc, own, other, 0, share, 1, name)
-	}
-	for own.lru.Len() >= own.max {
-		if err := c.forget(ctx, own, own.lru.Back().Value.(string)); err != nil {
+	if el, ok := own.byText[query]; ok {
+		st := stmtAt(el)
+		if st.gen == gen {
+			own.lru.MoveToFront(el)
+			return st.name, c.shed(ctx, sc, own, other, 0, share, 1, el)
+		}
+		// Prepared in an earlier generation: its plan may not have the
+		// result type the server gives the text now.
+		if err := c.forget(ctx, own, el); err != nil {
 			return "", err
 		}
 	}
-	if err := c.shed(ctx, sc, own, other, own.each, share, 1+shedPerRun, ""); err != nil {
+	for own.lru.Len() >= own.max {
+		if err := c.forget(ctx, own, own.lru.Back()); err != nil {
+			return "", err
+		}
+	}
+	if err := c.shed(ctx, sc, own, other, own.each, share, 1+shedPerRun, nil); err != nil {
 		return "", err
 	}
+	name := shardStmtName(query, gen)
 	if _, err := conn.Prepare(ctx, name, query); err != nil {
 		return "", err
 	}
-	own.byText[name] = own.lru.PushFront(name)
+	own.byText[query] = own.lru.PushFront(&shardStmt{text: query, name: name, gen: gen})
 	return name, nil
 }
 
 // shed closes the least recently used one-shard statements, own's
 // first, until room more bytes fit in share, at most most of them, and
 // never keep (the statement about to run).
-func (c unnamedConn) shed(ctx context.Context, sc *shardCaches, own, other *shardStmts, room, share, most int, keep string) error {
+func (c unnamedConn) shed(ctx context.Context, sc *shardCaches, own, other *shardStmts, room, share, most int, keep *list.Element) error {
 	for n := 0; n < most && sc.bytes()+room > share; n++ {
 		ss := own
-		if ss.lru.Len() == 0 || ss.lru.Back().Value.(string) == keep {
+		if ss.lru.Len() == 0 || ss.lru.Back() == keep {
 			ss = other
 		}
-		if ss.lru.Len() == 0 || ss.lru.Back().Value.(string) == keep {
+		if ss.lru.Len() == 0 || ss.lru.Back() == keep {
 			return nil
 		}
-		if err := c.forget(ctx, ss, ss.lru.Back().Value.(string)); err != nil {
+		if err := c.forget(ctx, ss, ss.lru.Back()); err != nil {
 			return err
 		}
 	}
@@ -315,13 +335,12 @@ func shardStmtName(text string, gen int64) string {
 	return "shardkit_one_" + hex.EncodeToString(h[:16])
 }
 
-// forget closes the statement prepared under name.
-func (c unnamedConn) forget(ctx context.Context, ss *shardStmts, name string) error {
-	if el, ok := ss.byText[name]; ok {
-		delete(ss.byText, name)
-		ss.lru.Remove(el)
-	}
-	return c.Conn().Deallocate(ctx, name)
+// forget closes the statement of el, one of ss's.
+func (c unnamedConn) forget(ctx context.Context, ss *shardStmts, el *list.Element) error {
+	st := stmtAt(el)
+	delete(ss.byText, st.text)
+	ss.lru.Remove(el)
+	return c.Conn().Deallocate(ctx, st.name)
 }
 
 // stale reports whether a prepared one-shard statement met a result
@@ -330,14 +349,16 @@ func (c unnamedConn) forget(ctx context.Context, ss *shardStmts, name string) er
 // again unnamed, planned afresh. It starts the server's next plan
 // generation and closes the statement, so that the next run prepares
 // it after the change.
-func (c unnamedConn) stale(ctx context.Context, name string, write bool, err error) bool {
+func (c unnamedConn) stale(ctx context.Context, query string, write bool, err error) bool {
 	if err == nil || !planChanged(err) {
 		return false
 	}
 	gen := c.plans.n.Load()
 	c.plans.n.CompareAndSwap(gen, gen+1)
 	own, _ := shardCachesOf(c.Conn().PgConn()).of(write)
-	_ = c.forget(ctx, own, name)
+	if el, ok := own.byText[query]; ok {
+		_ = c.forget(ctx, own, el)
+	}
 	return c.Conn().PgConn().TxStatus() == 'I'
 }
 
@@ -362,7 +383,7 @@ func (c unnamedConn) exec(ctx context.Context, query string, args []driver.Named
 		return nil, err
 	}
 	res, err := c.pgxConn.ExecContext(ctx, text, args)
-	if c.stale(ctx, text, o.write, err) {
+	if c.stale(ctx, query, o.write, err) {
 		return c.pgxConn.ExecContext(ctx, query, args)
 	}
 	return res, err
