@@ -27,9 +27,15 @@ type switchLoad struct {
 	errs     []error
 	maxWrite map[string]time.Duration // the longest write call, by server
 	maxRead  time.Duration
-	reads    int
-	stop     atomic.Bool
-	wg       sync.WaitGroup
+	// When the longest write (by server) and the longest read began: a
+	// stall is placed against the switchover's steps (logged with their
+	// instants), before the release (the fence's wait) or after it (the
+	// callers' reconnects to the new primary).
+	slowWrite map[string]time.Time
+	slowRead  time.Time
+	reads     int
+	stop      atomic.Bool
+	wg        sync.WaitGroup
 }
 
 type switchAck struct {
@@ -48,7 +54,9 @@ func (l *switchLoad) write(f *failover, u int64, server string) {
 		took := time.Since(start)
 		cancel()
 		l.mu.Lock()
-		l.maxWrite[server] = max(l.maxWrite[server], took)
+		if took > l.maxWrite[server] {
+			l.maxWrite[server], l.slowWrite[server] = took, start
+		}
 		if err == nil {
 			l.acked = append(l.acked, switchAck{p.ID, u, server, start, time.Now()})
 		} else {
@@ -88,7 +96,9 @@ func (l *switchLoad) read(f *failover) {
 		cancel()
 		l.mu.Lock()
 		l.reads++
-		l.maxRead = max(l.maxRead, took)
+		if took > l.maxRead {
+			l.maxRead, l.slowRead = took, start
+		}
 		if err != nil {
 			l.errs = append(l.errs, fmt.Errorf("read of photo %d acknowledged before the read began: %w", last.id, err))
 		}
@@ -131,7 +141,7 @@ func newSwitchover(t *testing.T) (*failover, router.Primary) {
 // readers of b, and returns once b acknowledged 20 writes.
 func startSwitchLoad(t *testing.T, f *failover) *switchLoad {
 	t.Helper()
-	l := &switchLoad{maxWrite: map[string]time.Duration{}}
+	l := &switchLoad{maxWrite: map[string]time.Duration{}, slowWrite: map[string]time.Time{}}
 	for _, srv := range []struct {
 		name string
 		n    int
@@ -195,16 +205,18 @@ func TestSwitchoverNoErrors(t *testing.T) {
 	testkit.Eventually(t, 60*time.Second, func() bool { return l.ackedSince("b", done) >= 40 })
 	l.finish()
 
-	t.Logf("fenced %v; longest write on b %v (%v with a stale map), on a %v; longest read %v; %d writes, %d reads",
-		rep.Fenced.Round(time.Millisecond), l.maxWrite["b"].Round(time.Millisecond), l.maxWrite["b (stale map)"].Round(time.Millisecond), l.maxWrite["a"].Round(time.Millisecond),
-		l.maxRead.Round(time.Millisecond), len(l.acked), l.reads)
+	at := func(ts time.Time) string { return ts.Format("15:04:05.000") }
+	t.Logf("fenced %v; longest write on b %v begun at %s (%v with a stale map, at %s), on a %v; longest read %v begun at %s; %d writes, %d reads",
+		rep.Fenced.Round(time.Millisecond), l.maxWrite["b"].Round(time.Millisecond), at(l.slowWrite["b"]),
+		l.maxWrite["b (stale map)"].Round(time.Millisecond), at(l.slowWrite["b (stale map)"]), l.maxWrite["a"].Round(time.Millisecond),
+		l.maxRead.Round(time.Millisecond), at(l.slowRead), len(l.acked), l.reads)
 	l.checkNoErrors(t)
 	// A write on b waits for the fence, as long as the switchover's steps
 	// take on this machine; beyond it, it costs at most what a write on a
 	// does in the same run (whose stalls slow both alike) and a second.
 	if d := l.maxWrite["b"] - rep.Fenced - l.maxWrite["a"]; d > time.Second {
-		t.Errorf("longest write on b took %v, %v more than the fence (%v) and the longest on a (%v): want at most 1s more",
-			l.maxWrite["b"], d, rep.Fenced, l.maxWrite["a"])
+		t.Errorf("longest write on b took %v (begun at %s; the steps' instants are above), %v more than the fence (%v) and the longest on a (%v): want at most 1s more",
+			l.maxWrite["b"], at(l.slowWrite["b"]), d, rep.Fenced, l.maxWrite["a"])
 	}
 	if rep.Primary.SystemID != first.SystemID || rep.Primary.Timeline <= first.Timeline {
 		t.Errorf("recorded %v after the switchover, %v before: want the same system on a newer timeline", rep.Primary, first)
