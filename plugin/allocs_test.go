@@ -72,16 +72,7 @@ func TestOneShardExecAllocations(t *testing.T) {
 	e := newEnv(t, envOpts{shards: 64, serial: true, cfg: func(c *Config) { c.MaxOpenConns, c.MaxIdleConns = 1, 1 }})
 	plainDSN := pgtest.NewDatabase(t, 0)
 	pgtest.Exec(t, plainDSN, plainPhotosDDL)
-	plain, err := gorm.Open(postgres.Open(plainDSN), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	plainSQL, err := plain.DB()
-	if err != nil {
-		t.Fatal(err)
-	}
-	plainSQL.SetMaxOpenConns(1)
-	plainSQL.SetMaxIdleConns(1)
+	plain, _ := plainOnOneConn(t, plainDSN)
 	var sp, pp []Photo
 	for u := range int64(64) {
 		sp = append(sp, Photo{UserID: u + 1, Caption: "x"})

@@ -14,9 +14,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/shardkit/shardkit/idgen"
 	"github.com/shardkit/shardkit/internal/harness/pgbouncer"
@@ -226,16 +224,7 @@ func oneShardVsPlain(b *testing.B, pooled bool) {
 	if pooled {
 		plainApp = bouncerFor(b, map[string]*pgbouncer.Bouncer{}, plainDSN, pooler).DSN("postgres")
 	}
-	plain, err := gorm.Open(postgres.Open(plainApp), &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	plainSQL, err := plain.DB()
-	if err != nil {
-		b.Fatal(err)
-	}
-	plainSQL.SetMaxOpenConns(1)
-	plainSQL.SetMaxIdleConns(1)
+	plain, plainSQL := plainOnOneConn(b, plainApp)
 	sharded := e.db
 
 	const users, photosPerUser = 2000, 10
