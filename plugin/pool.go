@@ -21,7 +21,7 @@ import (
 type serverDB struct {
 	*sql.DB
 	name      string
-	opened    router.Server   // the DSN, replicas and primary the map gave it when opened (see sameDSNs)
+	opened    router.Server   // the map's entry it was opened with (see sameDSNs)
 	downUntil atomic.Int64    // unix ns until which the server is taken as down; 0: up
 	takenDown atomic.Int64    // times taken as down
 	replicas  []gorm.ConnPool // replica pools, possibly none
