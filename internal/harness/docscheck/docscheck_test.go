@@ -335,6 +335,44 @@ func TestFigureRender(t *testing.T) {
 	}
 }
 
+// TestParseResultsLoggedBenchmark: a benchmark that logs while it runs
+// has its name and its values on different lines, with the log between;
+// the values are still the benchmark's, and the log's own numbers are not.
+func TestParseResultsLoggedBenchmark(t *testing.T) {
+	res, err := ParseResults(strings.NewReader(`goos: linux
+cpu: Test CPU
+BenchmarkAtomic-2   	2026/12/04 19:02:36 WARN shardkit: the server's DSN connects as a superuser server=a
+2026/12/04 19:02:36 WARN shardkit: the server's DSN connects as a superuser server=b
+    3 shards	seeded
+    1000	   2788019 ns/op	         1.262 atomic/two-txs
+BenchmarkAtomic-2   	    1000	   2620268 ns/op	         1.209 atomic/two-txs
+BenchmarkAtomic-2   	--- some output
+    12 rows copied
+PASS
+    1000	   1 ns/op	         9 atomic/two-txs
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := res.Values["BenchmarkAtomic"]["atomic/two-txs"]
+	if want := []float64{1.262, 1.209}; !slices.Equal(got, want) {
+		t.Errorf("atomic/two-txs: %v, want %v (the result after the log, the whole line; not the line after PASS)", got, want)
+	}
+	if res.Procs != 2 {
+		t.Errorf("procs %d, want 2", res.Procs)
+	}
+}
+
+// FuzzParseResults: any text parses or is refused with an error, never a
+// panic.
+func FuzzParseResults(f *testing.F) {
+	f.Add(sample)
+	f.Add("BenchmarkX-2 \tlog\n    10\t5 ns/op\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		_, _ = ParseResults(strings.NewReader(text))
+	})
+}
+
 // TestFiguresMatchResults fails when a maintained table of the performance
 // page differs from what its kept result file renders: such a table was
 // edited by hand, or make figures was not run to the end.

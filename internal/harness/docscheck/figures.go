@@ -74,10 +74,29 @@ type Results struct {
 
 var procsRE = regexp.MustCompile(`-(\d+)$`)
 
-// ParseResults reads Go benchmark output.
+// resultFields reports whether f is a result line's fields after the
+// name: the iterations, then pairs of a number and its unit.
+func resultFields(f []string) bool {
+	if _, err := strconv.Atoi(f[0]); err != nil {
+		return false
+	}
+	for i := 1; i < len(f); i += 2 {
+		if _, err := strconv.ParseFloat(f[i], 64); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseResults reads Go benchmark output. A benchmark that writes while it
+// runs (a log line) splits its result line: go test prints the name, the
+// benchmark's own output after it on the same line and the lines below,
+// then the iterations and values on a line of their own, indented. Such a
+// line is the result of the last name seen without one.
 func ParseResults(r io.Reader) (*Results, error) {
 	res := &Results{Config: map[string]string{}, Values: map[string]map[string][]float64{}}
 	sc := bufio.NewScanner(r)
+	pending := "" // a benchmark's name whose values are still to come
 	for sc.Scan() {
 		line := sc.Text()
 		if k, v, ok := strings.Cut(line, ":"); ok && !strings.ContainsAny(k, " \t") && k != "" && !strings.HasPrefix(k, "Benchmark") {
@@ -86,11 +105,31 @@ func ParseResults(r io.Reader) (*Results, error) {
 			}
 			continue
 		}
-		f := strings.Fields(line)
-		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") || len(f)%2 != 0 {
+		if line == "PASS" || line == "FAIL" || strings.HasPrefix(line, "ok ") || strings.HasPrefix(line, "FAIL\t") || strings.HasPrefix(line, "--- ") {
+			pending = "" // the end of a benchmark's output or of the package's
 			continue
 		}
-		if _, err := strconv.Atoi(f[1]); err != nil {
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.HasPrefix(f[0], "Benchmark") {
+			pending = ""
+			if len(f) < 2 {
+				pending = f[0]
+				continue
+			}
+			if _, err := strconv.Atoi(f[1]); err != nil {
+				pending = f[0]
+				continue
+			}
+		} else if pending != "" && len(f) >= 3 && len(f)%2 == 1 && (line[0] == ' ' || line[0] == '\t') {
+			if !resultFields(f) {
+				continue // the benchmark's own output
+			}
+			f = append([]string{pending}, f...)
+			pending = ""
+		} else {
+			continue
+		}
+		if len(f) < 4 || len(f)%2 != 0 {
 			continue
 		}
 		name := f[0]
