@@ -79,8 +79,8 @@ func poolerSnapshot(t *testing.T, e *env, snap *router.Snapshot, poolSize int) *
 		t.Cleanup(b.Stop)
 		// As an application's catalog says it: the app DSN is the pooler,
 		// and the server has an admin DSN apart that the snapshot leaves out.
-		srv.DSN = b.DSN(dbName(t, e.dsn[srv.Name]))
-		srv.AdminDSN, srv.AdminHidden, srv.Link = "", true, router.LinkPooled
+		srv = behindPooler(srv, b.DSN(dbName(t, e.dsn[srv.Name])))
+		srv.AdminDSN, srv.AdminHidden = "", true
 		servers = append(servers, srv)
 	}
 	s, err := router.NewSnapshot(snap.Version, snap.Shards, servers, snap.Placements())

@@ -84,9 +84,7 @@ func BenchmarkExecModes(b *testing.B) {
 	var pooledServers []router.Server
 	for _, s := range snap.Servers() {
 		u, _ := url.Parse(e.dsn[s.Name])
-		s.DSN = bouncerFor(b, bouncers, e.dsn[s.Name], pgbouncer.Options{}).DSN(strings.TrimPrefix(u.Path, "/"))
-		s.Link = router.LinkPooled // as the catalog records a pooled server: the default sends every statement unnamed there
-		pooledServers = append(pooledServers, s)
+		pooledServers = append(pooledServers, behindPooler(s, bouncerFor(b, bouncers, e.dsn[s.Name], pgbouncer.Options{}).DSN(strings.TrimPrefix(u.Path, "/"))))
 	}
 	pooledSnap, err := router.NewSnapshot(snap.Version, snap.Shards, pooledServers, snap.Placements())
 	if err != nil {

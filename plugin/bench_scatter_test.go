@@ -232,13 +232,7 @@ func (e *env) throughPoolers(b *testing.B, opts pgbouncer.Options, mode Prepared
 		}
 		bn := bouncerFor(b, bouncers, srv.DSN, opts)
 		srv.AdminDSN = srv.Admin()
-		srv.DSN = bn.DSN(strings.TrimPrefix(u.Path, "/"))
-		// As the catalog records a server behind a pooler: the env's
-		// servers are recorded direct, and a copy that keeps the record
-		// names its statements through a PgBouncer that does not carry
-		// them (42P05, "already exists", on a fresh process's first read).
-		srv.Link = router.LinkPooled
-		servers = append(servers, srv)
+		servers = append(servers, behindPooler(srv, bn.DSN(strings.TrimPrefix(u.Path, "/"))))
 	}
 	pooledSnap, err := snap.Next(snap.Version, servers, nil)
 	if err != nil {

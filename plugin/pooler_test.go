@@ -36,6 +36,15 @@ func viaPooler(t testing.TB, opts pgbouncer.Options) func(server, direct string)
 	}
 }
 
+// behindPooler is srv with its application DSN at a pooler, recorded
+// pooled as the catalog records such a server: a copy that kept the env's
+// record (direct) would have the plugin name its statements through a
+// pooler that may not carry them.
+func behindPooler(srv router.Server, dsn string) router.Server {
+	srv.DSN, srv.Link = dsn, router.LinkPooled
+	return srv
+}
+
 func needPgBouncer(t testing.TB) {
 	t.Helper()
 	if _, err := pgbouncer.Binary(); err != nil {
